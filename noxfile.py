@@ -1,0 +1,111 @@
+"""ftmatrix's sessions: one ``matrix(LABEL)`` session per cell, and the tool's own chores.
+
+Thin wiring only: every decision lives in the ``ftmatrix`` package. What is
+planned is chosen by environment variables (FTMATRIX_MATRIX, FTMATRIX_PROFILE,
+FTMATRIX_CASES, FTMATRIX_OUT), since nox builds its session list before any
+argument reaches a session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nox
+
+from ftmatrix.cli import Loaded, load, plan_json, print_plan
+from ftmatrix.config import ConfigError
+from ftmatrix.plan import Cell, PlanError
+from ftmatrix.report import write_report
+from ftmatrix.runner import CellContext, current_python, run_cell
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["matrix"]
+
+ROOT = Path(__file__).resolve().parent
+STARTED = datetime.now(UTC)
+
+LOADED: Loaded | None
+try:
+    LOADED = load(os.environ, root=ROOT, now=STARTED)
+    PROBLEM = ""
+except (ConfigError, PlanError) as exc:
+    LOADED, PROBLEM = None, str(exc)
+    print(f"ftmatrix: {exc}", file=sys.stderr)
+
+if LOADED is not None:
+    CELLS = [nox.param(cell.python, cell, id=cell.label) for cell in LOADED.selected]
+else:
+    CELLS = [nox.param(current_python(), None, id="invalid-matrix")]
+
+
+@nox.session(reuse_venv=True, tags=["matrix"])
+@nox.parametrize(["python", "cell"], CELLS)
+def matrix(session: nox.Session, cell: Cell | None) -> None:
+    """Build one cell's environment and run every case in it; the report follows.
+
+    Arguments after ``--`` go to pytest: case node ids (relative to the cases
+    folder) select cases, options are passed through.
+    """
+    if LOADED is None or cell is None:
+        session.error(PROBLEM)
+    selection = tuple(a for a in session.posargs if not a.startswith("-"))
+    options = tuple(a for a in session.posargs if a.startswith("-"))
+    hardware = next(h for h in LOADED.matrix.hardware if h.name == cell.hardware)
+    context = CellContext(
+        run_id=LOADED.settings.run_id,
+        out_dir=LOADED.settings.out,
+        cases_dir=LOADED.settings.cases,
+        case_selection=selection or LOADED.matrix.cases,
+        install=LOADED.matrix.install,
+        hardware_class=hardware,
+        env=dict(os.environ),
+        runner_labels=LOADED.settings.runner_labels,
+        pytest_args=options,
+    )
+    venv_python = Path(session.bin) / "python"
+    records = run_cell(cell, venv_python, context, log=session.log)
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status.value] = counts.get(record.status.value, 0) + 1
+    session.log(f"{cell.label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    session.notify("report")
+
+
+@nox.session(python=False)
+def plan(session: nox.Session) -> None:
+    """Print the cells the matrix expands to; ``-- --json`` for machines (each cell resolved)."""
+    if LOADED is None:
+        session.error(PROBLEM)
+    if "--json" in session.posargs:
+        print(json.dumps(plan_json(LOADED, os.environ), indent=2))
+    else:
+        print_plan(LOADED, sys.stdout)
+
+
+@nox.session(python=False)
+def report(session: nox.Session) -> None:
+    """Build reports/index.html, summary.md and results.json from whatever records exist."""
+    out = LOADED.settings.out if LOADED else ROOT / os.environ.get("FTMATRIX_OUT", "reports")
+    grid = write_report(out, now=datetime.now(UTC))
+    session.log(f"{out / 'index.html'}: {len(grid.records)} records, {len(grid.rows)} cells")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The tool's own tests: fast logic tests and the slow real-install tier (``-m 'not slow'`` to skip it)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy (strict) over the package and this noxfile."""
+    session.install("-e", ".[lint]")
+    session.run("ruff", "check", "src", "tests", "noxfile.py", "cases")
+    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py", "cases")
+    session.run("mypy")

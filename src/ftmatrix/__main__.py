@@ -1,0 +1,5 @@
+"""``python -m ftmatrix``."""
+
+from ftmatrix.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""``python -m ftmatrix``: plan, run, report, outside nox as inside it.
+
+``main()`` prints messages and maps each kind of fatal error to its own exit
+code; the inner functions raise, so tests call them directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from ftmatrix.config import ConfigError, InstallOptions, Matrix, load_matrix
+from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
+from ftmatrix.report import write_report
+from ftmatrix.runner import Resolution, current_python, resolve_cell
+from ftmatrix.settings import Settings
+
+
+class ExitCode(enum.IntEnum):
+    """Each kind of fatal error has its own exit code."""
+
+    OK = 0
+    FAILED = 1  # the command ran but something it ran failed (a cell session, ...)
+    USAGE = 2
+    CONFIG = 3
+    PLAN = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loaded:
+    """A matrix file read with its profile applied, planned, and optionally filtered."""
+
+    settings: Settings
+    matrix: Matrix
+    plan: Plan
+    selected: tuple[Cell, ...]
+
+
+def load(
+    env: Mapping[str, str], *, root: Path, now: datetime, select: Sequence[str] = ()
+) -> Loaded:
+    """Settings from ``env``, the matrix file they name, its plan, the selected cells."""
+    settings = Settings.from_env(env, root=root, now=now)
+    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
+    plan = plan_cells(matrix)
+    selected = select_cells(plan.cells, select)
+    return Loaded(settings=settings, matrix=matrix, plan=plan, selected=tuple(selected))
+
+
+def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
+    """The machine form of the plan (documented in README.md), each cell resolved."""
+    matrix = loaded.matrix
+    resolutions = resolve_cells(loaded.selected, matrix.install, env)
+    return {
+        "matrix": matrix.source,
+        "profile": matrix.profile,
+        "strategy": matrix.strategy,
+        "full_size": loaded.plan.full_size,
+        "pairwise_lower_bound": loaded.plan.pairwise_lower_bound,
+        "cells": [
+            {
+                **cell.to_dict(),
+                "session": f"matrix({cell.label})",
+                "runs_on": list(_hardware(matrix, cell.hardware).runs_on),
+                "installable": resolution.lock is not None,
+                "reason": resolution.reason,
+            }
+            for cell, resolution in zip(loaded.selected, resolutions, strict=True)
+        ],
+    }
+
+
+def resolve_cells(
+    cells: Sequence[Cell], install: InstallOptions, env: Mapping[str, str]
+) -> list[Resolution]:
+    """Resolve cells in parallel (uv is I/O-bound here), each pin set once."""
+    unique = {cell.id: cell for cell in cells}
+    with ThreadPoolExecutor(max_workers=min(8, len(unique) or 1)) as pool:
+        answers = dict(
+            zip(unique, pool.map(lambda c: resolve_cell(c, install, env), unique.values()), strict=True)
+        )
+    return [answers[cell.id] for cell in cells]
+
+
+def print_plan(loaded: Loaded, out: TextIO) -> None:
+    """The human form: one line per cell, then the count."""
+    matrix = loaded.matrix
+    profile = f", profile {matrix.profile}" if matrix.profile else ""
+    out.write(f"{matrix.source}: strategy {matrix.strategy}{profile}\n")
+    width = max((len(c.label) for c in loaded.selected), default=10)
+    for cell in loaded.selected:
+        pins = " ".join(f"{k}=={v}" if v else f"{k}:none" for k, v in cell.pins)
+        out.write(f"  {cell.label:<{width}}  {cell.id}  {pins}\n")
+    total = len(loaded.plan.cells)
+    out.write(
+        f"{len(loaded.selected)} cells selected (of {total} planned; "
+        f"the full product has {loaded.plan.full_size})\n"
+    )
+
+
+def _hardware(matrix: Matrix, name: str) -> Any:
+    return next(h for h in matrix.hardware if h.name == name)
+
+
+def run_nox(loaded: Loaded, env: Mapping[str, str], extra: Sequence[str]) -> int:
+    """Run the selected cells through nox (the engine), then the report."""
+    nox = shutil.which("nox") or f"{sys.executable} -m nox"
+    sessions = [f"matrix({cell.label})" for cell in loaded.selected]
+    command = [*nox.split(), "-f", str(_noxfile()), "-s", *sessions, *extra]
+    child_env = {**env, "FTMATRIX_RUN_ID": loaded.settings.run_id}
+    return subprocess.run(command, env=child_env, check=False).returncode
+
+
+def _noxfile() -> Path:
+    return Path(__file__).resolve().parents[2] / "noxfile.py"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ftmatrix",
+        description="A compatibility matrix for the LLM fine-tuning stack.",
+        epilog="The FTMATRIX_MATRIX, FTMATRIX_PROFILE, FTMATRIX_CASES and FTMATRIX_OUT "
+        "environment variables choose the files; --matrix/--profile override them.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("plan", "print the cells the matrix expands to"),
+        ("run", "run the selected cells (through nox) and build the report"),
+    ):
+        command = sub.add_parser(name, help=text, description=text)
+        command.add_argument("--matrix", help="matrix file (default: matrix.yaml)")
+        command.add_argument("--profile", help="profile to apply")
+        command.add_argument(
+            "--select", action="append", default=[], metavar="GLOB",
+            help="only cells whose label matches GLOB (repeatable)",
+        )
+        if name == "plan":
+            command.add_argument("--json", action="store_true", help="machine-readable output")
+    report = sub.add_parser("report", help="build the report from the records that exist")
+    report.add_argument("--out", help="reports folder (default: reports/)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Entry point: parse, dispatch, print errors, return an exit code."""
+    args, extra = build_parser().parse_known_args(argv)
+    env = dict(os.environ if env is None else env)
+    for key, variable in (("matrix", "FTMATRIX_MATRIX"), ("profile", "FTMATRIX_PROFILE"),
+                          ("out", "FTMATRIX_OUT")):
+        value = getattr(args, key, None)
+        if value:
+            env[variable] = value
+    now = datetime.now(UTC)
+    root = Path.cwd()
+    try:
+        if args.command == "report":
+            settings = Settings.from_env(env, root=root, now=now)
+            grid = write_report(settings.out, now=now)
+            print(f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
+                  f"{len(grid.rows)} cells)")
+            return ExitCode.OK
+        loaded = load(env, root=root, now=now, select=args.select)
+        if args.command == "plan":
+            if args.json:
+                print(json.dumps(plan_json(loaded, env), indent=2))
+            else:
+                print_plan(loaded, sys.stdout)
+            return ExitCode.OK
+        if extra and extra[0] == "--":
+            extra = extra[1:]
+        print_plan(loaded, sys.stdout)
+        return ExitCode.OK if run_nox(loaded, env, extra) == 0 else ExitCode.FAILED
+    except ConfigError as exc:
+        print(f"ftmatrix: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    except PlanError as exc:
+        print(f"ftmatrix: {exc}", file=sys.stderr)
+        return ExitCode.PLAN

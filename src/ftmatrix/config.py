@@ -1,0 +1,436 @@
+"""matrix.yaml: read it, apply a profile, validate every key, and say exactly what is wrong.
+
+All problems in a file are gathered and raised together as one :class:`ConfigError`,
+each naming the file, the key path, the bad value and what is allowed, before
+anything is installed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+NOT_INSTALLED = "none"
+"""The axis value meaning: this package is not installed in the cell."""
+
+STRATEGIES = ("full", "pairwise")
+TOP_LEVEL_KEYS = (
+    "packages",
+    "python",
+    "support",
+    "strategy",
+    "exclude",
+    "include",
+    "cases",
+    "timeouts",
+    "install",
+    "hardware",
+    "profiles",
+    "default-profile",
+)
+PROFILE_KEYS = tuple(k for k in TOP_LEVEL_KEYS if k not in ("profiles", "default-profile"))
+INSTALL_KEYS = ("find-links", "index-url", "extra-index-urls")
+TIMEOUT_KEYS = ("case", "cell")
+HARDWARE_KEYS = ("runs-on", "gpus")
+# Keys every rule of `exclude` / `include` may name besides packages.
+RULE_EXTRA_KEYS = ("python", "hardware")
+DEFAULT_HARDWARE = {"cpu": {"runs-on": ["ubuntu-latest"], "gpus": 0}}
+
+
+class ConfigError(Exception):
+    """One or more problems in a matrix file, each a line naming file, key and value."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        header = f"{count} problem{'s' if count != 1 else ''} in the matrix configuration:"
+        super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Axis:
+    """One package and the versions the matrix tries; ``None`` means not installed."""
+
+    package: str
+    versions: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareClass:
+    """A kind of machine: the runner labels that reach it and what it has."""
+
+    name: str
+    runs_on: tuple[str, ...]
+    gpus: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallOptions:
+    """Where packages come from, beyond uv's own configuration and ``UV_*`` variables."""
+
+    find_links: tuple[str, ...] = ()
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "find-links": list(self.find_links),
+            "index-url": self.index_url,
+            "extra-index-urls": list(self.extra_index_urls),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeouts:
+    """Seconds a single case, and a whole cell, may run."""
+
+    case: float = 600.0
+    cell: float = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """An exclude or include rule: key -> pattern (version, wildcard, specifier or name)."""
+
+    index: int
+    match: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    """A validated matrix file with its profile applied."""
+
+    source: str
+    profile: str | None
+    packages: tuple[Axis, ...]
+    python: tuple[str, ...]
+    support: tuple[str, ...] = ()
+    strategy: str = "full"
+    exclude: tuple[Rule, ...] = ()
+    include: tuple[Rule, ...] = ()
+    cases: tuple[str, ...] = ()
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    install: InstallOptions = field(default_factory=InstallOptions)
+    hardware: tuple[HardwareClass, ...] = ()
+
+
+def load_matrix(path: Path, *, profile: str | None = None, default_python: str) -> Matrix:
+    """Read and validate ``path``; ``profile`` overrides the file's ``default-profile``.
+
+    ``default_python`` is the interpreter version cells use when the file names none.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file"]) from None
+    return parse_matrix(text, source=str(path), profile=profile, default_python=default_python)
+
+
+def parse_matrix(
+    text: str, *, source: str, profile: str | None = None, default_python: str
+) -> Matrix:
+    """Validate the YAML ``text`` of a matrix file named ``source``."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"{where}: invalid YAML: {problem}"]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            [f"{source}: the file must be a mapping with at least 'packages', got {_kind(raw)}"]
+        )
+    checker = _Checker(source)
+    merged, profile_name = _apply_profile(checker, raw, profile)
+    matrix = _build(checker, merged, profile_name, default_python)
+    checker.raise_if_any()
+    assert matrix is not None
+    return matrix
+
+
+class _Checker:
+    """Collects problems so that all of them are reported in one pass."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.problems: list[str] = []
+
+    def add(self, key_path: str, message: str) -> None:
+        self.problems.append(f"{self.source}: {key_path}: {message}")
+
+    def unknown_keys(self, mapping: Mapping[str, Any], allowed: Sequence[str], at: str) -> None:
+        for key in mapping:
+            if key in allowed:
+                continue
+            hint = difflib.get_close_matches(str(key), allowed, n=1)
+            perhaps = f" Perhaps you meant {hint[0]!r}?" if hint else ""
+            where = f"{at}.{key}" if at else str(key)
+            self.add(where, f"unknown key; allowed: {', '.join(allowed)}.{perhaps}")
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise ConfigError(self.problems)
+
+
+def _apply_profile(
+    checker: _Checker, raw: dict[str, Any], requested: str | None
+) -> tuple[dict[str, Any], str | None]:
+    checker.unknown_keys(raw, TOP_LEVEL_KEYS, "")
+    profiles = raw.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        checker.add("profiles", f"must be a mapping of name -> overrides, got {_kind(profiles)}")
+        profiles = {}
+    name = requested if requested is not None else raw.get("default-profile")
+    if name is not None and name not in profiles:
+        available = ", ".join(profiles) or "none are defined"
+        key = "default-profile" if requested is None else "profile"
+        checker.add(key, f"no profile named {name!r}; available: {available}")
+        name = None
+    merged = {k: v for k, v in raw.items() if k not in ("profiles", "default-profile")}
+    for profile_name, overrides in profiles.items():
+        if not isinstance(overrides, dict):
+            checker.add(f"profiles.{profile_name}", f"must be a mapping, got {_kind(overrides)}")
+            continue
+        checker.unknown_keys(overrides, PROFILE_KEYS, f"profiles.{profile_name}")
+    if name is not None:
+        for key, value in profiles[name].items():
+            # Mappings merge one level deep so a profile can change one axis or one
+            # hardware class; anything else replaces the base value.
+            base = merged.get(key)
+            if isinstance(base, dict) and isinstance(value, dict):
+                merged[key] = {**base, **value}
+            else:
+                merged[key] = value
+    return merged, name
+
+
+def _build(
+    checker: _Checker, raw: dict[str, Any], profile: str | None, default_python: str
+) -> Matrix | None:
+    packages = _packages(checker, raw.get("packages"))
+    python = _python(checker, raw.get("python"), default_python)
+    support = _names(checker, raw.get("support", []), "support")
+    strategy = raw.get("strategy", "full")
+    if strategy not in STRATEGIES:
+        checker.add("strategy", f"{strategy!r} is not a strategy; allowed: {', '.join(STRATEGIES)}")
+    hardware = _hardware(checker, raw.get("hardware", DEFAULT_HARDWARE))
+    rule_keys = [a.package for a in packages] + list(RULE_EXTRA_KEYS)
+    exclude = _rules(checker, raw.get("exclude", []), "exclude", rule_keys)
+    include = _rules(checker, raw.get("include", []), "include", rule_keys)
+    cases = _names(checker, raw.get("cases", []), "cases")
+    timeouts = _timeouts(checker, raw.get("timeouts", {}))
+    install = _install(checker, raw.get("install", {}))
+    if checker.problems:
+        return None
+    return Matrix(
+        source=checker.source,
+        profile=profile,
+        packages=packages,
+        python=python,
+        support=support,
+        strategy=strategy,
+        exclude=exclude,
+        include=include,
+        cases=cases,
+        timeouts=timeouts,
+        install=install,
+        hardware=hardware,
+    )
+
+
+def _packages(checker: _Checker, raw: Any) -> tuple[Axis, ...]:
+    if raw is None:
+        checker.add("packages", "missing; the simplest matrix is 'packages: {name: [version]}'")
+        return ()
+    if not isinstance(raw, dict) or not raw:
+        checker.add("packages", f"must be a non-empty mapping of package -> versions, got {raw!r}")
+        return ()
+    axes = []
+    seen: dict[str, str] = {}
+    for package, versions in raw.items():
+        at = f"packages.{package}"
+        name = canonicalize_name(str(package))
+        if name in seen:
+            checker.add(at, f"the same package as packages.{seen[name]}")
+            continue
+        seen[name] = str(package)
+        if not isinstance(versions, list):
+            checker.add(at, f"must be a list of versions such as ['1.2.0', none], got {versions!r}")
+            continue
+        if not versions:
+            checker.add(at, "empty axis: list at least one version (or 'none')")
+            continue
+        parsed: list[str | None] = []
+        for i, value in enumerate(versions):
+            version = _version(checker, value, f"{at}[{i}]")
+            if version is _INVALID:
+                continue
+            if version in parsed:
+                checker.add(f"{at}[{i}]", f"{value!r} is listed twice")
+                continue
+            parsed.append(version)  # type: ignore[arg-type]
+        axes.append(Axis(package=str(package), versions=tuple(parsed)))
+    return tuple(axes)
+
+
+_INVALID = object()
+
+
+def _version(checker: _Checker, value: Any, at: str) -> str | None | object:
+    if value is None or value == NOT_INSTALLED:
+        return None
+    if isinstance(value, float):
+        # YAML reads 2.10 as the float 2.1: the version the user meant is lost.
+        checker.add(at, f"{value!r} was read as a number; quote versions, e.g. '{value}'")
+        return _INVALID
+    try:
+        Version(str(value))
+    except InvalidVersion:
+        checker.add(at, f"{value!r} is not a valid version (PEP 440), nor 'none'")
+        return _INVALID
+    return str(value)
+
+
+def _python(checker: _Checker, raw: Any, default: str) -> tuple[str, ...]:
+    if raw is None:
+        return (default,)
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        checker.add("python", "empty axis: list at least one Python version such as '3.11'")
+    result = []
+    for i, value in enumerate(values):
+        at = f"python[{i}]" if isinstance(raw, list) else "python"
+        if isinstance(value, float):
+            checker.add(at, f"{value!r} was read as a number; quote it, e.g. '3.11'")
+            continue
+        try:
+            Version(str(value))
+        except InvalidVersion:
+            checker.add(at, f"{value!r} is not a Python version such as '3.11'")
+            continue
+        result.append(str(value))
+    return tuple(result)
+
+
+def _names(checker: _Checker, raw: Any, at: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw):
+        checker.add(at, f"must be a list of names, got {raw!r}")
+        return ()
+    return tuple(raw)
+
+
+def _hardware(checker: _Checker, raw: Any) -> tuple[HardwareClass, ...]:
+    if not isinstance(raw, dict) or not raw:
+        checker.add("hardware", f"must be a non-empty mapping of class -> settings, got {raw!r}")
+        return ()
+    classes = []
+    for name, settings in raw.items():
+        at = f"hardware.{name}"
+        if settings is None:
+            settings = {}
+        if not isinstance(settings, dict):
+            checker.add(at, f"must be a mapping with 'runs-on' and 'gpus', got {settings!r}")
+            continue
+        checker.unknown_keys(settings, HARDWARE_KEYS, at)
+        runs_on = settings.get("runs-on", [])
+        if isinstance(runs_on, str):
+            runs_on = [runs_on]
+        if not isinstance(runs_on, list) or not all(isinstance(x, str) for x in runs_on):
+            checker.add(f"{at}.runs-on", f"must be a list of runner labels, got {runs_on!r}")
+            runs_on = []
+        gpus = settings.get("gpus", 0)
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+            checker.add(f"{at}.gpus", f"must be a whole number >= 0, got {gpus!r}")
+            gpus = 0
+        classes.append(HardwareClass(name=str(name), runs_on=tuple(runs_on), gpus=gpus))
+    return tuple(classes)
+
+
+def _rules(checker: _Checker, raw: Any, at: str, keys: Sequence[str]) -> tuple[Rule, ...]:
+    if not isinstance(raw, list):
+        checker.add(at, f"must be a list of rules such as {{trl: '0.19.*'}}, got {raw!r}")
+        return ()
+    rules = []
+    for i, rule in enumerate(raw):
+        where = f"{at}[{i}]"
+        if not isinstance(rule, dict) or not rule:
+            checker.add(where, f"must be a non-empty mapping of key -> pattern, got {rule!r}")
+            continue
+        checker.unknown_keys(rule, keys, where)
+        match: dict[str, str] = {}
+        for key, pattern in rule.items():
+            if isinstance(pattern, float):
+                checker.add(f"{where}.{key}", f"{pattern!r} was read as a number; quote it")
+                continue
+            text = NOT_INSTALLED if pattern is None else str(pattern)
+            if key not in RULE_EXTRA_KEYS and text != NOT_INSTALLED:
+                try:
+                    pattern_specifier(text)
+                except InvalidSpecifier:
+                    checker.add(
+                        f"{where}.{key}",
+                        f"{text!r} is neither a version, a wildcard like '0.19.*' "
+                        "nor a specifier like '>=0.19,<1'",
+                    )
+                    continue
+            match[str(key)] = text
+        rules.append(Rule(index=i, match=match))
+    return tuple(rules)
+
+
+def pattern_specifier(pattern: str) -> SpecifierSet:
+    """A rule's version pattern as a specifier: '0.19.*' and '0.19.1' mean '==' them."""
+    text = pattern.strip()
+    if text[:1] not in "=!<>~":
+        text = f"=={text}"
+    return SpecifierSet(text)
+
+
+def _timeouts(checker: _Checker, raw: Any) -> Timeouts:
+    if not isinstance(raw, dict):
+        checker.add("timeouts", f"must be a mapping such as {{case: 600, cell: 3600}}, got {raw!r}")
+        return Timeouts()
+    checker.unknown_keys(raw, TIMEOUT_KEYS, "timeouts")
+    values: dict[str, float] = {}
+    for key in TIMEOUT_KEYS:
+        if key not in raw:
+            continue
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            checker.add(f"timeouts.{key}", f"must be a number of seconds > 0, got {value!r}")
+            continue
+        values[key] = float(value)
+    return Timeouts(**values)
+
+
+def _install(checker: _Checker, raw: Any) -> InstallOptions:
+    if not isinstance(raw, dict):
+        checker.add("install", f"must be a mapping with {', '.join(INSTALL_KEYS)}, got {raw!r}")
+        return InstallOptions()
+    checker.unknown_keys(raw, INSTALL_KEYS, "install")
+    find_links = raw.get("find-links", []) or []
+    extra = raw.get("extra-index-urls", []) or []
+    index_url = raw.get("index-url")
+    for key, value in (("find-links", find_links), ("extra-index-urls", extra)):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            checker.add(f"install.{key}", f"must be a list of paths or URLs, got {value!r}")
+            return InstallOptions()
+    if index_url is not None and not isinstance(index_url, str):
+        checker.add("install.index-url", f"must be a URL or null, got {index_url!r}")
+        return InstallOptions()
+    return InstallOptions(
+        find_links=tuple(find_links), index_url=index_url, extra_index_urls=tuple(extra)
+    )
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"a {type(value).__name__} ({value!r:.40})"

@@ -1,0 +1,246 @@
+"""From a validated matrix to the list of cells to run: a pure function of the matrix.
+
+A cell is one Python version, one pinned package set and one hardware class. Its
+label is what people read and select by (``nox -l``, report rows, CI job names);
+its id, a short hash of its canonical form, is the storage key.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from ftmatrix.config import NOT_INSTALLED, Matrix, Rule, pattern_specifier
+
+# Short label prefixes for the packages everyone in this field knows; others keep
+# their name. Labels must stay stable: changing one renames every cell.
+SHORT_NAMES = {
+    "transformers": "tf",
+    "accelerate": "acc",
+    "bitsandbytes": "bnb",
+    "datasets": "ds",
+}
+
+
+class PlanError(Exception):
+    """A plan that cannot be made: a rule or selector that matches no cell, or no cell left."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One environment to build and run every case in."""
+
+    python: str
+    pins: tuple[tuple[str, str | None], ...]
+    hardware: str
+    support: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """Readable and parseable: ``cpu-py3.11-torch2.13.0-tf4.57.6-trl0.19.1``."""
+        parts = [self.hardware, f"py{self.python}"]
+        for package, version in self.pins:
+            short = SHORT_NAMES.get(canonicalize_name(package), package)
+            parts.append(f"{short}{version}" if version is not None else f"no{short}")
+        return "-".join(parts)
+
+    @property
+    def id(self) -> str:
+        """A short hash of the canonical form: equal cells have equal ids."""
+        canonical = json.dumps(self.to_dict(with_label=False), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def pin(self, package: str) -> str | None:
+        """The pinned version of ``package`` (None: not installed); KeyError if not an axis."""
+        wanted = canonicalize_name(package)
+        for name, version in self.pins:
+            if canonicalize_name(name) == wanted:
+                return version
+        raise KeyError(package)
+
+    def requirements(self) -> list[str]:
+        """What to hand the installer: exact pins, then support packages unpinned."""
+        pinned = [f"{name}=={version}" for name, version in self.pins if version is not None]
+        return pinned + list(self.support)
+
+    def to_dict(self, *, with_label: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "python": self.python,
+            "pins": {name: version for name, version in self.pins},
+            "hardware": self.hardware,
+            "support": list(self.support),
+        }
+        if with_label:
+            data = {"label": self.label, "id": self.id, **data}
+        return data
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Cell:
+        return cls(
+            python=str(data["python"]),
+            pins=tuple((str(k), None if v is None else str(v)) for k, v in data["pins"].items()),
+            hardware=str(data["hardware"]),
+            support=tuple(data.get("support", ())),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """The cells a matrix expands to, and how many the full product would have been."""
+
+    matrix: Matrix
+    cells: tuple[Cell, ...]
+    full_size: int
+    pairwise_lower_bound: int
+
+
+def plan_cells(matrix: Matrix) -> Plan:
+    """Expand ``matrix`` by its strategy, add includes, drop excludes.
+
+    A rule that matches no combination at all is a PlanError: it is almost always
+    a typo, and silently ignoring it would run (or hide) cells the user did not mean.
+    """
+    axes = _axes(matrix)
+    full = list(itertools.product(*axes.values()))
+    names = list(axes)
+    combos = [dict(zip(names, values, strict=True)) for values in full]
+    hardware = [h.name for h in matrix.hardware]
+
+    _check_rules_match(matrix, combos, hardware)
+    allowed = [c for c in combos if not _excluded_any(matrix.exclude, c, hardware)]
+    if matrix.strategy == "pairwise":
+        chosen = cover_pairs(allowed, names)
+    else:
+        chosen = allowed
+    for combo in combos:
+        if combo not in chosen and any(_rule_matches(r, combo, None) for r in matrix.include):
+            chosen.append(combo)
+
+    cells = []
+    for combo in chosen:
+        for hw in hardware:
+            if any(_rule_matches(r, combo, hw) for r in matrix.exclude):
+                continue
+            cells.append(
+                Cell(
+                    python=str(combo["python"]),
+                    pins=tuple((a.package, combo[a.package]) for a in matrix.packages),
+                    hardware=hw,
+                    support=matrix.support,
+                )
+            )
+    if not cells:
+        raise PlanError(f"{matrix.source}: the exclude rules leave no cell to run")
+    sizes = sorted((len(v) for v in axes.values()), reverse=True) + [1, 1]
+    return Plan(
+        matrix=matrix,
+        cells=tuple(cells),
+        full_size=len(full) * len(hardware),
+        pairwise_lower_bound=sizes[0] * sizes[1] * len(hardware),
+    )
+
+
+def select_cells(cells: Sequence[Cell], patterns: Iterable[str]) -> list[Cell]:
+    """The cells whose label matches any of the glob ``patterns`` (all if none given)."""
+    patterns = list(patterns)
+    if not patterns:
+        return list(cells)
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c.label, p) for c in cells)]
+    if unmatched:
+        example = cells[0].label if cells else "cpu-py3.11-torch2.13.0-tf4.57.6"
+        raise PlanError(
+            f"no cell label matches {', '.join(repr(p) for p in unmatched)}; "
+            f"labels look like {example!r} (globs such as 'cpu-*-trl0.19*' work)"
+        )
+    return [c for c in cells if any(fnmatch.fnmatchcase(c.label, p) for p in patterns)]
+
+
+def cover_pairs(combos: Sequence[dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
+    """A small subset of ``combos`` in which every value pair that occurs in them occurs.
+
+    Greedy set cover: each step takes the combination covering the most uncovered
+    pairs. Deterministic (ties go to the earliest combination), so plans are stable.
+    """
+    if len(names) < 2:
+        return list(combos)
+    pair_sets = [frozenset(_pairs(c, names)) for c in combos]
+    uncovered = set().union(*pair_sets) if pair_sets else set()
+    chosen: list[dict[str, Any]] = []
+    taken = [False] * len(combos)
+    while uncovered:
+        best, gain = -1, 0
+        for i, pairs in enumerate(pair_sets):
+            if taken[i]:
+                continue
+            g = len(pairs & uncovered)
+            if g > gain:
+                best, gain = i, g
+        taken[best] = True
+        chosen.append(combos[best])
+        uncovered -= pair_sets[best]
+    return chosen
+
+
+def _pairs(combo: Mapping[str, Any], names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    for a, b in itertools.combinations(names, 2):
+        yield (a, combo[a], b, combo[b])
+
+
+def _axes(matrix: Matrix) -> dict[str, tuple[str | None, ...]]:
+    axes: dict[str, tuple[str | None, ...]] = {"python": tuple(matrix.python)}
+    for axis in matrix.packages:
+        axes[axis.package] = axis.versions
+    return axes
+
+
+def _rule_matches(rule: Rule, combo: Mapping[str, Any], hardware: str | None) -> bool:
+    """Does ``rule`` hold for this combination (and hardware class, when given)?"""
+    for key, pattern in rule.match.items():
+        if key == "hardware":
+            if hardware is not None and not fnmatch.fnmatchcase(hardware, pattern):
+                return False
+            continue
+        value = combo.get(key)
+        if key == "python":
+            if not fnmatch.fnmatchcase(str(value), pattern):
+                return False
+        elif pattern == NOT_INSTALLED or value is None:
+            if not (pattern == NOT_INSTALLED and value is None):
+                return False
+        elif not pattern_specifier(pattern).contains(Version(value), prereleases=True):
+            return False
+    return True
+
+
+def _excluded_any(rules: Sequence[Rule], combo: Mapping[str, Any], hardware: list[str]) -> bool:
+    # Excluded from the strategy's choice only when excluded on every hardware class;
+    # rules naming one class are applied per cell afterwards.
+    return any(all(_rule_matches(r, combo, hw) for hw in hardware) for r in rules)
+
+
+def _check_rules_match(
+    matrix: Matrix, combos: Sequence[Mapping[str, Any]], hardware: Sequence[str]
+) -> None:
+    problems = []
+    for kind, rules in (("exclude", matrix.exclude), ("include", matrix.include)):
+        for rule in rules:
+            if not any(_rule_matches(rule, c, hw) for c in combos for hw in hardware):
+                hw_pattern = rule.match.get("hardware")
+                if hw_pattern and not any(fnmatch.fnmatchcase(h, hw_pattern) for h in hardware):
+                    why = f"no hardware class matches {hw_pattern!r} (classes: {', '.join(hardware)})"
+                else:
+                    why = "it matches no combination of the axes"
+                problems.append(
+                    f"{matrix.source}: {kind}[{rule.index}]: {dict(rule.match)} "
+                    f"matches no cell: {why}"
+                )
+    if problems:
+        raise PlanError("\n".join(problems))

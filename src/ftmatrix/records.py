@@ -1,0 +1,224 @@
+"""The record: what one case did in one cell, its JSON schema, and its files.
+
+One JSONL file per cell, rewritten whole through a temporary file and a rename
+after every case, so a run killed at any moment leaves each file either as it
+was before the last case or as it is after it, never half-written.
+
+This module runs inside each cell's environment (the results plugin uses it), so
+it imports the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ftmatrix.status import Status
+
+SCHEMA_VERSION = 1
+
+# Case id of a record that stands for the whole cell (it never got to run cases).
+WHOLE_CELL = "*"
+
+# Field name -> (JSON type, description). The JSON schema and docs derive from it.
+FIELDS: dict[str, tuple[str | list[str], str]] = {
+    "schema": ("integer", "Record schema version."),
+    "run_id": ("string", "The run this record belongs to."),
+    "cell_id": ("string", "Short hash of the cell's canonical form: the storage key."),
+    "cell_label": ("string", "Readable cell name, as `nox -l` shows it."),
+    "python": ("string", "Python version of the cell."),
+    "pins": ("object", "Requested pins: package -> version, null for 'not installed'."),
+    "packages": ("object", "Every distribution installed in the cell: name -> version."),
+    "hardware_class": ("string", "The matrix hardware class the cell was planned for."),
+    "hardware": ("object", "Fingerprint of the machine: CPU, GPUs, driver, CUDA."),
+    "runner_labels": ("array", "Labels of the CI runner, if any."),
+    "case": ("string", "pytest node id of the case, or '*' for the whole cell."),
+    "operation": ("string", "Operation family the case reproduces (sft, grpo, lora, ...)."),
+    "status": ("string", "One of the statuses; see the legend."),
+    "reason": (["string", "null"], "Why it was skipped, n/a, or not installed."),
+    "exception_type": (["string", "null"], "Qualified name of the exception raised."),
+    "message": (["string", "null"], "The exception message (secrets redacted)."),
+    "signature": (["string", "null"], "Hash grouping equal failures across cells."),
+    "framework_frame": (["string", "null"], "Innermost frame inside a framework package."),
+    "traceback": (["string", "null"], "Full traceback (secrets redacted)."),
+    "metrics": ("object", "Numbers the case recorded (loss, grad norm, ...)."),
+    "duration": ("number", "Seconds the case took."),
+    "started_at": ("string", "UTC ISO-8601 start time."),
+    "finished_at": ("string", "UTC ISO-8601 end time."),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """One (cell, case) outcome, as written to and read from a cell's JSONL file."""
+
+    run_id: str
+    cell_id: str
+    cell_label: str
+    python: str
+    pins: Mapping[str, str | None]
+    hardware_class: str
+    case: str
+    operation: str
+    status: Status
+    started_at: str
+    finished_at: str
+    duration: float = 0.0
+    packages: Mapping[str, str] = field(default_factory=dict)
+    hardware: Mapping[str, Any] = field(default_factory=dict)
+    runner_labels: tuple[str, ...] = ()
+    reason: str | None = None
+    exception_type: str | None = None
+    message: str | None = None
+    signature: str | None = None
+    framework_frame: str | None = None
+    traceback: str | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in FIELDS}
+        data["status"] = self.status.value
+        data["pins"] = dict(self.pins)
+        data["packages"] = dict(self.packages)
+        data["hardware"] = dict(self.hardware)
+        data["runner_labels"] = list(self.runner_labels)
+        data["metrics"] = dict(self.metrics)
+        return data
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Record:
+        """Parse one record; ValueError names the first missing or bad field."""
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"schema {data.get('schema')!r} is not {SCHEMA_VERSION}")
+        missing = [
+            name
+            for name in FIELDS
+            if name not in data and name not in _OPTIONAL_FIELDS
+        ]
+        if missing:
+            raise ValueError(f"missing field(s): {', '.join(missing)}")
+        values = {name: data[name] for name in FIELDS if name in data}
+        values["status"] = Status.parse(str(data["status"]))
+        values["runner_labels"] = tuple(data.get("runner_labels") or ())
+        values["duration"] = float(data.get("duration") or 0.0)
+        return cls(**values)
+
+
+_OPTIONAL_FIELDS = frozenset(
+    {
+        "duration",
+        "packages",
+        "hardware",
+        "runner_labels",
+        "reason",
+        "exception_type",
+        "message",
+        "signature",
+        "framework_frame",
+        "traceback",
+        "metrics",
+    }
+)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of one record line, derived from FIELDS and Status."""
+    properties: dict[str, Any] = {
+        name: {"type": kind, "description": text} for name, (kind, text) in FIELDS.items()
+    }
+    properties["status"]["enum"] = [s.value for s in Status]
+    properties["schema"]["const"] = SCHEMA_VERSION
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "ftmatrix record",
+        "type": "object",
+        "required": [n for n in FIELDS if n not in _OPTIONAL_FIELDS],
+        "properties": properties,
+    }
+
+
+class CellRecordFile:
+    """The JSONL file of one cell in one run, rewritten atomically as records arrive."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records: list[Record] = []
+
+    def add(self, record: Record) -> None:
+        self.records.append(record)
+        write_atomically(self.path, "".join(_line(r) for r in self.records))
+
+
+def record_path(out_dir: Path, run_id: str, cell_id: str) -> Path:
+    """Where a cell's records live: ``<out>/records/<run-id>/<cell-id>.jsonl``."""
+    return out_dir / "records" / run_id / f"{cell_id}.jsonl"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadResult:
+    """Records found under a directory, and the lines that could not be read, with why."""
+
+    records: tuple[Record, ...]
+    problems: tuple[str, ...]
+
+
+def read_records(root: Path) -> ReadResult:
+    """Every record under ``root`` (recursively, ``*.jsonl``); bad lines are reported, not fatal."""
+    records: list[Record] = []
+    problems: list[str] = []
+    for path in sorted(root.rglob("*.jsonl")) if root.exists() else []:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(Record.from_mapping(json.loads(line)))
+            except (ValueError, TypeError) as exc:
+                problems.append(f"{path}:{number}: skipped: {exc}")
+    return ReadResult(records=tuple(records), problems=tuple(problems))
+
+
+def _line(record: Record) -> str:
+    return json.dumps(record.to_dict(), sort_keys=True, default=str) + "\n"
+
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+def redact(text: str | None, env: Mapping[str, str]) -> str | None:
+    """``text`` with the values of secret-looking environment variables masked.
+
+    Short values are left alone: masking '1' or 'true' everywhere would garble
+    messages while protecting nothing.
+    """
+    if text is None:
+        return None
+    for name, value in env.items():
+        if SECRET_NAME.search(name) and len(value) >= 6:
+            text = text.replace(value, f"<redacted:{name}>")
+    return text
+
+
+def redact_all(texts: Iterable[str | None], env: Mapping[str, str]) -> list[str | None]:
+    return [redact(t, env) for t in texts]

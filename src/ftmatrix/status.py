@@ -1,0 +1,80 @@
+"""The closed set of outcomes a record can have, each with exactly one meaning.
+
+The record schema, the report legend and the README table are all derived from
+:class:`Status`, so a status is described here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.Enum):
+    """What happened to one case in one cell."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    OOM = "oom"
+    SKIP = "skip"
+    NOT_APPLICABLE = "n/a"
+    UNINSTALLABLE = "uninstallable"
+    INSTALL_ERROR = "install-error"
+    ERROR = "error"
+
+    @property
+    def meaning(self) -> str:
+        """One sentence a report reader can act on."""
+        return _MEANINGS[self]
+
+    @property
+    def counts_against_framework(self) -> bool:
+        """True where the frameworks (not our case, not the hardware) are to blame."""
+        return self in _FRAMEWORK_BREAKS
+
+    @property
+    def severity(self) -> int:
+        """Rank for showing the worst of several records: higher is worse."""
+        return _SEVERITY.index(self)
+
+    @classmethod
+    def parse(cls, value: str) -> Status:
+        """The status named ``value``; a ValueError lists the allowed names."""
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(s.value for s in cls)
+            raise ValueError(f"unknown status {value!r}; allowed: {allowed}") from None
+
+
+_MEANINGS = {
+    Status.PASS: "The operation ran and its result checks out.",
+    Status.FAIL: "The frameworks raised or produced a wrong result.",
+    Status.CRASH: "The process died (signal, CUDA fatal error).",
+    Status.TIMEOUT: "The case or the cell ran past its time limit.",
+    Status.OOM: "The case ran out of memory (CPU or GPU).",
+    Status.SKIP: "This hardware cannot run it (needs CUDA, needs more GPUs).",
+    Status.NOT_APPLICABLE: "This version set does not have the feature.",
+    Status.UNINSTALLABLE: "The resolver proves the pins cannot be installed together.",
+    Status.INSTALL_ERROR: "The install was attempted and failed for another reason.",
+    Status.ERROR: "The case itself is broken: a bug of ours, never counted against a framework.",
+}
+
+_FRAMEWORK_BREAKS = frozenset(
+    {Status.FAIL, Status.CRASH, Status.TIMEOUT, Status.OOM, Status.UNINSTALLABLE}
+)
+
+# Worst last: a grid cell holding several records shows the most severe one.
+_SEVERITY = [
+    Status.NOT_APPLICABLE,
+    Status.SKIP,
+    Status.PASS,
+    Status.UNINSTALLABLE,
+    Status.INSTALL_ERROR,
+    Status.ERROR,
+    Status.TIMEOUT,
+    Status.OOM,
+    Status.FAIL,
+    Status.CRASH,
+]
