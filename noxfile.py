@@ -97,7 +97,7 @@ def report(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The tool's own tests: fast logic tests and the slow real-install tier (``-m 'not slow'`` to skip it)."""
+    """The tool's own tests; ``-- -m 'not slow'`` skips the real-install tier."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
 

@@ -88,7 +88,11 @@ def resolve_cells(
     unique = {cell.id: cell for cell in cells}
     with ThreadPoolExecutor(max_workers=min(8, len(unique) or 1)) as pool:
         answers = dict(
-            zip(unique, pool.map(lambda c: resolve_cell(c, install, env), unique.values()), strict=True)
+            zip(
+                unique,
+                pool.map(lambda c: resolve_cell(c, install, env), unique.values()),
+                strict=True,
+            )
         )
     return [answers[cell.id] for cell in cells]
 
@@ -142,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--matrix", help="matrix file (default: matrix.yaml)")
         command.add_argument("--profile", help="profile to apply")
         command.add_argument(
-            "--select", action="append", default=[], metavar="GLOB",
+            "--select",
+            action="append",
+            default=[],
+            metavar="GLOB",
             help="only cells whose label matches GLOB (repeatable)",
         )
         if name == "plan":
@@ -156,8 +163,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     """Entry point: parse, dispatch, print errors, return an exit code."""
     args, extra = build_parser().parse_known_args(argv)
     env = dict(os.environ if env is None else env)
-    for key, variable in (("matrix", "FTMATRIX_MATRIX"), ("profile", "FTMATRIX_PROFILE"),
-                          ("out", "FTMATRIX_OUT")):
+    for key, variable in (
+        ("matrix", "FTMATRIX_MATRIX"),
+        ("profile", "FTMATRIX_PROFILE"),
+        ("out", "FTMATRIX_OUT"),
+    ):
         value = getattr(args, key, None)
         if value:
             env[variable] = value
@@ -167,8 +177,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if args.command == "report":
             settings = Settings.from_env(env, root=root, now=now)
             grid = write_report(settings.out, now=now)
-            print(f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
-                  f"{len(grid.rows)} cells)")
+            print(
+                f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
+                f"{len(grid.rows)} cells)"
+            )
             return ExitCode.OK
         loaded = load(env, root=root, now=now, select=args.select)
         if args.command == "plan":

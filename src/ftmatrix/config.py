@@ -285,7 +285,7 @@ def _packages(checker: _Checker, raw: Any) -> tuple[Axis, ...]:
 _INVALID = object()
 
 
-def _version(checker: _Checker, value: Any, at: str) -> str | None | object:
+def _version(checker: _Checker, value: Any, at: str) -> str | object | None:
     if value is None or value == NOT_INSTALLED:
         return None
     if isinstance(value, float):
@@ -333,10 +333,9 @@ def _hardware(checker: _Checker, raw: Any) -> tuple[HardwareClass, ...]:
         checker.add("hardware", f"must be a non-empty mapping of class -> settings, got {raw!r}")
         return ()
     classes = []
-    for name, settings in raw.items():
+    for name, given in raw.items():
         at = f"hardware.{name}"
-        if settings is None:
-            settings = {}
+        settings = {} if given is None else given
         if not isinstance(settings, dict):
             checker.add(at, f"must be a mapping with 'runs-on' and 'gpus', got {settings!r}")
             continue

@@ -107,7 +107,7 @@ def parse_nvidia_smi(output: str) -> list[dict[str, str]]:
 
 def _torch_view() -> dict[str, Any]:
     try:
-        import torch  # noqa: PLC0415 -- only inside cells that have it
+        import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 -- only in cells
     except Exception as exc:  # a broken torch install is itself worth recording
         return {"import_error": f"{type(exc).__name__}: {exc}"}
     view: dict[str, Any] = {

@@ -11,6 +11,7 @@ import fnmatch
 import hashlib
 import itertools
 import json
+import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -163,29 +164,44 @@ def select_cells(cells: Sequence[Cell], patterns: Iterable[str]) -> list[Cell]:
     return [c for c in cells if any(fnmatch.fnmatchcase(c.label, p) for p in patterns)]
 
 
-def cover_pairs(combos: Sequence[dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
+def cover_pairs(
+    combos: Sequence[dict[str, Any]], names: Sequence[str], *, restarts: int = 20
+) -> list[dict[str, Any]]:
     """A small subset of ``combos`` in which every value pair that occurs in them occurs.
 
-    Greedy set cover: each step takes the combination covering the most uncovered
-    pairs. Deterministic (ties go to the earliest combination), so plans are stable.
+    Greedy set cover (each step takes the combination covering the most uncovered
+    pairs), run once with ties to the earliest combination and ``restarts`` times
+    with seeded random tie-breaking; the smallest cover wins. Seeded, so plans are
+    stable from run to run.
     """
     if len(names) < 2:
         return list(combos)
     pair_sets = [frozenset(_pairs(c, names)) for c in combos]
-    uncovered = set().union(*pair_sets) if pair_sets else set()
-    chosen: list[dict[str, Any]] = []
-    taken = [False] * len(combos)
+    # Larger matrices get fewer restarts: each costs one full greedy pass.
+    tries = [None, *(random.Random(seed) for seed in range(restarts if len(combos) <= 5000 else 0))]
+    best = min((_greedy_cover(pair_sets, rng) for rng in tries), key=len)
+    return [combos[i] for i in best]
+
+
+def _greedy_cover(pair_sets: Sequence[frozenset[Any]], rng: random.Random | None) -> list[int]:
+    uncovered = set().union(*pair_sets)
+    chosen: list[int] = []
+    taken = [False] * len(pair_sets)
     while uncovered:
-        best, gain = -1, 0
+        best: list[int] = []
+        gain = 0
         for i, pairs in enumerate(pair_sets):
             if taken[i]:
                 continue
             g = len(pairs & uncovered)
             if g > gain:
-                best, gain = i, g
-        taken[best] = True
-        chosen.append(combos[best])
-        uncovered -= pair_sets[best]
+                best, gain = [i], g
+            elif g == gain and g:
+                best.append(i)
+        pick = best[0] if rng is None else rng.choice(best)
+        taken[pick] = True
+        chosen.append(pick)
+        uncovered -= pair_sets[pick]
     return chosen
 
 
@@ -235,7 +251,9 @@ def _check_rules_match(
             if not any(_rule_matches(rule, c, hw) for c in combos for hw in hardware):
                 hw_pattern = rule.match.get("hardware")
                 if hw_pattern and not any(fnmatch.fnmatchcase(h, hw_pattern) for h in hardware):
-                    why = f"no hardware class matches {hw_pattern!r} (classes: {', '.join(hardware)})"
+                    why = (
+                        f"no hardware class matches {hw_pattern!r} (classes: {', '.join(hardware)})"
+                    )
                 else:
                     why = "it matches no combination of the axes"
                 problems.append(

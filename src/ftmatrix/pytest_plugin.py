@@ -105,7 +105,8 @@ def hardware_gap(needs: Mapping[str, Any], fingerprint: Mapping[str, Any]) -> st
         devices = (fingerprint.get("torch") or {}).get("devices") or fingerprint.get("gpus", [])
         caps = [Version(str(d.get("compute_capability", "0"))) for d in devices]
         if not caps or min(caps) < Version(str(minimum)):
-            return f"needs compute capability >= {minimum}; this machine has {caps or 'none'}"
+            have = ", ".join(str(c) for c in caps) or "none"
+            return f"needs compute capability >= {minimum}; this machine has {have}"
     return None
 
 
@@ -197,8 +198,8 @@ class _CaseState:
     def __init__(self, item: pytest.Item) -> None:
         self.item = item
         marker = item.get_closest_marker("operation")
-        self.operation = str(marker.args[0]) if marker and marker.args else _operation_from_path(
-            item.nodeid
+        self.operation = (
+            str(marker.args[0]) if marker and marker.args else _operation_from_path(item.nodeid)
         )
         self.started_at = _now()
         self.duration = 0.0
@@ -211,7 +212,7 @@ class _CaseState:
         excinfo = call.excinfo
         if excinfo is None or self.failure is not None:
             return
-        if isinstance(excinfo.value, pytest.skip.Exception):  # type: ignore[attr-defined]
+        if isinstance(excinfo.value, pytest.skip.Exception):
             self.skip = excinfo.value
             return
         self.failure = (call.when, excinfo)
@@ -229,7 +230,9 @@ class _CaseState:
     def metrics(self) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for name, value in self.item.user_properties:
-            values[str(name)] = value if isinstance(value, int | float | str | bool) else repr(value)
+            values[str(name)] = (
+                value if isinstance(value, int | float | str | bool) else repr(value)
+            )
         return values
 
 
@@ -311,4 +314,3 @@ def _operation_from_path(nodeid: str) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-

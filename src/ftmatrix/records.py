@@ -97,11 +97,7 @@ class Record:
         """Parse one record; ValueError names the first missing or bad field."""
         if data.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"schema {data.get('schema')!r} is not {SCHEMA_VERSION}")
-        missing = [
-            name
-            for name in FIELDS
-            if name not in data and name not in _OPTIONAL_FIELDS
-        ]
+        missing = [name for name in FIELDS if name not in data and name not in _OPTIONAL_FIELDS]
         if missing:
             raise ValueError(f"missing field(s): {', '.join(missing)}")
         values = {name: data[name] for name in FIELDS if name in data}
@@ -170,7 +166,7 @@ def write_atomically(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

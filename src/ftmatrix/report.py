@@ -167,7 +167,9 @@ def write_report(out_dir: Path, *, now: datetime) -> Grid:
     """Read every record under ``out_dir/records`` and write the three reports beside it."""
     result = read_records(out_dir / "records")
     grid = build_grid(result.records)
-    write_atomically(out_dir / "index.html", render_html(grid, generated_at=now, problems=result.problems))
+    write_atomically(
+        out_dir / "index.html", render_html(grid, generated_at=now, problems=result.problems)
+    )
     write_atomically(out_dir / "summary.md", render_markdown(grid))
     write_atomically(out_dir / "results.json", render_json(grid))
     return grid
@@ -212,7 +214,7 @@ def _grid_table(grid: Grid) -> str:
                 cells.append(f"<td>{_grid_cell(record) if record else ''}</td>")
         body.append(f"<tr><th scope=row><code>{escape(row)}</code></th>{''.join(cells)}</tr>")
     return (
-        '<h2>Cells</h2><div class=scroll><table class=grid>'
+        "<h2>Cells</h2><div class=scroll><table class=grid>"
         f"<thead><tr><th scope=col>cell</th>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></div>"
     )
@@ -291,10 +293,12 @@ body{font:14px/1.45 system-ui,sans-serif;margin:1.5rem;color:#1f2328}
 h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}
 .meta{color:#57606a}
 .counts{display:flex;gap:1rem;list-style:none;padding:0}
-.status{display:inline-block;padding:.05rem .45rem;border-radius:.3rem;font-weight:600;font-size:.85em}
+.status{display:inline-block;padding:.05rem .45rem;border-radius:.3rem;
+ font-weight:600;font-size:.85em}
 .scroll{overflow-x:auto}
 table.grid{border-collapse:collapse}
-table.grid th,table.grid td{border:1px solid #d0d7de;padding:.35rem .5rem;vertical-align:top;text-align:left}
+table.grid th,table.grid td{border:1px solid #d0d7de;padding:.35rem .5rem;
+ vertical-align:top;text-align:left}
 table.grid td{min-width:9rem;max-width:28rem}
 .msg{font-size:.8em;color:#57606a;word-break:break-word}
 .failure{border:1px solid #d0d7de;border-radius:.4rem;padding:.5rem 1rem;margin:1rem 0}

@@ -154,7 +154,9 @@ def resolve_cell(cell: Cell, install: InstallOptions, env: Mapping[str, str]) ->
         return Resolution(lock=result.stdout, status=None, reason=None)
     explanation = result.stderr.strip()
     if UNSATISFIABLE.search(explanation):
-        return Resolution(lock=None, status=Status.UNINSTALLABLE, reason=_resolver_reason(explanation))
+        return Resolution(
+            lock=None, status=Status.UNINSTALLABLE, reason=_resolver_reason(explanation)
+        )
     return Resolution(lock=None, status=Status.INSTALL_ERROR, reason=_last_lines(explanation))
 
 
@@ -178,7 +180,9 @@ def uv_index_args(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
     return args
 
 
-def pytest_command(venv_python: Path, cell_file: Path, record_file: Path, ctx: CellContext) -> list[str]:
+def pytest_command(
+    venv_python: Path, cell_file: Path, record_file: Path, ctx: CellContext
+) -> list[str]:
     """The pytest command line that runs a cell's cases with the results plugin."""
     cases_dir = ctx.cases_dir.resolve()
     ini = next((cases_dir / n for n in PYTEST_INI_NAMES if (cases_dir / n).is_file()), None)
@@ -248,7 +252,9 @@ def _write_whole_cell(
     return [record]
 
 
-def _uv(args: list[str], env: Mapping[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def _uv(
+    args: list[str], env: Mapping[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [uv_binary(), *args],
         input=stdin,
@@ -272,7 +278,7 @@ def uv_binary() -> str:
 def _resolver_reason(stderr: str) -> str:
     # uv prints 'error: No solution found ...' then the explanation after 'cause:'
     # or '╰─▶'; keep the explanation, which names the conflicting requirements.
-    text = re.sub(r"^\s*(error:|×)\s*", "", stderr.strip(), flags=re.MULTILINE)
+    text = re.sub(r"^\s*(error:|\u00d7)\s*", "", stderr.strip(), flags=re.MULTILINE)
     text = re.sub(r"\s*(cause:|╰─▶)\s*", "\n", text)
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 

@@ -31,7 +31,9 @@ def normalise_message(message: str) -> str:
     return text.strip()
 
 
-def innermost_framework_frame(filenames: Iterable[str], function_names: Iterable[str]) -> str | None:
+def innermost_framework_frame(
+    filenames: Iterable[str], function_names: Iterable[str]
+) -> str | None:
     """``package/module.py:function`` of the deepest frame inside an installed package."""
     found = None
     for filename, function in zip(filenames, function_names, strict=True):

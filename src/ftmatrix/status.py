@@ -78,3 +78,9 @@ _SEVERITY = [
     Status.FAIL,
     Status.CRASH,
 ]
+
+
+def status_table_markdown() -> str:
+    """The README's status table, generated from the enum (a test keeps README in step)."""
+    rows = [f"| `{s.value}` | {s.meaning} |" for s in Status]
+    return "\n".join(["| status | meaning |", "|---|---|", *rows])

@@ -46,4 +46,4 @@ def test_framework_raises():
 
 @pytest.mark.operation("our-bug")
 def test_case_bug():
-    undefined_name_in_our_case  # noqa: B018, F821
+    undefined_name_in_our_case

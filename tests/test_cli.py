@@ -1,0 +1,68 @@
+"""The command line: plan output, exit codes, one message per kind of error."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.cli import ExitCode, main
+
+DATA = Path(__file__).parent / "data"
+
+
+def env_for(matrix: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "FTMATRIX_MATRIX": str(matrix), **extra}
+
+
+def test_plan_prints_cells_and_the_count(capsys: pytest.CaptureFixture[str]):
+    code = main(["plan"], env=env_for(DATA / "small_matrix.yaml"))
+    out = capsys.readouterr().out.splitlines()
+    assert code == ExitCode.OK
+    assert out[0] == f"{DATA / 'small_matrix.yaml'}: strategy full"
+    assert out[1].split()[0] == "cpu-py3.11-six1.16.0-attrs23.2.0"
+    assert out[1].split()[2:] == ["six==1.16.0", "attrs==23.2.0"]
+    assert out[-1] == "4 cells selected (of 4 planned; the full product has 4)"
+
+
+def test_plan_select_glob(capsys: pytest.CaptureFixture[str]):
+    assert main(["plan", "--select", "*-six1.17*"], env=env_for(DATA / "small_matrix.yaml")) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("2 cells selected (of 4 planned")
+
+
+def test_invalid_matrix_exits_with_the_config_code(capsys: pytest.CaptureFixture[str]):
+    code = main(["plan"], env=env_for(DATA / "invalid" / "unknown_keys.yaml"))
+    assert code == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith("ftmatrix: 2 problems in the matrix configuration:")
+    assert "Perhaps you meant 'strategy'?" in err
+
+
+def test_rule_matching_nothing_exits_with_the_plan_code(capsys: pytest.CaptureFixture[str]):
+    code = main(["plan"], env=env_for(DATA / "invalid" / "exclude_matches_nothing.yaml"))
+    assert code == ExitCode.PLAN
+    assert "matches no cell" in capsys.readouterr().err
+
+
+def test_report_from_no_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["report", "--out", str(tmp_path)], env={}) == ExitCode.OK
+    assert capsys.readouterr().out == f"report: {tmp_path / 'index.html'} (0 records, 0 cells)\n"
+    assert "No records found" in (tmp_path / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_plan_json_resolves_each_cell(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        "packages:\n  six: ['1.17.0']\n  trl: ['1.16.0']\n  transformers: ['4.40.0']\n"
+    )
+    assert main(["plan", "--json"], env=env_for(matrix)) == 0
+    payload = json.loads(capsys.readouterr().out)
+    (cell,) = payload["cells"]
+    assert cell["label"] == "cpu-py3.11-six1.17.0-trl1.16.0-tf4.40.0"
+    assert cell["session"] == f"matrix({cell['label']})"
+    assert cell["installable"] is False
+    assert "trl" in cell["reason"] and "transformers" in cell["reason"]
+    assert cell["runs_on"] == ["ubuntu-latest"]

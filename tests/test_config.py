@@ -1,0 +1,130 @@
+"""matrix.yaml validation: what is accepted, and the exact message for what is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.config import ConfigError, load_matrix, parse_matrix
+
+DATA = Path(__file__).parent / "data"
+
+
+def parse(text: str, profile: str | None = None):
+    return parse_matrix(text, source="m.yaml", profile=profile, default_python="3.11")
+
+
+def test_simplest_file_has_only_packages():
+    matrix = parse("packages:\n  trl: ['0.19.1', none]\n")
+    assert [(a.package, a.versions) for a in matrix.packages] == [("trl", ("0.19.1", None))]
+    assert matrix.python == ("3.11",)
+    assert matrix.strategy == "full"
+    assert [h.name for h in matrix.hardware] == ["cpu"]
+
+
+def test_the_repository_default_matrix_is_valid():
+    matrix = load_matrix(Path(__file__).parent.parent / "matrix.yaml", default_python="3.11")
+    names = [a.package for a in matrix.packages]
+    assert names[:4] == ["torch", "transformers", "trl", "peft"]
+
+
+def test_profile_overrides_one_axis_and_keeps_the_others():
+    text = """
+packages:
+  transformers: ['4.57.6']
+  trl: ['0.19.1']
+strategy: full
+profiles:
+  wide: {strategy: pairwise, packages: {trl: ['0.19.1', '1.16.0']}}
+"""
+    matrix = parse(text, profile="wide")
+    assert matrix.profile == "wide"
+    assert matrix.strategy == "pairwise"
+    assert {a.package: a.versions for a in matrix.packages} == {
+        "transformers": ("4.57.6",),
+        "trl": ("0.19.1", "1.16.0"),
+    }
+
+
+def test_default_profile_applies_unless_another_is_asked_for():
+    text = """
+packages: {trl: ['0.19.1']}
+profiles: {wide: {strategy: pairwise}}
+default-profile: wide
+"""
+    assert parse(text).strategy == "pairwise"
+
+
+def _messages(name: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(DATA / "invalid" / name, default_python="3.11")
+    prefix = f"{DATA / 'invalid' / name}"
+    return [p.replace(prefix, "F") for p in caught.value.problems]
+
+
+def test_unknown_keys_suggest_the_closest_name():
+    assert _messages("unknown_keys.yaml") == [
+        "F: stratgy: unknown key; allowed: packages, python, support, strategy, exclude, "
+        "include, cases, timeouts, install, hardware, profiles, default-profile. "
+        "Perhaps you meant 'strategy'?",
+        "F: install.find-link: unknown key; allowed: find-links, index-url, extra-index-urls. "
+        "Perhaps you meant 'find-links'?",
+    ]
+
+
+def test_bad_versions_are_all_reported_with_their_key_paths():
+    assert _messages("bad_versions.yaml") == [
+        "F: packages.transformers[1]: 'not-a-version' is not a valid version (PEP 440), nor 'none'",
+        "F: packages.transformers[2]: 4.5 was read as a number; quote versions, e.g. '4.5'",
+        "F: packages.trl: empty axis: list at least one version (or 'none')",
+        "F: packages.peft: must be a list of versions such as ['1.2.0', none], got '0.17.1'",
+    ]
+
+
+def test_bad_rules_strategy_timeouts_and_hardware():
+    assert _messages("bad_rules.yaml") == [
+        "F: strategy: 'random' is not a strategy; allowed: full, pairwise",
+        "F: hardware.l4.gpus: must be a whole number >= 0, got 'two'",
+        "F: exclude[0].trl: '=>0.19' is neither a version, a wildcard like '0.19.*' "
+        "nor a specifier like '>=0.19,<1'",
+        "F: exclude[1].tansformers: unknown key; allowed: trl, python, hardware.",
+        "F: timeouts.case: must be a number of seconds > 0, got -1",
+    ]
+
+
+def test_yaml_syntax_error_names_the_line():
+    assert _messages("syntax.yaml") == [
+        "F:3:1: invalid YAML: expected ',' or ']', but got '<scalar>'"
+    ]
+
+
+def test_missing_packages():
+    assert _messages("no_packages.yaml") == [
+        "F: packages: missing; the simplest matrix is 'packages: {name: [version]}'"
+    ]
+
+
+def test_unknown_profile_lists_the_available_ones():
+    assert _messages("unknown_profile.yaml") == [
+        "F: default-profile: no profile named 'nigthly'; available: nightly"
+    ]
+
+
+def test_requested_profile_that_does_not_exist():
+    with pytest.raises(ConfigError) as caught:
+        parse("packages: {trl: ['1.0.0']}\n", profile="nightly")
+    assert caught.value.problems == (
+        "m.yaml: profile: no profile named 'nightly'; available: none are defined",
+    )
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="no such file"):
+        load_matrix(DATA / "absent.yaml", default_python="3.11")
+
+
+def test_error_text_counts_the_problems():
+    with pytest.raises(ConfigError) as caught:
+        parse("packages: {trl: []}\nstrategy: x\n")
+    assert str(caught.value).splitlines()[0] == "2 problems in the matrix configuration:"

@@ -1,0 +1,139 @@
+"""End to end, for real: nox builds uv venvs, installs from the index, runs cases, reports.
+
+Slow tier: real installs (the uv cache makes repeats quick) and real subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+DATA = Path(__file__).parent / "data"
+
+pytestmark = pytest.mark.slow
+
+
+def nox(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
+        env={**os.environ, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def records_of(out: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted((out / "records").rglob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def test_small_matrix_runs_every_cell_and_reports(tmp_path: Path):
+    env = {
+        "FTMATRIX_MATRIX": str(DATA / "small_matrix.yaml"),
+        "FTMATRIX_CASES": str(DATA / "small_cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+        "FTMATRIX_RUN_ID": "20261122T000000Z",
+    }
+    listed = nox("-l", env=env)
+    assert listed.returncode == 0, listed.stderr
+    sessions = [line.split()[1] for line in listed.stdout.splitlines() if line.startswith("* ")]
+    assert sessions == [
+        "matrix(cpu-py3.11-six1.16.0-attrs23.2.0)",
+        "matrix(cpu-py3.11-six1.16.0-attrs25.3.0)",
+        "matrix(cpu-py3.11-six1.17.0-attrs23.2.0)",
+        "matrix(cpu-py3.11-six1.17.0-attrs25.3.0)",
+    ]
+
+    ran = nox("-s", "matrix", "--envdir", str(tmp_path / "envs"), env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "Running session report" in ran.stderr
+
+    records = records_of(tmp_path / "out")
+    assert len(records) == 4 * 6
+    by_cell: dict[str, dict[str, str]] = {}
+    for record in records:
+        by_cell.setdefault(record["cell_label"], {})[record["case"].split("::")[1]] = record[
+            "status"
+        ]
+        assert record["run_id"] == "20261122T000000Z"
+        assert record["packages"]["six"] == record["pins"]["six"]  # the pins were installed
+        assert "pytest" in record["packages"]
+    old_six_old_attrs = by_cell["cpu-py3.11-six1.16.0-attrs23.2.0"]
+    assert old_six_old_attrs == {
+        "test_six_imports": "pass",
+        "test_attrs_feature_gated": "n/a",
+        "test_needs_two_gpus": "skip",
+        "test_framework_result_is_checked": "fail",
+        "test_framework_raises": "fail",
+        "test_case_bug": "error",
+    }
+    new_six_new_attrs = by_cell["cpu-py3.11-six1.17.0-attrs25.3.0"]
+    assert new_six_new_attrs["test_attrs_feature_gated"] == "pass"
+    assert new_six_new_attrs["test_framework_result_is_checked"] == "pass"
+
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert page.count("<tr><th scope=row>") == 4
+    assert "six 1.16.0 gives the wrong answer" in page
+
+    # The report alone re-runs nothing: same records, rebuilt page.
+    again = nox("-s", "report", env=env)
+    assert again.returncode == 0
+    assert "Running session matrix" not in again.stderr
+    assert len(records_of(tmp_path / "out")) == 4 * 6
+
+
+def test_uninstallable_cell_is_recorded_with_the_resolver_reason(tmp_path: Path):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("packages:\n  trl: ['1.16.0']\n  transformers: ['4.40.0']\n")
+    env = {
+        "FTMATRIX_MATRIX": str(matrix),
+        "FTMATRIX_CASES": str(DATA / "small_cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+    }
+    ran = nox("-s", "matrix", "--envdir", str(tmp_path / "envs"), env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (record,) = records_of(tmp_path / "out")
+    assert record["status"] == "uninstallable"
+    assert record["case"] == "*"
+    assert "trl>=1.16.0 depends on transformers>=" in record["reason"]
+    assert "requirements are unsatisfiable" in record["reason"]
+
+
+SFT_MATRIX = """
+packages:
+  torch: ["2.13.0"]
+  transformers: ["{transformers}"]
+  trl: ["{trl}"]
+  peft: ["0.18.1"]
+"""
+
+
+def test_one_real_sft_cell(tmp_path: Path):
+    """A real install of torch, transformers and trl, and two real SFT steps."""
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(SFT_MATRIX.format(transformers="5.23.0", trl="1.16.0"))
+    env = {"FTMATRIX_MATRIX": str(matrix), "FTMATRIX_OUT": str(tmp_path / "out")}
+    ran = nox("-s", "matrix", "--envdir", str(tmp_path / "envs"), "--", "test_sft.py", env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    records = records_of(tmp_path / "out")
+    assert records, ran.stdout + ran.stderr
+    sft = [r for r in records if r["operation"] == "sft"]
+    assert sft and all(r["status"] == "pass" for r in sft), [
+        (r["case"], r["status"], r["message"]) for r in records
+    ]
+    for record in sft:
+        assert record["packages"]["trl"] == "1.16.0"
+        assert record["packages"]["torch"].startswith("2.13.0")
+        assert math.isfinite(record["metrics"]["loss"])

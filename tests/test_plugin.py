@@ -1,0 +1,132 @@
+"""The results plugin in a real pytest run: one status per outcome, blame assigned right."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.pytest_plugin import hardware_gap, package_gap
+
+pytest_plugins = ["pytester"]
+
+CASES = """
+import pytest
+
+@pytest.mark.operation("ok")
+def test_pass(record_property):
+    record_property("loss", 0.5)
+
+@pytest.mark.requires_packages(packaging=">=999")
+def test_feature_missing():
+    raise AssertionError("must not run")
+
+@pytest.mark.requires_hardware(cuda=True)
+def test_needs_gpu():
+    raise AssertionError("must not run")
+
+def test_wrong_result():
+    assert 1 + 1 == 3, "the framework computed the wrong thing"
+
+def test_framework_raises():
+    from packaging.version import Version
+    Version("not a version")
+
+def test_our_bug():
+    return {}["missing"]
+
+@pytest.fixture
+def broken_fixture():
+    raise TypeError("our fixture is wrong")
+
+def test_setup_error(broken_fixture):
+    pass
+
+def test_dynamic_na():
+    from ftmatrix.pytest_plugin import not_applicable
+    not_applicable("no GRPOTrainer in this trl")
+
+def test_out_of_memory():
+    raise MemoryError()
+"""
+
+
+def run_cases(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
+    pytester.makepyfile(test_cases=CASES)
+    cell = {
+        "run_id": "r1",
+        "id": "cell1",
+        "label": "cpu-py3.11-x1",
+        "python": "3.11",
+        "pins": {"x": "1"},
+        "hardware": "cpu",
+    }
+    cell_file = tmp_path / "cell.json"
+    cell_file.write_text(json.dumps(cell))
+    out = tmp_path / "out.jsonl"
+    pytester.runpytest_subprocess(
+        "-p",
+        "ftmatrix.pytest_plugin",
+        "--ftmatrix-cell",
+        str(cell_file),
+        "--ftmatrix-record",
+        str(out),
+    )
+    return {
+        json.loads(line)["case"].split("::")[1]: json.loads(line)
+        for line in out.read_text().splitlines()
+    }
+
+
+def test_each_outcome_gets_its_one_status(pytester: pytest.Pytester, tmp_path: Path):
+    records = run_cases(pytester, tmp_path)
+    statuses = {name: r["status"] for name, r in records.items()}
+    assert statuses == {
+        "test_pass": "pass",
+        "test_feature_missing": "n/a",
+        "test_needs_gpu": "skip",
+        "test_wrong_result": "fail",
+        "test_framework_raises": "fail",
+        "test_our_bug": "error",
+        "test_setup_error": "error",
+        "test_dynamic_na": "n/a",
+        "test_out_of_memory": "oom",
+    }
+    assert records["test_pass"]["metrics"] == {"loss": 0.5}
+    assert records["test_pass"]["operation"] == "ok"
+    assert records["test_our_bug"]["operation"] == "cases"
+    assert records["test_feature_missing"]["reason"].endswith("is outside >=999")
+    assert records["test_needs_gpu"]["reason"] == "needs 1 CUDA GPU; this machine has no CUDA GPU"
+    raised = records["test_framework_raises"]
+    assert raised["exception_type"] == "packaging.version.InvalidVersion"
+    assert raised["framework_frame"].startswith("packaging/version.py:")
+    assert len(raised["signature"]) == 12
+    assert "Invalid version" in raised["traceback"]
+    assert records["test_our_bug"]["exception_type"] == "KeyError"
+    assert records["test_our_bug"]["framework_frame"] is None
+    assert "packaging" in {name.lower() for name in raised["packages"]}
+    assert raised["hardware"]["cpu_count"] >= 1
+
+
+def test_package_gap_messages():
+    installed = {"trl": "0.19.1"}
+    assert package_gap("trl", ">=0.14", installed) is None
+    assert package_gap("trl", ">=1.0", installed) == "trl 0.19.1 is outside >=1.0"
+    assert package_gap("vllm", ">=0.10", installed) == (
+        "vllm is not installed in this cell (needs vllm>=0.10)"
+    )
+
+
+def test_hardware_gap_messages():
+    no_gpu = {"gpu_count": 0, "torch": {"cuda_device_count": 0}}
+    one_gpu = {
+        "gpu_count": 1,
+        "torch": {"cuda_device_count": 1, "devices": [{"compute_capability": "8.9"}]},
+    }
+    assert hardware_gap({"gpus": 2}, one_gpu) == "needs 2 CUDA GPUs; this machine has 1 CUDA GPU"
+    assert hardware_gap({"cuda": True}, one_gpu) is None
+    assert hardware_gap({"cuda": True}, no_gpu) == "needs 1 CUDA GPU; this machine has no CUDA GPU"
+    assert hardware_gap({"cuda": True, "min_compute_capability": "9.0"}, one_gpu) == (
+        "needs compute capability >= 9.0; this machine has 8.9"
+    )

@@ -1,0 +1,94 @@
+"""Records: round trip, atomic files, corrupt input, secrets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.records import (
+    SCHEMA_VERSION,
+    CellRecordFile,
+    Record,
+    json_schema,
+    read_records,
+    record_path,
+    redact,
+)
+from ftmatrix.status import Status
+
+
+def make_record(**overrides) -> Record:
+    fields = dict(
+        run_id="20261122T120000Z",
+        cell_id="abc123def456",
+        cell_label="cpu-py3.11-trl1.16.0",
+        python="3.11",
+        pins={"trl": "1.16.0", "vllm": None},
+        hardware_class="cpu",
+        case="test_sft.py::test_sft",
+        operation="sft",
+        status=Status.PASS,
+        started_at="2026-11-22T12:00:00+00:00",
+        finished_at="2026-11-22T12:00:03+00:00",
+        duration=3.0,
+        metrics={"loss": 1.5},
+    )
+    fields.update(overrides)
+    return Record(**fields)
+
+
+def test_round_trip_through_json():
+    record = make_record(status=Status.NOT_APPLICABLE, reason="trl 0.8 is outside >=0.9")
+    data = json.loads(json.dumps(record.to_dict()))
+    assert data["status"] == "n/a"
+    assert data["schema"] == SCHEMA_VERSION
+    assert Record.from_mapping(data) == record
+
+
+def test_schema_lists_every_status_and_required_field():
+    schema = json_schema()
+    assert schema["properties"]["status"]["enum"] == [s.value for s in Status]
+    assert {"status", "operation", "case", "pins", "hardware_class"} <= set(schema["required"])
+
+
+def test_cell_file_is_rewritten_whole_after_each_record(tmp_path: Path):
+    path = record_path(tmp_path, "run1", "cell1")
+    file = CellRecordFile(path)
+    file.add(make_record(case="a"))
+    file.add(make_record(case="b"))
+    assert [json.loads(line)["case"] for line in path.read_text().splitlines()] == ["a", "b"]
+    assert list(path.parent.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_corrupt_and_truncated_lines_are_skipped_with_reasons(tmp_path: Path):
+    path = record_path(tmp_path, "run1", "cell1")
+    CellRecordFile(path).add(make_record())
+    with path.open("a") as handle:
+        handle.write('{"schema": 1, "status": "pass"\n')  # truncated
+        handle.write(json.dumps({**make_record().to_dict(), "status": "exploded"}) + "\n")
+    result = read_records(tmp_path)
+    assert len(result.records) == 1
+    assert len(result.problems) == 2
+    assert "cell1.jsonl:2: skipped" in result.problems[0]
+    assert "unknown status 'exploded'; allowed: pass, fail" in result.problems[1]
+
+
+def test_unknown_status_message_lists_the_allowed_ones():
+    with pytest.raises(ValueError, match=r"allowed: pass, fail, crash, timeout, oom, skip, n/a"):
+        Status.parse("flaky-ish")
+
+
+def test_secrets_from_the_environment_are_redacted():
+    env = {
+        "HF_TOKEN": "hf_abcdefghijkl",
+        "MY_API_KEY": "sk-123456789",
+        "DEBUG": "1",
+        "PATH": "/bin",
+    }
+    text = "auth hf_abcdefghijkl failed with sk-123456789 at /bin 1"
+    assert (
+        redact(text, env) == "auth <redacted:HF_TOKEN> failed with <redacted:MY_API_KEY> at /bin 1"
+    )
+    assert redact(None, env) is None

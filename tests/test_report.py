@@ -1,0 +1,86 @@
+"""The report: newest run per cell, the worst record shown, and nothing from a record executes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from test_records import make_record
+
+from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.report import (
+    build_grid,
+    render_html,
+    render_markdown,
+    reproduce_command,
+    write_report,
+)
+from ftmatrix.status import Status
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+XSS = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+
+
+def test_only_the_newest_run_of_each_cell_is_shown():
+    old = make_record(run_id="20261121T000000Z", status=Status.FAIL, message="old")
+    new = make_record(run_id="20261122T000000Z", status=Status.PASS)
+    other = make_record(run_id="20261120T000000Z", cell_id="other", cell_label="cpu-other")
+    grid = build_grid([old, new, other])
+    assert grid.rows == ("cpu-other", "cpu-py3.11-trl1.16.0")
+    assert grid.cells[("cpu-py3.11-trl1.16.0", "test_sft.py::test_sft")].status is Status.PASS
+    assert grid.runs == ("20261120T000000Z", "20261122T000000Z")
+
+
+def test_record_content_is_escaped_everywhere():
+    bad = make_record(
+        status=Status.FAIL,
+        message=XSS,
+        traceback=XSS,
+        exception_type=XSS,
+        case=f"test_x.py::test[{XSS}]",
+        packages={"evil": XSS},
+    )
+    page = render_html(build_grid([bad]), generated_at=NOW)
+    assert "<script>alert" not in page
+    assert 'onerror="alert' not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_uninstallable_cell_spans_its_row_with_the_resolver_reason():
+    cell = make_record(
+        case=WHOLE_CELL,
+        operation="install",
+        status=Status.UNINSTALLABLE,
+        reason="Because trl==1.16.0 depends on transformers>=4.56.2 ...",
+        cell_id="c2",
+        cell_label="cpu-py3.11-tf4.40.0-trl1.16.0",
+    )
+    page = render_html(build_grid([make_record(), cell]), generated_at=NOW)
+    assert '<td colspan="1"><span class="status s-uninstallable"' in page
+    assert "depends on transformers&gt;=4.56.2" in page
+    assert reproduce_command(cell) == "nox -s 'matrix(cpu-py3.11-tf4.40.0-trl1.16.0)'"
+
+
+def test_failure_detail_has_the_reproduce_command():
+    record = make_record(status=Status.FAIL, message="boom", exception_type="RuntimeError")
+    page = render_html(build_grid([record]), generated_at=NOW)
+    assert "nox -s &#x27;matrix(cpu-py3.11-trl1.16.0)&#x27; -- test_sft.py::test_sft" in page
+
+
+def test_markdown_and_json_reports(tmp_path: Path):
+    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(
+        make_record(status=Status.FAIL, message="a | b\nsecond line")
+    )
+    grid = write_report(tmp_path, now=NOW)
+    assert len(grid.records) == 1
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "| cpu-py3.11-trl1.16.0 | fail |" in markdown
+    assert "- **fail** `cpu-py3.11-trl1.16.0` `test_sft.py::test_sft`: a \\| b" in markdown
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["counts"] == {"fail": 1}
+    assert (tmp_path / "index.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_markdown_for_no_records():
+    assert "No records." in render_markdown(build_grid([]))
