@@ -23,7 +23,8 @@ from typing import Any, TextIO
 from ftmatrix.config import ConfigError, InstallOptions, Matrix, load_matrix
 from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
 from ftmatrix.report import write_report
-from ftmatrix.runner import Resolution, current_python, resolve_cell
+from ftmatrix.resolve import Resolution, resolve_cell
+from ftmatrix.runner import current_python
 from ftmatrix.settings import Settings
 
 

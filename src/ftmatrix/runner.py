@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from ftmatrix.config import HardwareClass, InstallOptions
 from ftmatrix.hardware import probe_hardware
 from ftmatrix.plan import Cell
 from ftmatrix.records import WHOLE_CELL, CellRecordFile, Record, read_records, record_path
+from ftmatrix.resolve import last_lines, resolve_cell, run_uv, uv_index_args
 from ftmatrix.status import Status
 
 # Frameworks must never reach the model hub from a cell: everything is built offline.
@@ -37,8 +37,6 @@ OFFLINE_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 PYTEST_INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
-RUNNER_REQUIREMENTS = ("pytest",)
-UNSATISFIABLE = re.compile(r"No solution found|unsatisfiable", re.IGNORECASE)
 
 Log = Callable[[str], None]
 
@@ -56,15 +54,6 @@ class CellContext:
     env: Mapping[str, str]
     runner_labels: tuple[str, ...] = ()
     pytest_args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Resolution:
-    """The resolver's answer for one cell: a lock, or the reason there is none."""
-
-    lock: str | None
-    status: Status | None
-    reason: str | None
 
 
 def run_cell(cell: Cell, venv_python: Path, ctx: CellContext, *, log: Log = print) -> list[Record]:
@@ -91,13 +80,13 @@ def run_cell(cell: Cell, venv_python: Path, ctx: CellContext, *, log: Log = prin
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     lock_file.write_text(resolution.lock, encoding="utf-8")
     log(f"[ftmatrix] {cell.label}: installing {len(_lock_lines(resolution.lock))} packages")
-    install = _uv(
+    install = run_uv(
         ["pip", "install", "--python", str(venv_python), "-r", str(lock_file)]
         + uv_index_args(ctx.install, ctx.env),
         ctx.env,
     )
     if install.returncode != 0:
-        reason = _last_lines(install.stderr)
+        reason = last_lines(install.stderr)
         log(f"[ftmatrix] {cell.label}: install-error: {reason}")
         return _write_whole_cell(path, cell, ctx, Status.INSTALL_ERROR, started, reason=reason)
 
@@ -139,45 +128,6 @@ def hardware_class_gap(hardware: HardwareClass, fingerprint: Mapping[str, Any]) 
             f"this machine has {have}"
         )
     return None
-
-
-def resolve_cell(cell: Cell, install: InstallOptions, env: Mapping[str, str]) -> Resolution:
-    """Ask uv whether the cell's pins co-install on its Python, without making a venv."""
-    requirements = "\n".join([*cell.requirements(), *RUNNER_REQUIREMENTS]) + "\n"
-    result = _uv(
-        ["pip", "compile", "-", "--python-version", cell.python, "--no-header", "--quiet"]
-        + uv_index_args(install, env),
-        env,
-        stdin=requirements,
-    )
-    if result.returncode == 0:
-        return Resolution(lock=result.stdout, status=None, reason=None)
-    explanation = result.stderr.strip()
-    if UNSATISFIABLE.search(explanation):
-        return Resolution(
-            lock=None, status=Status.UNINSTALLABLE, reason=_resolver_reason(explanation)
-        )
-    return Resolution(lock=None, status=Status.INSTALL_ERROR, reason=_last_lines(explanation))
-
-
-def uv_index_args(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
-    """uv arguments for where packages come from: matrix.yaml first, then ``PIP_*``.
-
-    uv reads its own ``UV_*`` variables itself; the ``PIP_*`` ones are honoured
-    here so that a runner configured for pip (a wheelhouse in PIP_FIND_LINKS)
-    works unchanged.
-    """
-    args: list[str] = []
-    links = [*install.find_links, *env.get("PIP_FIND_LINKS", "").split()]
-    for link in dict.fromkeys(links):
-        args += ["--find-links", link]
-    index_url = install.index_url or env.get("PIP_INDEX_URL")
-    if index_url:
-        args += ["--index-url", index_url]
-    extras = [*install.extra_index_urls, *env.get("PIP_EXTRA_INDEX_URL", "").split()]
-    for url in dict.fromkeys(extras):
-        args += ["--extra-index-url", url]
-    return args
 
 
 def pytest_command(
@@ -250,42 +200,6 @@ def _write_whole_cell(
         file.records.append(kept)
     file.add(record)
     return [record]
-
-
-def _uv(
-    args: list[str], env: Mapping[str, str], stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [uv_binary(), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=dict(env),
-        check=False,
-    )
-
-
-def uv_binary() -> str:
-    """The uv executable shipped with the ``uv`` package ftmatrix depends on."""
-    try:
-        from uv import find_uv_bin  # noqa: PLC0415 -- optional at import time for cells
-
-        return str(find_uv_bin())
-    except (ImportError, FileNotFoundError):
-        return "uv"
-
-
-def _resolver_reason(stderr: str) -> str:
-    # uv prints 'error: No solution found ...' then the explanation after 'cause:'
-    # or '╰─▶'; keep the explanation, which names the conflicting requirements.
-    text = re.sub(r"^\s*(error:|\u00d7)\s*", "", stderr.strip(), flags=re.MULTILINE)
-    text = re.sub(r"\s*(cause:|╰─▶)\s*", "\n", text)
-    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
-
-
-def _last_lines(text: str, count: int = 12) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return "\n".join(lines[-count:]) or "no output"
 
 
 def _lock_lines(lock: str) -> list[str]:
