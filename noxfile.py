@@ -19,8 +19,10 @@ import nox
 from ftmatrix.cli import Loaded, load, plan_json, print_plan
 from ftmatrix.config import ConfigError
 from ftmatrix.plan import Cell, PlanError
+from ftmatrix.progress import Progress
 from ftmatrix.report import write_report
 from ftmatrix.runner import CellContext, current_python, run_cell
+from ftmatrix.settings import SettingsError
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -33,12 +35,16 @@ LOADED: Loaded | None
 try:
     LOADED = load(os.environ, root=ROOT, now=STARTED)
     PROBLEM = ""
-except (ConfigError, PlanError) as exc:
+except (ConfigError, PlanError, SettingsError) as exc:
     LOADED, PROBLEM = None, str(exc)
     print(f"ftmatrix: {exc}", file=sys.stderr)
 
 if LOADED is not None:
+    # Children that nox starts for parallel sessions (-j) load this file again:
+    # they must join this run, not start their own.
+    os.environ["FTMATRIX_RUN_ID"] = LOADED.settings.run_id
     CELLS = [nox.param(cell.python, cell, id=cell.label) for cell in LOADED.selected]
+    PROGRESS = Progress(len(LOADED.selected), sys.stdout, live=sys.stdout.isatty())
 else:
     CELLS = [nox.param(current_python(), None, id="invalid-matrix")]
 
@@ -66,9 +72,13 @@ def matrix(session: nox.Session, cell: Cell | None) -> None:
         env=dict(os.environ),
         runner_labels=LOADED.settings.runner_labels,
         pytest_args=options,
+        timeouts=LOADED.matrix.timeouts,
+        limits=LOADED.matrix.limits,
+        resume=LOADED.settings.resume,
     )
     venv_python = Path(session.bin) / "python"
-    records = run_cell(cell, venv_python, context, log=session.log)
+    records = run_cell(cell, venv_python, context, log=session.log, progress=PROGRESS)
+    PROGRESS.close()
     counts: dict[str, int] = {}
     for record in records:
         counts[record.status.value] = counts.get(record.status.value, 0) + 1

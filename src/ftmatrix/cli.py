@@ -22,10 +22,12 @@ from typing import Any, TextIO
 
 from ftmatrix.config import ConfigError, InstallOptions, Matrix, load_matrix
 from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
+from ftmatrix.records import read_records
 from ftmatrix.report import write_report
 from ftmatrix.resolve import Resolution, resolve_cell
 from ftmatrix.runner import current_python
-from ftmatrix.settings import Settings
+from ftmatrix.settings import Settings, SettingsError
+from ftmatrix.shard import cell_costs, shard_cells
 
 
 class ExitCode(enum.IntEnum):
@@ -56,6 +58,9 @@ def load(
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
     plan = plan_cells(matrix)
     selected = select_cells(plan.cells, select)
+    if settings.shard is not None:
+        costs = cell_costs(read_records(settings.out / "records").records)
+        selected = shard_cells(selected, *settings.shard, costs)
     return Loaded(settings=settings, matrix=matrix, plan=plan, selected=tuple(selected))
 
 
@@ -200,3 +205,6 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except PlanError as exc:
         print(f"ftmatrix: {exc}", file=sys.stderr)
         return ExitCode.PLAN
+    except SettingsError as exc:
+        print(f"ftmatrix: {exc}", file=sys.stderr)
+        return ExitCode.USAGE

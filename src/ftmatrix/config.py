@@ -31,6 +31,7 @@ TOP_LEVEL_KEYS = (
     "include",
     "cases",
     "timeouts",
+    "limits",
     "install",
     "hardware",
     "profiles",
@@ -39,6 +40,7 @@ TOP_LEVEL_KEYS = (
 PROFILE_KEYS = tuple(k for k in TOP_LEVEL_KEYS if k not in ("profiles", "default-profile"))
 INSTALL_KEYS = ("find-links", "index-url", "extra-index-urls")
 TIMEOUT_KEYS = ("case", "cell")
+LIMIT_KEYS = ("memory-gib",)
 HARDWARE_KEYS = ("runs-on", "gpus")
 # Keys every rule of `exclude` / `include` may name besides packages.
 RULE_EXTRA_KEYS = ("python", "hardware")
@@ -97,6 +99,16 @@ class Timeouts:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Resources a cell's cases may use; past them a case is recorded as ``oom``.
+
+    ``memory_gib`` None means 90% of the machine's memory, checked at run time.
+    """
+
+    memory_gib: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rule:
     """An exclude or include rule: key -> pattern (version, wildcard, specifier or name)."""
 
@@ -118,6 +130,7 @@ class Matrix:
     include: tuple[Rule, ...] = ()
     cases: tuple[str, ...] = ()
     timeouts: Timeouts = field(default_factory=Timeouts)
+    limits: Limits = field(default_factory=Limits)
     install: InstallOptions = field(default_factory=InstallOptions)
     hardware: tuple[HardwareClass, ...] = ()
 
@@ -228,6 +241,7 @@ def _build(
     include = _rules(checker, raw.get("include", []), "include", rule_keys)
     cases = _names(checker, raw.get("cases", []), "cases")
     timeouts = _timeouts(checker, raw.get("timeouts", {}))
+    limits = _limits(checker, raw.get("limits", {}))
     install = _install(checker, raw.get("install", {}))
     if checker.problems:
         return None
@@ -242,6 +256,7 @@ def _build(
         include=include,
         cases=cases,
         timeouts=timeouts,
+        limits=limits,
         install=install,
         hardware=hardware,
     )
@@ -409,6 +424,20 @@ def _timeouts(checker: _Checker, raw: Any) -> Timeouts:
             continue
         values[key] = float(value)
     return Timeouts(**values)
+
+
+def _limits(checker: _Checker, raw: Any) -> Limits:
+    if not isinstance(raw, dict):
+        checker.add("limits", f"must be a mapping such as {{memory-gib: 16}}, got {raw!r}")
+        return Limits()
+    checker.unknown_keys(raw, LIMIT_KEYS, "limits")
+    memory = raw.get("memory-gib")
+    if memory is None:
+        return Limits()
+    if isinstance(memory, bool) or not isinstance(memory, int | float) or memory <= 0:
+        checker.add("limits.memory-gib", f"must be a number of GiB > 0, got {memory!r}")
+        return Limits()
+    return Limits(memory_gib=float(memory))
 
 
 def _install(checker: _Checker, raw: Any) -> InstallOptions:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sysconfig
+import time
 import types
 from collections.abc import Generator, Iterator, Mapping
 from datetime import UTC, datetime
@@ -30,7 +31,15 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ftmatrix.hardware import probe_hardware, usable_gpu_count
-from ftmatrix.records import CellRecordFile, Record, redact
+from ftmatrix.records import (
+    CellRecordFile,
+    Record,
+    collected_cases_path,
+    current_case_path,
+    operation_from_path,
+    redact,
+    write_atomically,
+)
 from ftmatrix.signature import compute_signature, framework_module, innermost_framework_frame
 from ftmatrix.status import Status
 
@@ -116,9 +125,28 @@ class _Recorder:
     def __init__(self, cell: Mapping[str, Any], path: Path) -> None:
         self.cell = cell
         self.file = CellRecordFile(path)
+        self.current = current_case_path(path)
+        self.collected = collected_cases_path(path)
         self.packages = _installed_versions(by_display_name=True)
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # The supervisor needs the whole list to finish a cell whose process died.
+        if not self.collected.exists():
+            write_atomically(self.collected, json.dumps([i.nodeid for i in session.items]))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        # Noted before the case starts, so that if the process dies or hangs in it,
+        # the supervisor outside knows which case to blame.
+        note = {
+            "case": item.nodeid,
+            "operation": _operation(item),
+            "started": time.time(),
+            "pid": os.getpid(),
+        }
+        write_atomically(self.current, json.dumps(note))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
@@ -131,6 +159,7 @@ class _Recorder:
         if call.when == "teardown":
             del self.pending[item.nodeid]
             self.file.add(self._record(state))
+            self.current.unlink(missing_ok=True)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -138,7 +167,7 @@ class _Recorder:
             self.file.add(
                 self._base_record(
                     case=report.nodeid or "<collection>",
-                    operation=_operation_from_path(report.nodeid),
+                    operation=operation_from_path(report.nodeid),
                     status=Status.ERROR,
                     started_at=now,
                     finished_at=now,
@@ -197,10 +226,7 @@ class _CaseState:
 
     def __init__(self, item: pytest.Item) -> None:
         self.item = item
-        marker = item.get_closest_marker("operation")
-        self.operation = (
-            str(marker.args[0]) if marker and marker.args else _operation_from_path(item.nodeid)
-        )
+        self.operation = _operation(item)
         self.started_at = _now()
         self.duration = 0.0
         self.failure: tuple[str, pytest.ExceptionInfo[BaseException]] | None = None
@@ -307,9 +333,9 @@ def _qualified_name(cls: type) -> str:
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
 
-def _operation_from_path(nodeid: str) -> str:
-    stem = Path(nodeid.split("::", 1)[0]).stem
-    return stem.removeprefix("test_") or stem
+def _operation(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("operation")
+    return str(marker.args[0]) if marker and marker.args else operation_from_path(item.nodeid)
 
 
 def _now() -> str:

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,8 @@ FIELDS: dict[str, tuple[str | list[str], str]] = {
     "framework_frame": (["string", "null"], "Innermost frame inside a framework package."),
     "traceback": (["string", "null"], "Full traceback (secrets redacted)."),
     "metrics": ("object", "Numbers the case recorded (loss, grad norm, ...)."),
+    "flaky": ("boolean", "True when two tries of the case disagreed."),
+    "attempts": ("array", "Each try of a retried case: status, reason, message."),
     "duration": ("number", "Seconds the case took."),
     "started_at": ("string", "UTC ISO-8601 start time."),
     "finished_at": ("string", "UTC ISO-8601 end time."),
@@ -80,6 +82,8 @@ class Record:
     framework_frame: str | None = None
     traceback: str | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    flaky: bool = False
+    attempts: tuple[Mapping[str, Any], ...] = ()
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,6 +94,7 @@ class Record:
         data["hardware"] = dict(self.hardware)
         data["runner_labels"] = list(self.runner_labels)
         data["metrics"] = dict(self.metrics)
+        data["attempts"] = [dict(a) for a in self.attempts]
         return data
 
     @classmethod
@@ -103,6 +108,8 @@ class Record:
         values = {name: data[name] for name in FIELDS if name in data}
         values["status"] = Status.parse(str(data["status"]))
         values["runner_labels"] = tuple(data.get("runner_labels") or ())
+        values["attempts"] = tuple(data.get("attempts") or ())
+        values["flaky"] = bool(data.get("flaky", False))
         values["duration"] = float(data.get("duration") or 0.0)
         return cls(**values)
 
@@ -120,6 +127,8 @@ _OPTIONAL_FIELDS = frozenset(
         "framework_frame",
         "traceback",
         "metrics",
+        "flaky",
+        "attempts",
     }
 )
 
@@ -141,20 +150,44 @@ def json_schema() -> dict[str, Any]:
 
 
 class CellRecordFile:
-    """The JSONL file of one cell in one run, rewritten atomically as records arrive."""
+    """The JSONL file of one cell in one run, rewritten atomically as records arrive.
+
+    Records already in the file are kept: a cell whose cases run in several
+    processes (after a crash, or on resume) adds to one file.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.records: list[Record] = []
+        self.records: list[Record] = list(read_records(path).records) if path.exists() else []
 
     def add(self, record: Record) -> None:
-        self.records.append(record)
+        """Append ``record``, replacing an earlier record of the same case."""
+        self.records = [r for r in self.records if r.case != record.case] + [record]
+        self.save()
+
+    def save(self) -> None:
         write_atomically(self.path, "".join(_line(r) for r in self.records))
+
+
+def operation_from_path(nodeid: str) -> str:
+    """``test_sft.py::test_x`` -> ``sft``: the operation of a case without a marker."""
+    stem = Path(nodeid.split("::", 1)[0]).stem
+    return stem.removeprefix("test_") or stem
 
 
 def record_path(out_dir: Path, run_id: str, cell_id: str) -> Path:
     """Where a cell's records live: ``<out>/records/<run-id>/<cell-id>.jsonl``."""
     return out_dir / "records" / run_id / f"{cell_id}.jsonl"
+
+
+def current_case_path(record_file: Path) -> Path:
+    """Where the plugin notes the case now running, so a supervisor outside knows it."""
+    return record_file.with_name(record_file.name + ".current")
+
+
+def collected_cases_path(record_file: Path) -> Path:
+    """Where the plugin lists every case it collected for the cell."""
+    return record_file.with_name(record_file.name + ".cases")
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -181,10 +214,14 @@ class ReadResult:
 
 
 def read_records(root: Path) -> ReadResult:
-    """Every record under ``root`` (recursively, ``*.jsonl``); bad lines are reported, not fatal."""
+    """Every record in ``root`` (a file, or ``*.jsonl`` below a folder); bad lines are reported."""
     records: list[Record] = []
     problems: list[str] = []
-    for path in sorted(root.rglob("*.jsonl")) if root.exists() else []:
+    if root.is_file():
+        paths = [root]
+    else:
+        paths = sorted(root.rglob("*.jsonl")) if root.exists() else []
+    for path in paths:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
                 continue
@@ -214,7 +251,3 @@ def redact(text: str | None, env: Mapping[str, str]) -> str | None:
         if SECRET_NAME.search(name) and len(value) >= 6:
             text = text.replace(value, f"<redacted:{name}>")
     return text
-
-
-def redact_all(texts: Iterable[str | None], env: Mapping[str, str]) -> list[str | None]:
-    return [redact(t, env) for t in texts]

@@ -1,30 +1,50 @@
 """Run one cell: check the hardware, resolve, install, run the cases, keep the records.
 
 This is the edge where ftmatrix touches the world for a cell: uv for resolving
-and installing, pytest (with the results plugin) in the cell's own interpreter.
-The venv itself comes from the caller (nox's uv backend, or ``uv venv`` from the
-CLI), so both paths share every step here.
+and installing, pytest (with the results plugin, under the supervisor) in the
+cell's own interpreter. The venv itself comes from the caller (nox's uv
+backend), so nox and the CLI share every step here.
+
+Files of a cell in a run, beside its records (``<cell-id>.jsonl``): the lock
+(``.lock.txt``), what the plugin needs to know (``.cell.json``), what the cell
+was run with (``.state.json``: lock and cases digests) and, once every case has
+a record, ``.done.json``. ``--resume`` trusts a cell's records only while its
+lock and its case files are unchanged.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import subprocess
+import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from ftmatrix.config import HardwareClass, InstallOptions
+from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
 from ftmatrix.hardware import probe_hardware
 from ftmatrix.plan import Cell
-from ftmatrix.records import WHOLE_CELL, CellRecordFile, Record, read_records, record_path
+from ftmatrix.progress import Progress
+from ftmatrix.records import (
+    WHOLE_CELL,
+    CellRecordFile,
+    Record,
+    collected_cases_path,
+    current_case_path,
+    operation_from_path,
+    record_path,
+    redact,
+    write_atomically,
+)
 from ftmatrix.resolve import last_lines, resolve_cell, run_uv, uv_index_args
 from ftmatrix.status import Status
+from ftmatrix.supervise import Limits as CaseLimits
+from ftmatrix.supervise import run_cases
 
 # Frameworks must never reach the model hub from a cell: everything is built offline.
 OFFLINE_ENV = {
@@ -37,8 +57,18 @@ OFFLINE_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 PYTEST_INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+# Network trouble is worth retrying; a resolver's proof or a build failure is not.
+TRANSIENT = re.compile(
+    r"Failed to fetch|error sending request|timed out|timeout|Connection (reset|refused)|"
+    r"dns error|tcp connect|HTTP status server error|\b50[234]\b|temporarily unavailable",
+    re.IGNORECASE,
+)
+RETRY_DELAYS = (2.0, 8.0)
+# Share of the machine's memory a cell's cases may take when matrix.yaml sets no limit.
+DEFAULT_MEMORY_SHARE = 0.9
 
 Log = Callable[[str], None]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,68 +84,110 @@ class CellContext:
     env: Mapping[str, str]
     runner_labels: tuple[str, ...] = ()
     pytest_args: tuple[str, ...] = ()
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    limits: Limits = field(default_factory=Limits)
+    resume: bool = False
+    sleep: Callable[[float], None] = time.sleep
 
 
-def run_cell(cell: Cell, venv_python: Path, ctx: CellContext, *, log: Log = print) -> list[Record]:
+def run_cell(
+    cell: Cell,
+    venv_python: Path,
+    ctx: CellContext,
+    *,
+    log: Log = print,
+    progress: Progress | None = None,
+) -> list[Record]:
     """Run every case of ``cell`` in the venv of ``venv_python``; return its records."""
+    if progress:
+        progress.cell_started(cell.label)
+    try:
+        return _run_cell(cell, venv_python, ctx, log=log, progress=progress)
+    finally:
+        if progress:
+            progress.cell_finished()
+
+
+def _run_cell(
+    cell: Cell, venv_python: Path, ctx: CellContext, *, log: Log, progress: Progress | None
+) -> list[Record]:
     path = record_path(ctx.out_dir, ctx.run_id, cell.id)
+    files = _CellFiles(path, cell.id)
     started = _now()
     log(f"[ftmatrix] {cell.label}: cell {cell.id}, run {ctx.run_id}")
+    if not ctx.resume:
+        files.clear()
 
     gap = hardware_class_gap(ctx.hardware_class, probe_hardware(ctx.env))
     if gap:
         log(f"[ftmatrix] {cell.label}: skip: {gap}")
-        return _write_whole_cell(path, cell, ctx, Status.SKIP, started, reason=gap)
+        return _finish_whole_cell(files, cell, ctx, Status.SKIP, started, reason=gap)
 
     log(f"[ftmatrix] {cell.label}: resolving {' '.join(cell.requirements())}")
-    resolution = resolve_cell(cell, ctx.install, ctx.env)
+    resolution = _with_retries(
+        lambda: resolve_cell(cell, ctx.install, ctx.env),
+        lambda r: r.status is Status.INSTALL_ERROR and bool(TRANSIENT.search(r.reason or "")),
+        ctx,
+        log,
+    )
     if resolution.lock is None:
         assert resolution.status is not None
         log(f"[ftmatrix] {cell.label}: {resolution.status.value}: {resolution.reason}")
-        return _write_whole_cell(
-            path, cell, ctx, resolution.status, started, reason=resolution.reason
+        return _finish_whole_cell(
+            files, cell, ctx, resolution.status, started, reason=resolution.reason
         )
 
-    lock_file = path.parent / f"{cell.id}.lock.txt"
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    lock_file.write_text(resolution.lock, encoding="utf-8")
+    state = {"lock": _digest(resolution.lock), "cases": cases_digest(ctx.cases_dir)}
+    if ctx.resume:
+        if files.read_json(files.done) == state:
+            log(f"[ftmatrix] {cell.label}: complete in run {ctx.run_id}; nothing to resume")
+            return CellRecordFile(path).records
+        if files.read_json(files.state) != state:
+            files.clear()  # the lock or the cases changed: earlier records no longer apply
+    files.lock.parent.mkdir(parents=True, exist_ok=True)
+    files.lock.write_text(resolution.lock, encoding="utf-8")
+    write_atomically(files.state, json.dumps(state))
+
     log(f"[ftmatrix] {cell.label}: installing {len(_lock_lines(resolution.lock))} packages")
-    install = run_uv(
-        ["pip", "install", "--python", str(venv_python), "-r", str(lock_file)]
-        + uv_index_args(ctx.install, ctx.env),
-        ctx.env,
+    install = _with_retries(
+        lambda: run_uv(
+            ["pip", "sync", "--python", str(venv_python), str(files.lock)]
+            + uv_index_args(ctx.install, ctx.env),
+            ctx.env,
+        ),
+        lambda p: p.returncode != 0 and bool(TRANSIENT.search(p.stderr)),
+        ctx,
+        log,
     )
     if install.returncode != 0:
-        reason = last_lines(install.stderr)
+        reason = redact(last_lines(install.stderr), ctx.env)
         log(f"[ftmatrix] {cell.label}: install-error: {reason}")
-        return _write_whole_cell(path, cell, ctx, Status.INSTALL_ERROR, started, reason=reason)
+        return _finish_whole_cell(
+            files, cell, ctx, Status.INSTALL_ERROR, started, reason=reason, done=False
+        )
 
-    cell_file = path.parent / f"{cell.id}.cell.json"
-    cell_file.write_text(
-        json.dumps(
-            {**cell.to_dict(), "run_id": ctx.run_id, "runner_labels": list(ctx.runner_labels)}
-        ),
-        encoding="utf-8",
-    )
-    command = pytest_command(venv_python, cell_file, path, ctx)
+    cell_info = {**cell.to_dict(), "run_id": ctx.run_id, "runner_labels": list(ctx.runner_labels)}
+    write_atomically(files.cell_info, json.dumps(cell_info))
+    command, targets = pytest_command(venv_python, files.cell_info, path, ctx)
     log(f"[ftmatrix] {cell.label}: running cases in {ctx.cases_dir}")
     begin = time.monotonic()
-    completed = subprocess.run(command, env=cell_env(ctx.env), check=False)
+    records = run_cases(
+        command,
+        targets,
+        record_file=path,
+        cases_dir=ctx.cases_dir.resolve(),
+        env=cell_env(ctx.env),
+        limits=CaseLimits(
+            case_seconds=ctx.timeouts.case,
+            cell_seconds=ctx.timeouts.cell,
+            memory_bytes=memory_limit_bytes(ctx.limits, probe_hardware(ctx.env)),
+        ),
+        make_record=_record_factory(cell, ctx),
+        log=log,
+        progress=progress,
+    )
     log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
-
-    records = list(read_records(path.parent).records)
-    records = [r for r in records if r.cell_id == cell.id]
-    if completed.returncode not in (0, 1, 5):
-        # pytest exits 0-5 on its own; anything else means the process died.
-        records += _write_whole_cell(
-            path,
-            cell,
-            ctx,
-            Status.CRASH if completed.returncode < 0 else Status.ERROR,
-            started,
-            reason=f"pytest exited with code {completed.returncode}",
-            keep=records,
-        )
+    write_atomically(files.done, json.dumps(state))
     return records
 
 
@@ -130,18 +202,25 @@ def hardware_class_gap(hardware: HardwareClass, fingerprint: Mapping[str, Any]) 
     return None
 
 
+def memory_limit_bytes(limits: Limits, fingerprint: Mapping[str, Any]) -> int | None:
+    """The memory a cell's cases may use: matrix.yaml's limit, else most of the machine's."""
+    if limits.memory_gib is not None:
+        return int(limits.memory_gib * 2**30)
+    total = fingerprint.get("memory_gib")
+    return int(float(total) * DEFAULT_MEMORY_SHARE * 2**30) if total else None
+
+
 def pytest_command(
     venv_python: Path, cell_file: Path, record_file: Path, ctx: CellContext
-) -> list[str]:
-    """The pytest command line that runs a cell's cases with the results plugin."""
+) -> tuple[list[str], list[str]]:
+    """The pytest command line (without targets) and the default case targets."""
     cases_dir = ctx.cases_dir.resolve()
     ini = next((cases_dir / n for n in PYTEST_INI_NAMES if (cases_dir / n).is_file()), None)
     targets = [str(cases_dir / s) for s in ctx.case_selection] or [str(cases_dir)]
-    return [
+    command = [
         str(venv_python),
         "-m",
         "pytest",
-        *targets,
         "-p",
         "ftmatrix.pytest_plugin",
         "--ftmatrix-cell",
@@ -155,9 +234,12 @@ def pytest_command(
         str(ini) if ini else os.devnull,
         "-p",
         "no:cacheprovider",
+        # A case file that does not import is recorded; the others still run.
+        "--continue-on-collection-errors",
         "-rA",
         *ctx.pytest_args,
     ]
+    return command, targets
 
 
 def cell_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -169,37 +251,126 @@ def cell_env(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, **OFFLINE_ENV, "PYTHONPATH": path}
 
 
-def _write_whole_cell(
-    path: Path,
+def cases_digest(cases_dir: Path) -> str:
+    """A hash of every file under the cases folder: changed cases mean stale records."""
+    digest = hashlib.sha256()
+    for path in sorted(cases_dir.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(cases_dir)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class _CellFiles:
+    records: Path
+    cell_id: str
+
+    def sibling(self, suffix: str) -> Path:
+        return self.records.with_name(f"{self.cell_id}{suffix}")
+
+    @property
+    def lock(self) -> Path:
+        return self.sibling(".lock.txt")
+
+    @property
+    def cell_info(self) -> Path:
+        return self.sibling(".cell.json")
+
+    @property
+    def state(self) -> Path:
+        return self.sibling(".state.json")
+
+    @property
+    def done(self) -> Path:
+        return self.sibling(".done.json")
+
+    def clear(self) -> None:
+        for path in (
+            self.records,
+            self.state,
+            self.done,
+            current_case_path(self.records),
+            collected_cases_path(self.records),
+        ):
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def read_json(path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+
+def _with_retries(
+    action: Callable[[], _T], transient: Callable[[_T], bool], ctx: CellContext, log: Log
+) -> _T:
+    """``action()``, tried again after a pause while its failure looks transient."""
+    result = action()
+    for delay in RETRY_DELAYS:
+        if not transient(result):
+            break
+        log(f"[ftmatrix] transient failure; retrying in {delay:g} s")
+        ctx.sleep(delay)
+        result = action()
+    return result
+
+
+def _record_factory(cell: Cell, ctx: CellContext) -> Callable[..., Record]:
+    hardware = probe_hardware(ctx.env)
+
+    def make(**fields: Any) -> Record:
+        case = fields.pop("case")
+        operation = fields.pop("operation", None) or (
+            "cell" if case == WHOLE_CELL else operation_from_path(case)
+        )
+        now = _now()
+        return Record(
+            run_id=ctx.run_id,
+            cell_id=cell.id,
+            cell_label=cell.label,
+            python=cell.python,
+            pins=dict(cell.pins),
+            hardware_class=cell.hardware,
+            runner_labels=ctx.runner_labels,
+            hardware=hardware,
+            case=case,
+            operation=operation,
+            started_at=fields.pop("started_at", now),
+            finished_at=now,
+            **fields,
+        )
+
+    return make
+
+
+def _finish_whole_cell(
+    files: _CellFiles,
     cell: Cell,
     ctx: CellContext,
     status: Status,
     started: str,
     *,
     reason: str | None,
-    keep: Sequence[Record] = (),
+    done: bool = True,
 ) -> list[Record]:
-    record = Record(
-        run_id=ctx.run_id,
-        cell_id=cell.id,
-        cell_label=cell.label,
-        python=cell.python,
-        pins=dict(cell.pins),
-        hardware_class=cell.hardware,
-        runner_labels=ctx.runner_labels,
-        hardware=probe_hardware(ctx.env),
-        case=WHOLE_CELL,
-        operation="install" if status in (Status.UNINSTALLABLE, Status.INSTALL_ERROR) else "cell",
-        status=status,
-        reason=reason,
-        started_at=started,
-        finished_at=_now(),
+    """One record standing for every case of a cell that never got to run them."""
+    operation = "install" if status in (Status.UNINSTALLABLE, Status.INSTALL_ERROR) else "cell"
+    record = _record_factory(cell, ctx)(
+        case=WHOLE_CELL, operation=operation, status=status, reason=reason, started_at=started
     )
-    file = CellRecordFile(path)
-    for kept in keep:
-        file.records.append(kept)
-    file.add(record)
+    file = CellRecordFile(files.records)
+    file.records = [record]
+    file.save()
+    if done:
+        # Resume skips it; an install-error is not 'done': a later run may get through.
+        write_atomically(files.done, json.dumps({"whole_cell": status.value}))
     return [record]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _lock_lines(lock: str) -> list[str]:

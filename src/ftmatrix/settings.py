@@ -18,6 +18,9 @@ ENV_VARS = {
     "FTMATRIX_OUT": "Where records and reports go (default: reports/).",
     "FTMATRIX_RUN_ID": "The run id shared by every cell of one run (default: the start time).",
     "FTMATRIX_RUNNER_LABELS": "Comma-separated labels of the CI runner, recorded per cell.",
+    "FTMATRIX_SHARD": "Run only shard I of N (`I/N`, 1-based), balanced by past durations.",
+    "FTMATRIX_RESUME": "`1`: continue the run FTMATRIX_RUN_ID names (default: the newest), "
+    "skipping cells and cases it finished.",
 }
 
 
@@ -31,21 +34,54 @@ class Settings:
     out: Path
     run_id: str
     runner_labels: tuple[str, ...] = ()
+    shard: tuple[int, int] | None = None
+    resume: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, root: Path, now: datetime) -> Settings:
         """Settings from ``env``; relative paths are taken from ``root``."""
         labels = env.get("FTMATRIX_RUNNER_LABELS", "")
+        out = root / env.get("FTMATRIX_OUT", "reports")
+        resume = env.get("FTMATRIX_RESUME", "") not in ("", "0")
+        run_id = env.get("FTMATRIX_RUN_ID") or (resume and newest_run_id(out)) or new_run_id(now)
         return cls(
             matrix=root / env.get("FTMATRIX_MATRIX", "matrix.yaml"),
             profile=env.get("FTMATRIX_PROFILE") or None,
             cases=root / env.get("FTMATRIX_CASES", "cases"),
-            out=root / env.get("FTMATRIX_OUT", "reports"),
-            run_id=env.get("FTMATRIX_RUN_ID") or new_run_id(now),
+            out=out,
+            run_id=run_id,
             runner_labels=tuple(x.strip() for x in labels.split(",") if x.strip()),
+            shard=parse_shard(env.get("FTMATRIX_SHARD", "")),
+            resume=resume,
         )
 
 
 def new_run_id(now: datetime) -> str:
     """Sortable and readable: ``20261122T143512Z``."""
     return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+class SettingsError(ValueError):
+    """An FTMATRIX_* variable whose value cannot be used."""
+
+
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """``'2/4'`` -> ``(2, 4)``; empty -> None; anything else is a SettingsError."""
+    if not text.strip():
+        return None
+    index, _, count = text.partition("/")
+    try:
+        shard = int(index), int(count)
+    except ValueError:
+        shard = (0, 0)
+    if not 1 <= shard[0] <= shard[1]:
+        raise SettingsError(
+            f"FTMATRIX_SHARD={text!r}: expected I/N with 1 <= I <= N, such as '1/4'"
+        )
+    return shard
+
+
+def newest_run_id(out: Path) -> str | None:
+    """The newest run with records under ``out``, or None."""
+    runs = sorted(p.name for p in (out / "records").glob("*") if p.is_dir())
+    return runs[-1] if runs else None

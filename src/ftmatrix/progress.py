@@ -1,0 +1,109 @@
+"""Progress of a run: one live line on a terminal, plain log lines anywhere else (CI logs).
+
+The line reads: cells done/total, the current cell and case, elapsed time, and
+the counts of statuses so far. Output of the cases passes through above it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import TextIO
+
+from ftmatrix.status import Status
+
+
+class Progress:
+    """Tracks a run's cells and cases and shows where it is."""
+
+    def __init__(
+        self,
+        total_cells: int,
+        stream: TextIO,
+        *,
+        live: bool,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total_cells = total_cells
+        self.stream = stream
+        self.live = live
+        self.clock = clock
+        self.started = clock()
+        self.cells_done = 0
+        self.cell: str | None = None
+        self.case: str | None = None
+        self.counts: Counter[Status] = Counter()
+        self._drawn = False
+        # The cases' output arrives on another thread than the supervisor's events.
+        self._lock = threading.RLock()
+
+    def cell_started(self, label: str) -> None:
+        with self._lock:
+            self.cell, self.case = label, None
+            self._show()
+
+    def case_started(self, case: str) -> None:
+        with self._lock:
+            self.case = case
+            self._show()
+
+    def case_finished(self, case: str, status: Status) -> None:
+        with self._lock:
+            self.counts[status] += 1
+            self.case = None
+            if self.live:
+                self._show()
+            else:
+                self._log(f"{case}: {status.value}")
+
+    def cell_finished(self) -> None:
+        with self._lock:
+            self.cells_done += 1
+            self.case = None
+            if not self.live:
+                self._log("cell done")
+            self._show()
+
+    def output(self, line: str) -> None:
+        """Pass a line of the cases' output through, keeping the live line below it."""
+        with self._lock:
+            self._clear()
+            self.stream.write(line if line.endswith("\n") else line + "\n")
+            self._show()
+
+    def status_line(self) -> str:
+        elapsed = int(self.clock() - self.started)
+        where = self.cell or "-"
+        if self.case:
+            where += f" {self.case}"
+        counts = " ".join(f"{self.counts[s]} {s.value}" for s in Status if self.counts[s])
+        return (
+            f"[{self.cells_done}/{self.total_cells} cells] {where} "
+            f"{elapsed // 60:02d}:{elapsed % 60:02d}" + (f" | {counts}" if counts else "")
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self.live and self._drawn:
+                self.stream.write("\n")
+                self.stream.flush()
+                self._drawn = False
+
+    def _show(self) -> None:
+        if not self.live:
+            return
+        self._clear()
+        self.stream.write(self.status_line())
+        self.stream.flush()
+        self._drawn = True
+
+    def _clear(self) -> None:
+        if self.live and self._drawn:
+            self.stream.write("\r\x1b[2K")
+            self._drawn = False
+
+    def _log(self, event: str) -> None:
+        self.stream.write(f"[ftmatrix] {self.status_line()} | {event}\n")
+        self.stream.flush()

@@ -1,0 +1,42 @@
+"""The progress line: live on a terminal, plain lines in logs."""
+
+from __future__ import annotations
+
+import io
+
+from ftmatrix.progress import Progress
+from ftmatrix.status import Status
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_lines_for_logs():
+    out, clock = io.StringIO(), Clock()
+    progress = Progress(2, out, live=False, clock=clock)
+    progress.cell_started("cpu-py3.11-trl1.16.0")
+    progress.case_started("test_sft.py::test_sft")
+    clock.now = 75
+    progress.case_finished("test_sft.py::test_sft", Status.PASS)
+    progress.cell_finished()
+    assert out.getvalue().splitlines() == [
+        "[ftmatrix] [0/2 cells] cpu-py3.11-trl1.16.0 01:15 | 1 pass | test_sft.py::test_sft: pass",
+        "[ftmatrix] [1/2 cells] cpu-py3.11-trl1.16.0 01:15 | 1 pass | cell done",
+    ]
+
+
+def test_live_line_is_redrawn_below_the_output():
+    out = io.StringIO()
+    progress = Progress(1, out, live=True, clock=Clock())
+    progress.cell_started("cell")
+    progress.output("a line of pytest output\n")
+    progress.case_finished("c", Status.FAIL)
+    progress.close()
+    text = out.getvalue()
+    assert text.startswith("[0/1 cells] cell 00:00\r\x1b[2Ka line of pytest output\n")
+    assert text.endswith("[0/1 cells] cell 00:00 | 1 fail\n")

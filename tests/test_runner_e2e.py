@@ -1,0 +1,204 @@
+"""The runner against cases that misbehave on purpose, through real nox, uv and pytest.
+
+Slow tier. The fixture cases live in tests/data/misbehaving_cases, apart from
+cases/, so the product's matrix never shows them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+DATA = Path(__file__).parent / "data"
+RUN_ID = "20261122T010000Z"
+
+pytestmark = pytest.mark.slow
+
+
+def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    return {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(DATA / "misbehaving_matrix.yaml"),
+        "FTMATRIX_CASES": str(DATA / "misbehaving_cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+        "FTMATRIX_RUN_ID": RUN_ID,
+        "FTMATRIX_TEST_STATE": str(state),
+        **extra,
+    }
+
+
+def nox_command(tmp_path: Path, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "nox",
+        "-f",
+        str(ROOT / "noxfile.py"),
+        "--envdir",
+        str(tmp_path / "envs"),
+        *args,
+    ]
+
+
+def records(tmp_path: Path) -> dict[str, dict]:
+    found = {}
+    for path in (tmp_path / "out" / "records").rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            found[record["case"].split("::")[-1]] = record
+    return found
+
+
+EXPECTED = {
+    "test_import_error.py": "error",
+    "test_a_first_healthy_case": "pass",
+    "test_b_segfault": "crash",
+    "test_c_abort": "crash",
+    "test_d_infinite_loop": "timeout",
+    "test_e_allocation_blow_up": "oom",
+    "test_f_crashes_once_then_passes": "crash",
+    "test_g_slow_but_in_time": "pass",
+    "test_h_last_healthy_case": "pass",
+}
+
+
+def test_every_bad_case_gets_its_status_and_no_other_record_is_lost(tmp_path: Path):
+    ran = subprocess.run(
+        nox_command(tmp_path, "-s", "matrix"),
+        env=environment(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    found = records(tmp_path)
+    assert {case: r["status"] for case, r in found.items()} == EXPECTED
+
+    segfault = found["test_b_segfault"]
+    assert segfault["message"] == "the process died during the case: signal SIGSEGV"
+    assert [a["status"] for a in segfault["attempts"]] == ["crash", "crash"]
+    assert segfault["flaky"] is False
+    assert "Fatal Python error: Segmentation fault" in segfault["traceback"]
+    assert segfault["operation"] == "segfault"
+
+    flaky = found["test_f_crashes_once_then_passes"]
+    assert flaky["flaky"] is True
+    assert [a["status"] for a in flaky["attempts"]] == ["crash", "pass"]
+
+    assert found["test_d_infinite_loop"]["message"] == "the case ran past its 4 s limit"
+    assert found["test_e_allocation_blow_up"]["message"] == (
+        "the case's processes used more than 0.5 GiB"
+    )
+    assert found["test_import_error.py"]["exception_type"] == "CollectionError"
+    assert "a_module_that_does_not_exist" in found["test_import_error.py"]["traceback"]
+
+
+def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path):
+    env = environment(tmp_path, FTMATRIX_TEST_SLOW_SECONDS="60")
+    nox = subprocess.Popen(
+        nox_command(tmp_path, "-s", "matrix"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 180
+    current = None
+    while time.monotonic() < deadline:
+        current = (
+            next((tmp_path / "out" / "records").rglob("*.jsonl.current"), None)
+            if (tmp_path / "out" / "records").exists()
+            else None
+        )
+        if current and "test_g_slow" in current.read_text():
+            break
+        time.sleep(0.2)
+    else:
+        nox.kill()
+        pytest.fail("the slow case never started")
+    os.killpg(nox.pid, signal.SIGKILL)  # the whole runner dies, as a lost machine would
+    nox.wait()
+    time.sleep(1)
+    before = records(tmp_path)
+    assert "test_g_slow_but_in_time" not in before
+    assert before["test_a_first_healthy_case"]["status"] == "pass"
+
+    resumed = subprocess.run(
+        nox_command(tmp_path, "-s", "matrix"),
+        env={**environment(tmp_path), "FTMATRIX_RESUME": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    after = records(tmp_path)
+    assert {case: r["status"] for case, r in after.items()} == EXPECTED
+    for case, record in before.items():  # finished cases were kept, not run again
+        assert after[case]["finished_at"] == record["finished_at"], case
+
+    again = subprocess.run(
+        nox_command(tmp_path, "-s", "matrix"),
+        env={**environment(tmp_path), "FTMATRIX_RESUME": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "nothing to resume" in again.stderr
+
+
+def test_cell_time_limit_records_the_cases_it_never_reached(tmp_path: Path):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("packages:\n  six: ['1.17.0']\ntimeouts: {case: 60, cell: 6}\n")
+    env = environment(tmp_path, FTMATRIX_MATRIX=str(matrix), FTMATRIX_TEST_SLOW_SECONDS="30")
+    ran = subprocess.run(
+        nox_command(
+            tmp_path,
+            "-s",
+            "matrix",
+            "--",
+            "test_misbehave.py::test_a_first_healthy_case",
+            "test_misbehave.py::test_g_slow_but_in_time",
+            "test_misbehave.py::test_h_last_healthy_case",
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    found = records(tmp_path)
+    assert {c: r["status"] for c, r in found.items()} == {
+        "test_a_first_healthy_case": "pass",
+        "test_g_slow_but_in_time": "timeout",
+        "test_h_last_healthy_case": "timeout",
+    }
+    assert found["test_g_slow_but_in_time"]["message"] == "the cell ran past its 6 s limit"
+    assert found["test_h_last_healthy_case"]["message"] == (
+        "not run: the cell ran past its 6 s limit first"
+    )
+
+
+def test_a_pin_missing_from_the_index_is_uninstallable(tmp_path: Path):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("packages:\n  six: ['9.9.9']\n")
+    ran = subprocess.run(
+        nox_command(tmp_path, "-s", "matrix"),
+        env=environment(tmp_path, FTMATRIX_MATRIX=str(matrix)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    (record,) = records(tmp_path).values()
+    assert record["status"] == "uninstallable"
+    assert "there is no version of six==9.9.9" in record["reason"]
