@@ -43,38 +43,47 @@ if LOADED is not None:
     # Children that nox starts for parallel sessions (-j) load this file again:
     # they must join this run, not start their own.
     os.environ["FTMATRIX_RUN_ID"] = LOADED.settings.run_id
-    CELLS = [nox.param(cell.python, cell, id=cell.label) for cell in LOADED.selected]
+    BY_LABEL = {cell.label: cell for cell in LOADED.selected}
+    # Parameters are labels, not Cell objects: nox's parallel mode hands them to
+    # child processes as JSON.
+    CELLS = [nox.param(cell.python, cell.label, id=cell.label) for cell in LOADED.selected]
     PROGRESS = Progress(len(LOADED.selected), sys.stdout, live=sys.stdout.isatty())
 else:
-    CELLS = [nox.param(current_python(), None, id="invalid-matrix")]
+    BY_LABEL = {}
+    CELLS = [nox.param(current_python(), "invalid-matrix", id="invalid-matrix")]
 
 
-@nox.session(reuse_venv=True, tags=["matrix"])
+@nox.session(reuse_venv=True, tags=["matrix"], allow_parallel=True)
 @nox.parametrize(["python", "cell"], CELLS)
-def matrix(session: nox.Session, cell: Cell | None) -> None:
+def matrix(session: nox.Session, cell: str) -> None:
     """Build one cell's environment and run every case in it; the report follows.
 
     Arguments after ``--`` go to pytest: case node ids (relative to the cases
     folder) select cases, options are passed through.
     """
-    if LOADED is None or cell is None:
+    if LOADED is None:
         session.error(PROBLEM)
+    run_matrix_cell(session, LOADED, BY_LABEL[cell])
+
+
+def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
+    """The matrix session's body, for one cell."""
     selection = tuple(a for a in session.posargs if not a.startswith("-"))
     options = tuple(a for a in session.posargs if a.startswith("-"))
-    hardware = next(h for h in LOADED.matrix.hardware if h.name == cell.hardware)
+    hardware = next(h for h in loaded.matrix.hardware if h.name == cell.hardware)
     context = CellContext(
-        run_id=LOADED.settings.run_id,
-        out_dir=LOADED.settings.out,
-        cases_dir=LOADED.settings.cases,
-        case_selection=selection or LOADED.matrix.cases,
-        install=LOADED.matrix.install,
+        run_id=loaded.settings.run_id,
+        out_dir=loaded.settings.out,
+        cases_dir=loaded.settings.cases,
+        case_selection=selection or loaded.matrix.cases,
+        install=loaded.matrix.install,
         hardware_class=hardware,
         env=dict(os.environ),
-        runner_labels=LOADED.settings.runner_labels,
+        runner_labels=loaded.settings.runner_labels,
         pytest_args=options,
-        timeouts=LOADED.matrix.timeouts,
-        limits=LOADED.matrix.limits,
-        resume=LOADED.settings.resume,
+        timeouts=loaded.matrix.timeouts,
+        limits=loaded.matrix.limits,
+        resume=loaded.settings.resume,
     )
     venv_python = Path(session.bin) / "python"
     records = run_cell(cell, venv_python, context, log=session.log, progress=PROGRESS)
@@ -83,7 +92,12 @@ def matrix(session: nox.Session, cell: Cell | None) -> None:
     for record in records:
         counts[record.status.value] = counts.get(record.status.value, 0) + 1
     session.log(f"{cell.label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    session.notify("report")
+    try:
+        session.notify("report")
+    except ValueError:
+        # Under `nox -j`, each session runs in a child that cannot queue another;
+        # `nox -j auto -s matrix report` runs the report after the cells instead.
+        session.log("parallel run: the report session runs after the cells when named")
 
 
 @nox.session(python=False)

@@ -94,6 +94,20 @@ def test_small_matrix_runs_every_cell_and_reports(tmp_path: Path):
     assert len(records_of(tmp_path / "out")) == 4 * 6
 
 
+def test_parallel_cells_share_one_run_and_the_report_follows(tmp_path: Path):
+    env = {
+        "FTMATRIX_MATRIX": str(DATA / "small_matrix.yaml"),
+        "FTMATRIX_CASES": str(DATA / "small_cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+    }
+    ran = nox("-j", "2", "-s", "matrix", "report", "--envdir", str(tmp_path / "envs"), env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    records = records_of(tmp_path / "out")
+    assert len(records) == 4 * 6
+    assert len({r["run_id"] for r in records}) == 1
+    assert (tmp_path / "out" / "index.html").read_text().count("<tr><th scope=row>") == 4
+
+
 def test_uninstallable_cell_is_recorded_with_the_resolver_reason(tmp_path: Path):
     matrix = tmp_path / "m.yaml"
     matrix.write_text("packages:\n  trl: ['1.16.0']\n  transformers: ['4.40.0']\n")

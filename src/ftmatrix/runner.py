@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
 from ftmatrix.hardware import probe_hardware
+from ftmatrix.lease import default_lock_dir, lease_devices, visible_devices_env
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
 from ftmatrix.records import (
@@ -169,23 +170,32 @@ def _run_cell(
     cell_info = {**cell.to_dict(), "run_id": ctx.run_id, "runner_labels": list(ctx.runner_labels)}
     write_atomically(files.cell_info, json.dumps(cell_info))
     command, targets = pytest_command(venv_python, files.cell_info, path, ctx)
-    log(f"[ftmatrix] {cell.label}: running cases in {ctx.cases_dir}")
-    begin = time.monotonic()
-    records = run_cases(
-        command,
-        targets,
-        record_file=path,
-        cases_dir=ctx.cases_dir.resolve(),
-        env=cell_env(ctx.env),
-        limits=CaseLimits(
-            case_seconds=ctx.timeouts.case,
-            cell_seconds=ctx.timeouts.cell,
-            memory_bytes=memory_limit_bytes(ctx.limits, probe_hardware(ctx.env)),
-        ),
-        make_record=_record_factory(cell, ctx),
-        log=log,
-        progress=progress,
-    )
+    fingerprint = probe_hardware(ctx.env)
+    with lease_devices(
+        ctx.hardware_class.gpus,
+        machine_devices(fingerprint, ctx.env),
+        default_lock_dir(ctx.env),
+        on_wait=lambda: log(f"[ftmatrix] {cell.label}: waiting for a free GPU"),
+    ) as devices:
+        if devices:
+            log(f"[ftmatrix] {cell.label}: leased GPU(s) {','.join(devices)}")
+        log(f"[ftmatrix] {cell.label}: running cases in {ctx.cases_dir}")
+        begin = time.monotonic()
+        records = run_cases(
+            command,
+            targets,
+            record_file=path,
+            cases_dir=ctx.cases_dir.resolve(),
+            env={**cell_env(ctx.env), **(visible_devices_env(devices) if devices else {})},
+            limits=CaseLimits(
+                case_seconds=ctx.timeouts.case,
+                cell_seconds=ctx.timeouts.cell,
+                memory_bytes=memory_limit_bytes(ctx.limits, fingerprint),
+            ),
+            make_record=_record_factory(cell, ctx),
+            log=log,
+            progress=progress,
+        )
     log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
     write_atomically(files.done, json.dumps(state))
     return records
@@ -200,6 +210,14 @@ def hardware_class_gap(hardware: HardwareClass, fingerprint: Mapping[str, Any]) 
             f"this machine has {have}"
         )
     return None
+
+
+def machine_devices(fingerprint: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+    """The GPU indices cells may lease: CUDA_VISIBLE_DEVICES if set, else every GPU."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    return [str(i) for i in range(int(fingerprint.get("gpu_count", 0)))]
 
 
 def memory_limit_bytes(limits: Limits, fingerprint: Mapping[str, Any]) -> int | None:

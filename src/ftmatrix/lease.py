@@ -1,0 +1,87 @@
+"""GPU leases: parallel cells on one machine never share a device.
+
+Each device has a lock file; a cell holds an exclusive ``flock`` on the files of
+the devices it uses for as long as it runs, and sees only those devices through
+CUDA_VISIBLE_DEVICES. The kernel drops a lock when its holder dies, so a killed
+cell never leaves a device leased.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+POLL_SECONDS = 1.0
+
+
+class LeaseError(Exception):
+    """More devices asked for than the machine has."""
+
+
+@contextmanager
+def lease_devices(
+    wanted: int,
+    devices: Sequence[str],
+    lock_dir: Path,
+    *,
+    on_wait: Callable[[], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[list[str]]:
+    """Hold ``wanted`` of ``devices`` (GPU indices) until the block ends; waits for free ones.
+
+    ``wanted`` 0 yields no device and locks nothing. Asking for every device makes
+    the cell wait until no other cell holds any: cases that need all GPUs run alone.
+    """
+    if wanted == 0:
+        yield []
+        return
+    if wanted > len(devices):
+        raise LeaseError(f"{wanted} GPU(s) wanted; this machine has {len(devices)}")
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    held: list[tuple[str, IO[str]]] = []
+    try:
+        while True:
+            for device in devices:
+                if len(held) == wanted:
+                    break
+                if device in (d for d, _ in held):
+                    continue
+                handle = (lock_dir / f"gpu-{device}.lock").open("a")
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    continue
+                held.append((device, handle))
+            if len(held) == wanted:
+                break
+            # Give back a partial lease while waiting: two cells each holding half
+            # of what both need would otherwise wait for each other forever.
+            _release(held)
+            held = []
+            if on_wait:
+                on_wait()
+            sleep(POLL_SECONDS)
+        yield [d for d, _ in held]
+    finally:
+        _release(held)
+
+
+def visible_devices_env(devices: Sequence[str]) -> dict[str, str]:
+    """The environment that shows a cell only its leased devices."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+
+
+def default_lock_dir(env: Mapping[str, str]) -> Path:
+    """Shared by every cell on the machine, whichever checkout or user started it."""
+    return Path(env.get("FTMATRIX_LEASE_DIR", "/tmp/ftmatrix-gpu-leases"))
+
+
+def _release(held: list[tuple[str, IO[str]]]) -> None:
+    for _, handle in held:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
