@@ -1,0 +1,155 @@
+"""First bad release: binary search over one package's releases, holding the other pins.
+
+The search is pure: it asks an ``evaluate(version)`` callback for a case's
+outcome and never knows how the cell was built. Outcomes are three-valued: the
+outcome at the good end ("good"), any other outcome ("bad"), or none at all
+(the release cannot be installed with the other pins, or it flip-flopped):
+those releases are skipped and reported, never counted as good or bad.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import Version
+
+
+class Verdict(enum.Enum):
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One release built and judged."""
+
+    version: str
+    verdict: Verdict
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """Where the outcome changed: the last good release and the first bad one."""
+
+    axis: str
+    last_good: str | None
+    first_bad: str | None
+    steps: tuple[Step, ...]
+    skipped: tuple[str, ...] = ()
+    untested_between: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def exact(self) -> bool:
+        """True when no skipped release lies between last good and first bad."""
+        return not self.untested_between
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axis": self.axis,
+            "last_good": self.last_good,
+            "first_bad": self.first_bad,
+            "exact": self.exact,
+            "untested_between": list(self.untested_between),
+            "skipped": list(self.skipped),
+            "steps": [
+                {
+                    "version": s.version,
+                    "verdict": s.verdict.value,
+                    "status": s.status,
+                    "detail": s.detail,
+                }
+                for s in self.steps
+            ],
+        }
+
+
+class BisectError(Exception):
+    """The ends do not bracket a change: the 'good' end is not good, or the 'bad' end not bad."""
+
+
+def releases_between(all_versions: Sequence[str], good: str, bad: str) -> list[str]:
+    """The releases from ``good`` to ``bad`` inclusive, in the search's direction.
+
+    ``good`` may be newer than ``bad``: that searches for the release that fixed it.
+    """
+    low, high = sorted((Version(good), Version(bad)))
+    chosen = sorted((v for v in all_versions if low <= Version(v) <= high), key=Version)
+    missing = [v for v in (good, bad) if v not in chosen]
+    if missing:
+        raise BisectError(f"{', '.join(missing)} not among the releases on the index")
+    return chosen if Version(good) < Version(bad) else chosen[::-1]
+
+
+def bisect(
+    axis: str,
+    versions: Sequence[str],
+    evaluate: Callable[[str], tuple[Verdict, str, str]],
+) -> Finding:
+    """Find the first release of ``versions`` (good end first) whose outcome is bad.
+
+    ``evaluate(version)`` returns (verdict, status, detail). The ends are checked
+    first; each middle release that must be skipped is replaced by the nearest
+    untried one, so a few uninstallable releases cost only their own builds.
+    """
+    steps: list[Step] = []
+
+    def judge(index: int) -> Verdict:
+        verdict, status, detail = evaluate(versions[index])
+        steps.append(Step(version=versions[index], verdict=verdict, status=status, detail=detail))
+        return verdict
+
+    if judge(0) is not Verdict.GOOD:
+        raise BisectError(f"{axis} {versions[0]} (the good end) is not good: {steps[-1].status}")
+    if judge(len(versions) - 1) is not Verdict.BAD:
+        raise BisectError(f"{axis} {versions[-1]} (the bad end) is not bad: {steps[-1].status}")
+
+    good, bad = 0, len(versions) - 1
+    skipped: set[int] = set()
+    while True:
+        candidates = [i for i in range(good + 1, bad) if i not in skipped]
+        if not candidates:
+            break
+        middle = (good + bad) / 2
+        index = min(candidates, key=lambda i: (abs(i - middle), i))
+        verdict = judge(index)
+        if verdict is Verdict.GOOD:
+            good = index
+        elif verdict is Verdict.BAD:
+            bad = index
+        else:
+            skipped.add(index)
+    return Finding(
+        axis=axis,
+        last_good=versions[good],
+        first_bad=versions[bad],
+        steps=tuple(steps),
+        skipped=tuple(versions[i] for i in sorted(skipped)),
+        untested_between=tuple(versions[i] for i in range(good + 1, bad)),
+    )
+
+
+def confirm(
+    evaluate_once: Callable[[str], tuple[Verdict, str, str, bool]],
+) -> Callable[[str], tuple[Verdict, str, str]]:
+    """Wrap an evaluator so a flaky outcome is built again before it decides a step.
+
+    ``evaluate_once`` returns (verdict, status, detail, flaky). Two agreeing runs
+    decide; a disagreement makes the release a skip ("flaky"), never good or bad.
+    """
+
+    def evaluate(version: str) -> tuple[Verdict, str, str]:
+        verdict, status, detail, flaky = evaluate_once(version)
+        if not flaky:
+            return verdict, status, detail
+        again, status_again, detail_again, _ = evaluate_once(version)
+        if again is verdict:
+            return verdict, status, f"confirmed on a second run; {detail}"
+        return Verdict.SKIP, f"flaky ({status} then {status_again})", detail_again
+
+    return evaluate
