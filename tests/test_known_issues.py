@@ -1,0 +1,147 @@
+"""known_issues.yaml: the shipped entries are valid and match the real messages they cite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_records import make_record
+
+from ftmatrix.config import ConfigError
+from ftmatrix.known_issues import explain, load_known_issues, parse_known_issues
+from ftmatrix.status import Status
+
+KNOWN = load_known_issues(Path(__file__).parent.parent / "known_issues.yaml")
+
+
+def failure(exception: str, message: str, packages: dict[str, str], frame: str | None = None):
+    return make_record(
+        status=Status.FAIL,
+        exception_type=exception,
+        message=message,
+        packages=packages,
+        framework_frame=frame,
+    )
+
+
+# Messages as reported upstream, with the sizes of the reporters' runs.
+REAL = [
+    (
+        "unsloth-grpo-mistral-logits",
+        failure(
+            "torch._dynamo.exc.TorchRuntimeError",
+            "Failed running call_function <built-in method matmul of type object at "
+            "0x7f477665f1c0>(...): a and b must have same reduction dim, but got "
+            "[s0, 32000] X [4096, 32000].",
+            {"unsloth": "2025.2.12", "trl": "0.15.0"},
+        ),
+    ),
+    (
+        "unsloth-lora-qkv-dataparallel",
+        failure(
+            "RuntimeError",
+            "Caught RuntimeError in replica 0 on device 0.\nOriginal Traceback ...\n"
+            "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2158x4096 and 1x8388608)",
+            {"unsloth": "2025.2.15"},
+        ),
+    ),
+    (
+        "trl-sft-dataparallel-batch",
+        failure(
+            "RuntimeError",
+            "The size of tensor a (2) must match the size of tensor b (4) at "
+            "non-singleton dimension 0",
+            {"trl": "0.17.0"},
+        ),
+    ),
+    (
+        "trl-grpo-vllm-device-placement",
+        failure(
+            "RuntimeError",
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            "cuda:1 and cuda:0!",
+            {"trl": "0.15.0", "vllm": "0.7.2"},
+        ),
+    ),
+    (
+        "grpo-rotary-length-off-by-one",
+        failure(
+            "RuntimeError",
+            "The size of tensor a (1133) must match the size of tensor b (1134) at "
+            "non-singleton dimension 2",
+            {"trl": "0.15.0"},
+            frame="transformers/models/qwen2/modeling_qwen2.py:apply_rotary_pos_emb",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("expected", "record"), REAL, ids=[r[0] for r in REAL])
+def test_each_entry_matches_its_real_message(expected, record):
+    entry = explain(record, KNOWN)
+    assert entry is not None
+    assert entry.id == expected
+    assert entry.upstream.startswith("https://github.com/")
+
+
+def test_a_break_with_the_package_absent_is_not_explained():
+    record = failure(
+        "RuntimeError",
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:1 and cuda:0!",
+        {"trl": "0.15.0"},  # no vllm in this cell: not the vLLM placement bug
+    )
+    assert explain(record, KNOWN) is None
+
+
+def test_an_entry_whose_fixed_release_still_fails_is_flagged():
+    (entry,) = parse_known_issues(
+        [
+            {
+                "id": "x",
+                "title": "t",
+                "upstream": "https://github.com/o/r/issues/1",
+                "match": {"message": "boom", "packages": {"trl": ">=0"}},
+                "fixed-in": {"trl": "0.20.0"},
+            }
+        ],
+        source="k.yaml",
+    )
+    assert entry.still_failing_after_fix(failure("E", "boom", {"trl": "0.21.0"})) == [
+        "trl 0.21.0 (fixed in 0.20.0)"
+    ]
+    assert entry.still_failing_after_fix(failure("E", "boom", {"trl": "0.19.1"})) == []
+
+
+def test_signatures_match_directly():
+    (entry,) = parse_known_issues(
+        [{"id": "s", "title": "t", "upstream": "u", "match": {"signatures": ["abc123def456"]}}],
+        source="k.yaml",
+    )
+    assert entry.matches(make_record(status=Status.FAIL, signature="abc123def456"))
+    assert not entry.matches(make_record(status=Status.FAIL, signature="000000000000"))
+
+
+def test_bad_entries_are_all_reported_with_key_paths():
+    with pytest.raises(ConfigError) as caught:
+        parse_known_issues(
+            [
+                {"id": "a", "title": "t", "upstream": "u", "match": {"message": "(unclosed"}},
+                {
+                    "id": "a",
+                    "title": "t",
+                    "upstream": "u",
+                    "match": {"mesage": "x"},
+                    "fixed-in": {"trl": "soon"},
+                },
+            ],
+            source="k.yaml",
+        )
+    assert caught.value.problems == (
+        "k.yaml: [0].match.message: '(unclosed' is not a valid pattern: "
+        "missing ), unterminated subpattern at position 0",
+        "k.yaml: [1].id: 'a' is used by an earlier entry",
+        "k.yaml: [1].match.mesage: unknown key; allowed: signatures, exception, message, "
+        "frame, packages",
+        "k.yaml: [1].fixed-in.trl: 'soon' is not a version",
+    )
