@@ -47,14 +47,19 @@ class KnownIssue:
         """Does this entry explain ``record``'s failure?"""
         if record.signature and record.signature in self.signatures:
             return True
+        return self._patterns_match(record) and self._packages_match(record)
+
+    def _patterns_match(self, record: Record) -> bool:
         if self.exception is None and self.message is None:
             return False
-        if self.exception and not self.exception.search(record.exception_type or ""):
-            return False
-        if self.message and not self.message.search(record.message or ""):
-            return False
-        if self.frame and not (record.framework_frame or "").startswith(self.frame):
-            return False
+        checks = [
+            self.exception is None or bool(self.exception.search(record.exception_type or "")),
+            self.message is None or bool(self.message.search(record.message or "")),
+            self.frame is None or (record.framework_frame or "").startswith(self.frame),
+        ]
+        return all(checks)
+
+    def _packages_match(self, record: Record) -> bool:
         installed = {canonicalize_name(k): v for k, v in record.packages.items()}
         for package, spec in self.packages.items():
             version = installed.get(canonicalize_name(package))
@@ -106,75 +111,82 @@ def parse_known_issues(raw: Any, *, source: str) -> tuple[KnownIssue, ...]:
     entries = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
-        at = f"{source}: [{i}]"
-        if not isinstance(item, dict):
-            problems.append(f"{at}: must be a mapping with {', '.join(ENTRY_KEYS)}")
-            continue
-        problems += [
-            f"{at}.{k}: unknown key; allowed: {', '.join(ENTRY_KEYS)}"
-            for k in item
-            if k not in ENTRY_KEYS
-        ]
-        entry_id = str(item.get("id") or "")
-        if not entry_id:
-            problems.append(f"{at}.id: missing")
-        elif entry_id in seen:
-            problems.append(f"{at}.id: {entry_id!r} is used by an earlier entry")
-        seen.add(entry_id)
-        for key in ("title", "upstream"):
-            if not isinstance(item.get(key), str) or not item[key]:
-                problems.append(f"{at}.{key}: missing or not text")
-        match = item.get("match") or {}
-        if not isinstance(match, dict) or not match:
-            problems.append(f"{at}.match: must name signatures or an exception/message pattern")
-            continue
-        problems += [
-            f"{at}.match.{k}: unknown key; allowed: {', '.join(MATCH_KEYS)}"
-            for k in match
-            if k not in MATCH_KEYS
-        ]
-        patterns = {}
-        for key in ("exception", "message"):
-            if match.get(key) is None:
-                continue
-            try:
-                patterns[key] = re.compile(str(match[key]))
-            except re.error as exc:
-                problems.append(f"{at}.match.{key}: {match[key]!r} is not a valid pattern: {exc}")
-        packages = {}
-        for package, spec in (match.get("packages") or {}).items():
-            try:
-                packages[str(package)] = SpecifierSet(str(spec))
-            except InvalidSpecifier:
-                problems.append(f"{at}.match.packages.{package}: {spec!r} is not a specifier")
-        fixed_in = {}
-        for package, version in (item.get("fixed-in") or {}).items():
-            try:
-                Version(str(version))
-                fixed_in[str(package)] = str(version)
-            except InvalidVersion:
-                problems.append(f"{at}.fixed-in.{package}: {version!r} is not a version")
-        entries.append(
-            KnownIssue(
-                id=entry_id,
-                title=str(item.get("title", "")),
-                upstream=str(item.get("upstream", "")),
-                signatures=tuple(str(s) for s in match.get("signatures") or ()),
-                exception=patterns.get("exception"),
-                message=patterns.get("message"),
-                frame=match.get("frame"),
-                packages=packages,
-                affected={
-                    str(k): (None if v is None else str(v))
-                    for k, v in (item.get("affected") or {}).items()
-                },
-                fixed_in=fixed_in,
-                workaround=item.get("workaround"),
-            )
-        )
+        entry = _parse_entry(item, f"{source}: [{i}]", seen, problems)
+        if entry is not None:
+            entries.append(entry)
     if problems:
         raise ConfigError(problems)
     return tuple(entries)
+
+
+def _parse_entry(item: Any, at: str, seen: set[str], problems: list[str]) -> KnownIssue | None:
+    if not isinstance(item, dict):
+        problems.append(f"{at}: must be a mapping with {', '.join(ENTRY_KEYS)}")
+        return None
+    problems += [
+        f"{at}.{k}: unknown key; allowed: {', '.join(ENTRY_KEYS)}"
+        for k in item
+        if k not in ENTRY_KEYS
+    ]
+    entry_id = str(item.get("id") or "")
+    if not entry_id:
+        problems.append(f"{at}.id: missing")
+    elif entry_id in seen:
+        problems.append(f"{at}.id: {entry_id!r} is used by an earlier entry")
+    seen.add(entry_id)
+    for key in ("title", "upstream"):
+        if not isinstance(item.get(key), str) or not item[key]:
+            problems.append(f"{at}.{key}: missing or not text")
+    match = item.get("match") or {}
+    if not isinstance(match, dict) or not match:
+        problems.append(f"{at}.match: must name signatures or an exception/message pattern")
+        return None
+    problems += [
+        f"{at}.match.{k}: unknown key; allowed: {', '.join(MATCH_KEYS)}"
+        for k in match
+        if k not in MATCH_KEYS
+    ]
+    patterns = _patterns(match, at, problems)
+    packages = {}
+    for package, spec in (match.get("packages") or {}).items():
+        try:
+            packages[str(package)] = SpecifierSet(str(spec))
+        except InvalidSpecifier:
+            problems.append(f"{at}.match.packages.{package}: {spec!r} is not a specifier")
+    fixed_in = {}
+    for package, version in (item.get("fixed-in") or {}).items():
+        try:
+            Version(str(version))
+            fixed_in[str(package)] = str(version)
+        except InvalidVersion:
+            problems.append(f"{at}.fixed-in.{package}: {version!r} is not a version")
+    return KnownIssue(
+        id=entry_id,
+        title=str(item.get("title", "")),
+        upstream=str(item.get("upstream", "")),
+        signatures=tuple(str(s) for s in match.get("signatures") or ()),
+        exception=patterns.get("exception"),
+        message=patterns.get("message"),
+        frame=match.get("frame"),
+        packages=packages,
+        affected={
+            str(k): (None if v is None else str(v)) for k, v in (item.get("affected") or {}).items()
+        },
+        fixed_in=fixed_in,
+        workaround=item.get("workaround"),
+    )
+
+
+def _patterns(match: Mapping[str, Any], at: str, problems: list[str]) -> dict[str, re.Pattern[str]]:
+    patterns = {}
+    for key in ("exception", "message"):
+        if match.get(key) is None:
+            continue
+        try:
+            patterns[key] = re.compile(str(match[key]))
+        except re.error as exc:
+            problems.append(f"{at}.match.{key}: {match[key]!r} is not a valid pattern: {exc}")
+    return patterns
 
 
 def explain(record: Record, known: Sequence[KnownIssue]) -> KnownIssue | None:
