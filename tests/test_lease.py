@@ -58,6 +58,8 @@ def test_no_gpu_wanted_locks_nothing(tmp_path: Path):
 
 
 def test_more_than_the_machine_has_is_an_error(tmp_path: Path):
-    with pytest.raises(LeaseError, match=r"2 GPU\(s\) wanted; this machine has 1"):
-        with lease_devices(2, ["0"], tmp_path):
-            pass
+    with (
+        pytest.raises(LeaseError, match=r"2 GPU\(s\) wanted; this machine has 1"),
+        lease_devices(2, ["0"], tmp_path),
+    ):
+        pass
