@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nox
 
-from ftmatrix.cli import Loaded, load, plan_json, print_plan
+from ftmatrix.cli import Loaded, load, main, plan_json, print_plan
 from ftmatrix.config import ConfigError
 from ftmatrix.plan import Cell, PlanError
 from ftmatrix.progress import Progress
@@ -117,6 +117,17 @@ def report(session: nox.Session) -> None:
     out = LOADED.settings.out if LOADED else ROOT / os.environ.get("FTMATRIX_OUT", "reports")
     grid = write_report(out, now=datetime.now(UTC))
     session.log(f"{out / 'index.html'}: {len(grid.records)} records, {len(grid.rows)} cells")
+
+
+@nox.session(python=False)
+def bisect(session: nox.Session) -> None:
+    """Find the first bad release.
+
+    ``nox -s bisect -- --case ID --axis PKG --good V1 --bad V2 [--pins PKG==V ...]``
+    """
+    code = main(["bisect", *session.posargs])
+    if code:
+        session.error(f"bisect ended with exit code {code}")
 
 
 @nox.session

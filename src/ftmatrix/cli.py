@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from ftmatrix.bisect import BisectError
+from ftmatrix.bisect_cells import BisectRequest, run_bisect
 from ftmatrix.config import ConfigError, InstallOptions, Matrix, load_matrix
 from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
 from ftmatrix.records import read_records
@@ -38,6 +40,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     CONFIG = 3
     PLAN = 4
+    BISECT = 5  # the ends given do not bracket a change
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,9 +163,67 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if name == "plan":
             command.add_argument("--json", action="store_true", help="machine-readable output")
+    search = sub.add_parser(
+        "bisect",
+        help="find the first release of a package where a case breaks",
+        description="Binary search over the releases of --axis between --good and --bad, "
+        "building a real cell for each, holding the --pins fixed.",
+    )
+    search.add_argument("--case", required=True, help="case id, e.g. test_sft.py::test_sft")
+    search.add_argument("--axis", required=True, metavar="PKG", help="the package to move")
+    search.add_argument("--good", required=True, metavar="V1", help="a release where it passes")
+    search.add_argument("--bad", required=True, metavar="V2", help="a release where it breaks")
+    search.add_argument(
+        "--pins", nargs="*", default=[], metavar="PKG==V", help="other pins to hold fixed"
+    )
+    search.add_argument("--hardware", help="hardware class (default: the matrix's first)")
+    search.add_argument("--python", help="Python version (default: the running one)")
+    search.add_argument("--matrix", help="matrix file for install settings (default: matrix.yaml)")
     report = sub.add_parser("report", help="build the report from the records that exist")
     report.add_argument("--out", help="reports folder (default: reports/)")
     return parser
+
+
+def _bisect(args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now: datetime) -> int:
+    pins = []
+    for text in args.pins:
+        package, sep, version = text.partition("==")
+        if not sep or not package or not version:
+            raise UsageError(f"--pins {text!r}: expected PKG==VERSION, such as trl==0.19.1")
+        pins.append((package, version))
+    settings = Settings.from_env(env, root=root, now=now)
+    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
+    request = BisectRequest(
+        case=args.case,
+        axis=args.axis,
+        good=args.good,
+        bad=args.bad,
+        pins=tuple(pins),
+        hardware=args.hardware,
+        python=args.python,
+    )
+    finding = run_bisect(request, matrix, cases_dir=settings.cases, out_dir=settings.out, env=env)
+    exact = "" if finding.exact else f" (untested between: {', '.join(finding.untested_between)})"
+    print(
+        f"{args.axis}: last good {finding.last_good}, first bad {finding.first_bad}{exact}; "
+        f"{len(finding.steps)} cells built"
+        + (f", skipped {', '.join(finding.skipped)}" if finding.skipped else "")
+    )
+    return ExitCode.OK
+
+
+class UsageError(Exception):
+    """Arguments that cannot be used as given."""
+
+
+# Each kind of fatal error and the exit code it ends the command with.
+FATAL_ERRORS: tuple[tuple[type[Exception], ExitCode], ...] = (
+    (ConfigError, ExitCode.CONFIG),
+    (PlanError, ExitCode.PLAN),
+    (BisectError, ExitCode.BISECT),
+    (SettingsError, ExitCode.USAGE),
+    (UsageError, ExitCode.USAGE),
+)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -177,34 +238,42 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         value = getattr(args, key, None)
         if value:
             env[variable] = value
-    now = datetime.now(UTC)
-    root = Path.cwd()
     try:
-        if args.command == "report":
-            settings = Settings.from_env(env, root=root, now=now)
-            grid = write_report(settings.out, now=now)
-            print(
-                f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
-                f"{len(grid.rows)} cells)"
-            )
-            return ExitCode.OK
-        loaded = load(env, root=root, now=now, select=args.select)
-        if args.command == "plan":
-            if args.json:
-                print(json.dumps(plan_json(loaded, env), indent=2))
-            else:
-                print_plan(loaded, sys.stdout)
-            return ExitCode.OK
-        if extra and extra[0] == "--":
-            extra = extra[1:]
-        print_plan(loaded, sys.stdout)
-        return ExitCode.OK if run_nox(loaded, env, extra) == 0 else ExitCode.FAILED
-    except ConfigError as exc:
-        print(f"ftmatrix: {exc}", file=sys.stderr)
-        return ExitCode.CONFIG
-    except PlanError as exc:
-        print(f"ftmatrix: {exc}", file=sys.stderr)
-        return ExitCode.PLAN
-    except SettingsError as exc:
-        print(f"ftmatrix: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        return dispatch(args, extra, env, root=Path.cwd(), now=datetime.now(UTC))
+    except tuple(kind for kind, _ in FATAL_ERRORS) as exc:
+        code = next(code for kind, code in FATAL_ERRORS if isinstance(exc, kind))
+        prefix = "ftmatrix: bisect" if code is ExitCode.BISECT else "ftmatrix"
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return code
+
+
+def dispatch(
+    args: argparse.Namespace,
+    extra: list[str],
+    env: Mapping[str, str],
+    *,
+    root: Path,
+    now: datetime,
+) -> int:
+    """Run one subcommand; fatal errors propagate to :func:`main`."""
+    if args.command == "report":
+        settings = Settings.from_env(env, root=root, now=now)
+        grid = write_report(settings.out, now=now)
+        print(
+            f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
+            f"{len(grid.rows)} cells)"
+        )
+        return ExitCode.OK
+    if args.command == "bisect":
+        return _bisect(args, env, root=root, now=now)
+    loaded = load(env, root=root, now=now, select=args.select)
+    if args.command == "plan":
+        if args.json:
+            print(json.dumps(plan_json(loaded, env), indent=2))
+        else:
+            print_plan(loaded, sys.stdout)
+        return ExitCode.OK
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    print_plan(loaded, sys.stdout)
+    return ExitCode.OK if run_nox(loaded, env, extra) == 0 else ExitCode.FAILED

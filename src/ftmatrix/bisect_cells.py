@@ -1,0 +1,141 @@
+"""The edge of a bisect: build a real cell per release, run the one case, judge it.
+
+Each release gets its own cell (the other pins held), its own uv venv and its
+own records under ``<out>/bisect/<id>/``, so the cells a search built stay
+inspectable; the finding is written beside them as ``finding.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from ftmatrix.bisect import Finding, Verdict, bisect, confirm, releases_between
+from ftmatrix.config import Matrix
+from ftmatrix.index import list_releases
+from ftmatrix.plan import Cell
+from ftmatrix.records import WHOLE_CELL, write_atomically
+from ftmatrix.resolve import uv_binary
+from ftmatrix.runner import CellContext, current_python, run_cell
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BisectRequest:
+    """What to search: a case, the package to move, the ends, and what to hold fixed."""
+
+    case: str
+    axis: str
+    good: str
+    bad: str
+    pins: tuple[tuple[str, str], ...] = ()
+    hardware: str | None = None
+    python: str | None = None
+
+    @property
+    def id(self) -> str:
+        held = "-".join(f"{k}{v}" for k, v in self.pins)
+        case = "".join(ch if ch.isalnum() else "_" for ch in self.case)[:60]
+        return f"{case}--{self.axis}-{self.good}-{self.bad}" + (f"--{held}" if held else "")
+
+
+def judge_status(status: str) -> Verdict:
+    """A case's status as a verdict: pass is good; a framework break is bad; else skip."""
+    if status == "pass":
+        return Verdict.GOOD
+    if status in ("fail", "crash", "timeout", "oom"):
+        return Verdict.BAD
+    # uninstallable, install-error, n/a, skip and our own error say nothing either way.
+    return Verdict.SKIP
+
+
+def run_bisect(
+    request: BisectRequest,
+    matrix: Matrix,
+    *,
+    cases_dir: Path,
+    out_dir: Path,
+    env: Mapping[str, str],
+    log: Log = print,
+) -> Finding:
+    """Search the releases of ``request.axis`` for the first one where the case breaks."""
+    released = [str(r.version) for r in list_releases(request.axis, matrix.install, env)]
+    versions = releases_between(released, request.good, request.bad)
+    log(
+        f"[ftmatrix] bisect {request.axis}: {len(versions)} releases from "
+        f"{versions[0]} to {versions[-1]}"
+    )
+    hardware = next(
+        (h for h in matrix.hardware if h.name == (request.hardware or matrix.hardware[0].name)),
+        None,
+    )
+    if hardware is None:
+        names = ", ".join(h.name for h in matrix.hardware)
+        raise ValueError(f"no hardware class {request.hardware!r}; classes: {names}")
+    home = out_dir / "bisect" / request.id
+    python = request.python or current_python()
+    held = [
+        (k, v) for k, v in request.pins if canonicalize_name(k) != canonicalize_name(request.axis)
+    ]
+
+    def once(version: str) -> tuple[Verdict, str, str, bool]:
+        cell = Cell(
+            python=python,
+            pins=(*((k, v) for k, v in held), (request.axis, version)),
+            hardware=hardware.name,
+            support=matrix.support,
+        )
+        venv = home / "envs" / cell.id
+        if not (venv / "bin" / "python").exists():
+            subprocess.run(
+                [uv_binary(), "venv", "--quiet", "--python", python, str(venv)],
+                env=dict(env),
+                check=True,
+            )
+        context = CellContext(
+            run_id="cells",
+            out_dir=home,
+            cases_dir=cases_dir,
+            case_selection=(request.case,),
+            install=matrix.install,
+            hardware_class=hardware,
+            env=env,
+            timeouts=matrix.timeouts,
+            limits=matrix.limits,
+        )
+        records = run_cell(cell, venv / "bin" / "python", context, log=log)
+        record = next(
+            (r for r in records if r.case == request.case),
+            next((r for r in records if r.case == WHOLE_CELL), None),
+        )
+        if record is None:
+            return Verdict.SKIP, "no record", f"the case {request.case} was not collected", False
+        verdict = judge_status(record.status.value)
+        detail = (record.message or record.reason or "").strip().splitlines()
+        log(
+            f"[ftmatrix] bisect {request.axis}=={version}: {record.status.value} -> {verdict.value}"
+        )
+        return verdict, record.status.value, detail[0] if detail else "", record.flaky
+
+    finding = bisect(request.axis, versions, confirm(once))
+    write_atomically(
+        home / "finding.json", json.dumps(finding_document(request, finding), indent=1)
+    )
+    return finding
+
+
+def finding_document(request: BisectRequest, finding: Finding) -> dict[str, Any]:
+    """What the store and the report read back: the request and where it changed."""
+    return {
+        "case": request.case,
+        "held": dict(request.pins),
+        "hardware": request.hardware,
+        **finding.to_dict(),
+    }

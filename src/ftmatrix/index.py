@@ -1,0 +1,195 @@
+"""What a package index offers: the released versions of a package, with upload times.
+
+Reads the simple repository API in its JSON form (PEP 691, with upload times per
+PEP 700) from the configured index and extra indexes, and wheel and sdist file
+names from find-links folders, so a wheelhouse counts as an index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+
+from ftmatrix.config import InstallOptions
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
+TIMEOUT_SECONDS = 60
+
+
+class IndexError_(Exception):
+    """The index could not be read."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """One version of a package and when its first file was uploaded (None: unknown)."""
+
+    version: Version
+    uploaded: datetime | None
+    yanked: bool = False
+
+
+def list_releases(
+    package: str,
+    install: InstallOptions,
+    env: Mapping[str, str],
+    *,
+    exclude_newer: datetime | None = None,
+) -> list[Release]:
+    """Every non-yanked release of ``package`` on the configured indexes, oldest first."""
+    found: dict[Version, Release] = {}
+    for url in index_urls(install, env):
+        for release in _from_index(url, package):
+            _keep(found, release)
+    for folder in find_links(install, env):
+        for release in _from_folder(Path(folder), package):
+            _keep(found, release)
+    releases = [r for r in found.values() if not r.yanked]
+    if exclude_newer is not None:
+        releases = [r for r in releases if r.uploaded is None or r.uploaded <= exclude_newer]
+    return sorted(releases, key=lambda r: r.version)
+
+
+def index_urls(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
+    """The primary index (matrix.yaml, then UV_/PIP_ variables, then PyPI) and the extras."""
+    primary = (
+        install.index_url
+        or env.get("UV_INDEX_URL")
+        or env.get("UV_DEFAULT_INDEX")
+        or env.get("PIP_INDEX_URL")
+        or DEFAULT_INDEX
+    )
+    extras = [
+        *install.extra_index_urls,
+        *env.get("UV_EXTRA_INDEX_URL", "").split(),
+        *env.get("PIP_EXTRA_INDEX_URL", "").split(),
+    ]
+    return list(dict.fromkeys([primary, *extras]))
+
+
+def find_links(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
+    """Local wheelhouse folders: matrix.yaml's find-links, then UV_/PIP_FIND_LINKS."""
+    links = [
+        *install.find_links,
+        *env.get("UV_FIND_LINKS", "").replace(",", " ").split(),
+        *env.get("PIP_FIND_LINKS", "").split(),
+    ]
+    return [link for link in dict.fromkeys(links) if Path(link).is_dir()]
+
+
+def _from_index(url: str, package: str) -> list[Release]:
+    name = canonicalize_name(package)
+    body, content_type = _fetch(f"{url.rstrip('/')}/{name}/", JSON_ACCEPT)
+    if body is None:
+        return []
+    if JSON_ACCEPT in content_type:
+        files = [
+            (f.get("filename", ""), f.get("upload-time"), bool(f.get("yanked")))
+            for f in json.loads(body).get("files", [])
+        ]
+    else:
+        # PEP 503 HTML: names and yanked marks, no upload times.
+        files = [
+            (m.group("name"), None, "data-yanked" in m.group("attrs"))
+            for m in _ANCHOR.finditer(body.decode("utf-8", "replace"))
+        ]
+        if urllib.parse.urlsplit(url).hostname == PYPI_HOST:
+            files = _with_pypi_upload_times(name, files)
+    releases = []
+    for filename, uploaded, yanked in files:
+        version = _version_of(filename, name)
+        if version is not None:
+            releases.append(Release(version=version, uploaded=_parse_time(uploaded), yanked=yanked))
+    return releases
+
+
+_ANCHOR = re.compile(r"<a(?P<attrs>[^>]*)>(?P<name>[^<]+)</a>", re.IGNORECASE)
+PYPI_HOST = "pypi.org"
+
+
+def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
+    request = urllib.request.Request(url, headers={"Accept": accept})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+            return response.read(), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None, ""
+        raise IndexError_(f"{url}: HTTP {exc.code}") from exc
+    except (urllib.error.URLError, TimeoutError) as exc:
+        raise IndexError_(f"{url}: could not be read: {exc}") from exc
+
+
+def _with_pypi_upload_times(
+    name: str, files: list[tuple[str, str | None, bool]]
+) -> list[tuple[str, str | None, bool]]:
+    """Upload times from PyPI's JSON API, for a simple page that only speaks HTML."""
+    body, _ = _fetch(f"https://{PYPI_HOST}/pypi/{name}/json", "application/json")
+    if body is None:
+        return files
+    times = {
+        f["filename"]: f.get("upload_time_iso_8601")
+        for release in json.loads(body).get("releases", {}).values()
+        for f in release
+    }
+    return [(filename, times.get(filename), yanked) for filename, _, yanked in files]
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def _from_folder(folder: Path, package: str) -> list[Release]:
+    wanted = canonicalize_name(package)
+    releases = []
+    for path in folder.iterdir():
+        version = _version_of(path.name, wanted)
+        if version is not None:
+            releases.append(Release(version=version, uploaded=None))
+    return releases
+
+
+def _version_of(filename: str, wanted: str | None = None) -> Version | None:
+    try:
+        if filename.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(filename)
+        elif filename.endswith((".tar.gz", ".zip")):
+            name, version = parse_sdist_filename(filename)
+        else:
+            return None
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+    if wanted is not None and canonicalize_name(name) != wanted:
+        return None
+    return version
+
+
+def _keep(found: dict[Version, Release], release: Release) -> None:
+    """One entry per version: the earliest upload, yanked only if every file is."""
+    current = found.get(release.version)
+    if current is None:
+        found[release.version] = release
+        return
+    times = [t for t in (current.uploaded, release.uploaded) if t is not None]
+    found[release.version] = Release(
+        version=release.version,
+        uploaded=min(times) if times else None,
+        yanked=current.yanked and release.yanked,
+    )
