@@ -49,8 +49,12 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> 
 
 
 @pytest.fixture
-def tiny_llama(tokenizer: Any) -> Any:
-    """A fresh tiny Llama for each case, so one case's training never leaks into another."""
-    from _tiny import build_model
+def tiny_llama(tiny_model_dir: Path) -> Any:
+    """A fresh tiny Llama for each case, loaded from disk as users load theirs.
 
-    return build_model("llama", tokenizer)
+    Loading from a path (not building in memory) matters: trainers that make a
+    reference model reload it from ``config._name_or_path``.
+    """
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir)
