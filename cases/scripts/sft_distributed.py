@@ -1,0 +1,74 @@
+"""SFT or GRPO, two steps, in every process of a distributed launch; each rank reports.
+
+Run by cases/test_multiprocess.py under `accelerate launch` (or torchrun, or plain
+python): argv is the tiny model's folder, the folder to write rank reports into,
+and the operation (sft or grpo). Without CUDA the run asks for the CPU, which
+accelerate turns into gloo across the processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: _compat, _tiny
+
+
+def build_trainer(operation: str, model_dir: str) -> object:
+    import torch
+    from _compat import grpo_config, sft_config, tokenizer_argument
+    from _tiny import CORPUS
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    on_cpu = {"use_cpu": not torch.cuda.is_available()}
+    if operation == "grpo":
+        from test_grpo import PROMPTS, reward_distinct_words
+        from trl import GRPOTrainer
+
+        return GRPOTrainer(
+            model=model,
+            reward_funcs=reward_distinct_words,
+            args=grpo_config(tempfile.mkdtemp(), **on_cpu),
+            train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * 2]),
+            **tokenizer_argument(GRPOTrainer, tokenizer),
+        )
+    from trl import SFTTrainer
+
+    return SFTTrainer(
+        model=model,
+        args=sft_config(tempfile.mkdtemp(), max_length=32, max_steps=2, **on_cpu),
+        train_dataset=Dataset.from_list([{"text": line} for line in CORPUS * 4]),
+        **tokenizer_argument(SFTTrainer, tokenizer),
+    )
+
+
+def main(model_dir: str, out_dir: str, operation: str) -> None:
+    import torch
+
+    trainer: Any = build_trainer(operation, model_dir)
+    result = trainer.train()
+    weights = b"".join(
+        p.detach().cpu().to(torch.float32).numpy().tobytes()
+        for _, p in sorted(trainer.model.named_parameters())
+    )
+    rank = int(os.environ.get("RANK", "0"))
+    report = {
+        "rank": rank,
+        "world_size": trainer.args.world_size,
+        "loss": float(result.training_loss),
+        "steps": trainer.state.global_step,
+        "weights_sha": hashlib.sha256(weights).hexdigest(),
+    }
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
