@@ -43,6 +43,10 @@ class Family:
 
 FAMILIES = {
     "llama": Family("llama", "LlamaConfig"),
+    "mistral": Family("mistral", "MistralConfig", (("sliding_window", None),)),
+    "qwen2": Family("qwen2", "Qwen2Config"),
+    "phi3": Family("phi3", "Phi3Config"),
+    "gemma": Family("gemma", "GemmaConfig", (("head_dim", 8),)),
 }
 
 

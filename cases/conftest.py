@@ -7,6 +7,7 @@ import-time break of a framework becomes that case's record, not a collection er
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +38,39 @@ def tokenizer() -> Any:
     return build_tokenizer()
 
 
+@pytest.fixture
+def family() -> str:
+    """The model family a case runs on; cases parametrize it where the architecture matters."""
+    return "llama"
+
+
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Path:
-    """A tiny Llama saved with its tokenizer, for frameworks that load from a path."""
+def model_dirs(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Callable[[str], Path]:
+    """Saves each family's tiny model once per session; returns its folder by family."""
     from _tiny import build_model
 
-    path = tmp_path_factory.mktemp("tiny-llama")
-    build_model("llama", tokenizer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    saved: dict[str, Path] = {}
+
+    def folder(family: str) -> Path:
+        if family not in saved:
+            path = tmp_path_factory.mktemp(f"tiny-{family}")
+            build_model(family, tokenizer).save_pretrained(path)
+            tokenizer.save_pretrained(path)
+            saved[family] = path
+        return saved[family]
+
+    return folder
 
 
 @pytest.fixture
-def tiny_llama(tiny_model_dir: Path) -> Any:
-    """A fresh tiny Llama for each case, loaded from disk as users load theirs.
+def tiny_model_dir(family: str, model_dirs: Callable[[str], Path]) -> Path:
+    """The folder of the case's family's tiny model, with its tokenizer beside it."""
+    return model_dirs(family)
+
+
+@pytest.fixture
+def tiny_model(tiny_model_dir: Path) -> Any:
+    """A fresh tiny model for each case, loaded from disk as users load theirs.
 
     Loading from a path (not building in memory) matters: trainers that make a
     reference model reload it from ``config._name_or_path``.

@@ -18,15 +18,15 @@ PREFERENCES = [
 
 @pytest.mark.operation("dpo")
 @pytest.mark.requires_packages(trl=">=0.9")  # DPOConfig as a TrainingArguments: trl 0.9
-def test_dpo_two_steps(tiny_llama: Any, tokenizer: Any, tmp_path: Path, record_property: Any):
+def test_dpo_two_steps(tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any):
     import torch
     from _compat import dpo_config, tokenizer_argument
     from datasets import Dataset
     from trl import DPOTrainer
 
-    before = {n: p.detach().clone() for n, p in tiny_llama.named_parameters()}
+    before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
     trainer = DPOTrainer(
-        model=tiny_llama,
+        model=tiny_model,
         args=dpo_config(str(tmp_path)),
         train_dataset=Dataset.from_list(PREFERENCES * 2),
         **tokenizer_argument(DPOTrainer, tokenizer),

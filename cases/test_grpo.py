@@ -19,16 +19,19 @@ def reward_distinct_words(completions: list[Any], **_: Any) -> list[float]:
 
 @pytest.mark.operation("grpo")
 @pytest.mark.requires_packages(trl=">=0.14")  # GRPOTrainer first shipped in trl 0.14.0
-def test_grpo_two_steps(tiny_llama: Any, tokenizer: Any, tmp_path: Path, record_property: Any):
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_grpo_two_steps(
+    family: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+):
     import torch
     from _compat import grpo_config, tokenizer_argument
     from datasets import Dataset
     from trl import GRPOTrainer
 
     torch.manual_seed(0)
-    before = {n: p.detach().clone() for n, p in tiny_llama.named_parameters()}
+    before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
     trainer = GRPOTrainer(
-        model=tiny_llama,
+        model=tiny_model,
         reward_funcs=reward_distinct_words,
         args=grpo_config(str(tmp_path)),
         train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * 2]),

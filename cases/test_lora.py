@@ -36,14 +36,14 @@ def batch(tokenizer: Any) -> Any:
 @pytest.mark.requires_packages(peft=">=0.4")
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "grad-checkpointing"])
 def test_lora_forward_backward(
-    tiny_llama: Any, tokenizer: Any, checkpointing: bool, record_property: Any
+    tiny_model: Any, tokenizer: Any, checkpointing: bool, record_property: Any
 ):
     import torch
 
     if checkpointing:
-        tiny_llama.gradient_checkpointing_enable()
-        tiny_llama.enable_input_require_grads()
-    model = lora_model(tiny_llama)
+        tiny_model.gradient_checkpointing_enable()
+        tiny_model.enable_input_require_grads()
+    model = lora_model(tiny_model)
     model.train()
     output = model(**batch(tokenizer))
     output.loss.backward()
@@ -59,13 +59,13 @@ def test_lora_forward_backward(
 @pytest.mark.operation("lora")
 @pytest.mark.requires_packages(peft=">=0.4")
 def test_lora_save_reload_and_merge(
-    tiny_llama: Any, tokenizer: Any, tmp_path: Path, tiny_model_dir: Path, record_property: Any
+    tiny_model: Any, tokenizer: Any, tmp_path: Path, tiny_model_dir: Path, record_property: Any
 ):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    model = lora_model(tiny_llama).eval()
+    model = lora_model(tiny_model).eval()
     inputs = batch(tokenizer)
     with torch.no_grad():
         reference = model(**inputs).logits

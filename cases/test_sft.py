@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _tiny import FAMILIES
 
 
 def next_token_loss(model: Any, batch: Any) -> float:
@@ -32,9 +33,12 @@ VARIANTS = {
 
 @pytest.mark.operation("sft")
 @pytest.mark.requires_packages(trl=">=0.9")
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize(
+    ("variant", "family"),
+    [("plain", f) for f in FAMILIES] + [(v, "llama") for v in sorted(VARIANTS) if v != "plain"],
+)
 def test_sft_two_steps(
-    variant: str, tiny_llama: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+    variant: str, family: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
 ):
     import torch
     from _compat import sft_config, tokenizer_argument
@@ -43,9 +47,9 @@ def test_sft_two_steps(
     from trl import SFTTrainer
 
     dataset = Dataset.from_list([{"text": line} for line in CORPUS * 4])
-    before = {n: p.detach().clone() for n, p in tiny_llama.named_parameters()}
+    before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
     trainer = SFTTrainer(
-        model=tiny_llama,
+        model=tiny_model,
         args=sft_config(str(tmp_path), max_length=32, max_steps=2, **VARIANTS[variant]),
         train_dataset=dataset,
         **tokenizer_argument(SFTTrainer, tokenizer),
