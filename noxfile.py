@@ -137,10 +137,20 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+@nox.session(python=False)
+def bench(session: nox.Session) -> None:
+    """The benchmarks (figures side by side, never asserted): ``-- NAME`` runs one of them."""
+    wanted = set(session.posargs)
+    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        if not wanted or script.stem.removeprefix("bench_") in wanted:
+            session.log(f"benchmark {script.stem}")
+            session.run(sys.executable, str(script), external=True)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and mypy (strict) over the package and this noxfile."""
     session.install("-e", ".[lint]")
-    session.run("ruff", "check", "src", "tests", "noxfile.py", "cases")
-    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py", "cases")
+    session.run("ruff", "check", "src", "tests", "noxfile.py", "cases", "benchmarks")
+    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py", "cases", "benchmarks")
     session.run("mypy")
