@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _tiny import FAMILIES
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
@@ -34,9 +35,13 @@ def batch(tokenizer: Any) -> Any:
 
 @pytest.mark.operation("lora")
 @pytest.mark.requires_packages(peft=">=0.4")
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "grad-checkpointing"])
+@pytest.mark.parametrize(
+    ("family", "checkpointing"),
+    [(f, False) for f in FAMILIES] + [("llama", True)],
+    ids=[*FAMILIES, "llama-grad-checkpointing"],
+)
 def test_lora_forward_backward(
-    tiny_model: Any, tokenizer: Any, checkpointing: bool, record_property: Any
+    family: str, tiny_model: Any, tokenizer: Any, checkpointing: bool, record_property: Any
 ):
     import torch
 

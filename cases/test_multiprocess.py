@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,24 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parent / "scripts" / "sft_distributed.py"
+
+
+LAUNCHER_FILES = ("accelerate/commands/launch.py", "torch/distributed/run.py")
+
+
+def raised_inside_a_package(stderr: str) -> bool:
+    """Did a launched process die of an exception raised inside an installed package?
+
+    The launcher prints its own traceback last; the processes' tracebacks are the
+    ones that do not go through the launcher's files.
+    """
+    for block in reversed(stderr.split("Traceback (most recent call last):")[1:]):
+        frames = [
+            f for f in re.findall(r'File "([^"]+)", line \d+', block) if not f.startswith("<")
+        ]
+        if frames and not any(f.endswith(LAUNCHER_FILES) for f in frames):
+            return "site-packages" in frames[-1]
+    return False
 
 
 def launch(mode: str, operation: str, processes: int, model_dir: Path, out: Path) -> list[dict]:
