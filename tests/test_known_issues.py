@@ -76,6 +76,39 @@ REAL = [
 ]
 
 
+# Seen by the default matrix here (trl 0.19.1 with transformers 5.23.0).
+REAL += [
+    (
+        "trl-dpo-vision2seq-mapping-removed",
+        failure(
+            "RuntimeError",
+            "Failed to import trl.trainer.dpo_trainer because of the following error (look up "
+            "to see its traceback):\ncannot import name 'MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES' "
+            "from 'transformers.models.auto.modeling_auto'",
+            {"trl": "0.19.1", "transformers": "5.23.0"},
+            frame="trl/import_utils.py:_get_module",
+        ),
+    ),
+    (
+        "trl-optional-imports-truthy-tuple",
+        failure(
+            "RuntimeError",
+            "Failed to import trl.trainer.grpo_trainer because of the following error (look up "
+            "to see its traceback):\nNo module named 'requests'",
+            {"trl": "0.19.1", "transformers": "5.23.0"},
+            frame="trl/import_utils.py:_get_module",
+        ),
+    ),
+]
+
+
+def test_the_same_import_error_on_transformers_4_is_not_explained():
+    record = failure(
+        "RuntimeError", "No module named 'requests'", {"trl": "0.19.1", "transformers": "4.57.6"}
+    )
+    assert explain(record, KNOWN) is None
+
+
 @pytest.mark.parametrize(("expected", "record"), REAL, ids=[r[0] for r in REAL])
 def test_each_entry_matches_its_real_message(expected, record):
     entry = explain(record, KNOWN)
