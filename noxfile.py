@@ -22,7 +22,7 @@ from ftmatrix.plan import Cell, PlanError
 from ftmatrix.progress import Progress
 from ftmatrix.report import write_report
 from ftmatrix.runner import CellContext, current_python, run_cell
-from ftmatrix.settings import SettingsError
+from ftmatrix.settings import Settings, SettingsError, known_issues_file
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -114,8 +114,9 @@ def plan(session: nox.Session) -> None:
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Build reports/index.html, summary.md and results.json from whatever records exist."""
-    out = LOADED.settings.out if LOADED else ROOT / os.environ.get("FTMATRIX_OUT", "reports")
-    grid = write_report(out, now=datetime.now(UTC))
+    settings = Settings.from_env(os.environ, root=ROOT, now=STARTED)
+    out = settings.out
+    grid = write_report(out, now=datetime.now(UTC), known_issues=known_issues_file(settings))
     session.log(f"{out / 'index.html'}: {len(grid.records)} records, {len(grid.rows)} cells")
 
 

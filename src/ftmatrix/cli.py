@@ -28,7 +28,7 @@ from ftmatrix.records import read_records
 from ftmatrix.report import write_report
 from ftmatrix.resolve import Resolution, resolve_cell
 from ftmatrix.runner import current_python
-from ftmatrix.settings import Settings, SettingsError
+from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 
 
@@ -258,7 +258,7 @@ def dispatch(
     """Run one subcommand; fatal errors propagate to :func:`main`."""
     if args.command == "report":
         settings = Settings.from_env(env, root=root, now=now)
-        grid = write_report(settings.out, now=now)
+        grid = write_report(settings.out, now=now, known_issues=known_issues_file(settings))
         print(
             f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
             f"{len(grid.rows)} cells)"

@@ -85,3 +85,8 @@ def newest_run_id(out: Path) -> str | None:
     """The newest run with records under ``out``, or None."""
     runs = sorted(p.name for p in (out / "records").glob("*") if p.is_dir())
     return runs[-1] if runs else None
+
+
+def known_issues_file(settings: Settings) -> Path:
+    """known_issues.yaml beside the matrix file: each matrix keeps its own explanations."""
+    return settings.matrix.parent / "known_issues.yaml"

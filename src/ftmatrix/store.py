@@ -1,0 +1,164 @@
+"""The history: records from many shards, runners and nights in one SQLite file.
+
+Merging is idempotent (the same records twice change nothing) and
+order-independent (of two different records for one run, cell and case, the one
+that finished later wins, whatever order they arrive in). Unreadable record
+lines are skipped and counted, never fatal. The schema is versioned with
+``PRAGMA user_version`` and migrated forward on open.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ftmatrix.records import Record, read_records
+
+# Each entry migrates the schema from version i to i + 1.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE records (
+        run_id TEXT NOT NULL,
+        cell_id TEXT NOT NULL,
+        case_id TEXT NOT NULL,
+        cell_label TEXT NOT NULL,
+        operation TEXT NOT NULL,
+        status TEXT NOT NULL,
+        hardware_class TEXT NOT NULL,
+        signature TEXT,
+        finished_at TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, cell_id, case_id)
+    );
+    CREATE INDEX records_by_cell ON records (cell_label, case_id, run_id);
+    CREATE INDEX records_by_signature ON records (signature);
+    """,
+    """
+    CREATE TABLE findings (
+        id TEXT PRIMARY KEY,
+        case_id TEXT NOT NULL,
+        axis TEXT NOT NULL,
+        last_good TEXT,
+        first_bad TEXT,
+        data TEXT NOT NULL
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeResult:
+    """What a merge did: rows added or replaced, rows already there, lines skipped."""
+
+    added: int
+    unchanged: int
+    problems: tuple[str, ...]
+
+
+def open_store(path: Path) -> sqlite3.Connection:
+    """Open (creating and migrating as needed) the history at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    connection = sqlite3.connect(path)
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        connection.close()
+        raise sqlite3.DatabaseError(
+            f"{path}: history schema {version} is newer than this ftmatrix ({SCHEMA_VERSION})"
+        )
+    for number in range(version, SCHEMA_VERSION):
+        with connection:
+            connection.executescript(MIGRATIONS[number])
+            connection.execute(f"PRAGMA user_version = {number + 1}")
+    return connection
+
+
+def merge_records(path: Path, sources: Sequence[Path]) -> MergeResult:
+    """Merge every record file under ``sources`` (folders or files) into the history."""
+    records: list[Record] = []
+    problems: list[str] = []
+    for source in sources:
+        result = read_records(source)
+        records += result.records
+        problems += result.problems
+    added, unchanged = merge(path, records)
+    return MergeResult(added=added, unchanged=unchanged, problems=tuple(problems))
+
+
+def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
+    """Upsert ``records``; returns (rows added or replaced, rows unchanged)."""
+    added = unchanged = 0
+    with closing(open_store(path)) as connection, connection:
+        for record in records:
+            data = json.dumps(record.to_dict(), sort_keys=True, default=str)
+            cursor = connection.execute(
+                """
+                INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (run_id, cell_id, case_id) DO UPDATE SET
+                    cell_label = excluded.cell_label, operation = excluded.operation,
+                    status = excluded.status, hardware_class = excluded.hardware_class,
+                    signature = excluded.signature, finished_at = excluded.finished_at,
+                    data = excluded.data
+                WHERE (excluded.finished_at, excluded.data) > (records.finished_at, records.data)
+                """,
+                (
+                    record.run_id,
+                    record.cell_id,
+                    record.case,
+                    record.cell_label,
+                    record.operation,
+                    record.status.value,
+                    record.hardware_class,
+                    record.signature,
+                    record.finished_at,
+                    data,
+                ),
+            )
+            if cursor.rowcount:
+                added += 1
+            else:
+                unchanged += 1
+    return added, unchanged
+
+
+def load_history(path: Path) -> list[Record]:
+    """Every record in the history, oldest run first."""
+    if not path.exists():
+        return []
+    with closing(open_store(path)) as connection:
+        rows = connection.execute("SELECT data FROM records ORDER BY run_id, cell_label, case_id")
+        return [Record.from_mapping(json.loads(data)) for (data,) in rows]
+
+
+def save_finding(path: Path, finding: dict[str, Any]) -> None:
+    """Keep a bisect finding (``finding.json``'s content) in the history."""
+    key = (
+        f"{finding['case']}|{finding['axis']}|{json.dumps(finding.get('held', {}), sort_keys=True)}"
+    )
+    with closing(open_store(path)) as connection, connection:
+        connection.execute(
+            "INSERT OR REPLACE INTO findings VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                key,
+                finding["case"],
+                finding["axis"],
+                finding.get("last_good"),
+                finding.get("first_bad"),
+                json.dumps(finding, sort_keys=True),
+            ),
+        )
+
+
+def load_findings(path: Path) -> list[dict[str, Any]]:
+    """Every bisect finding kept in the history."""
+    if not path.exists():
+        return []
+    with closing(open_store(path)) as connection:
+        return [
+            json.loads(d) for (d,) in connection.execute("SELECT data FROM findings ORDER BY id")
+        ]

@@ -1,0 +1,82 @@
+"""The history store: idempotent, order-independent merges into one SQLite file."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_records import make_record
+
+from ftmatrix.records import CellRecordFile, record_path
+from ftmatrix.status import Status
+from ftmatrix.store import (
+    SCHEMA_VERSION,
+    load_findings,
+    load_history,
+    merge,
+    merge_records,
+    open_store,
+    save_finding,
+)
+
+RECORDS = [
+    make_record(run_id="r1", case="a"),
+    make_record(run_id="r1", case="b", status=Status.FAIL, message="boom"),
+    make_record(run_id="r2", case="a", finished_at="2026-11-23T00:00:00+00:00"),
+    # the same key as the first, finished later: it wins whatever the order
+    make_record(run_id="r1", case="a", status=Status.FAIL, finished_at="2026-11-22T13:00:00+00:00"),
+]
+
+
+def test_merging_twice_changes_nothing(tmp_path: Path):
+    store = tmp_path / "h.sqlite"
+    assert merge(store, RECORDS[:3]) == (3, 0)
+    assert merge(store, RECORDS[:3]) == (0, 3)
+    assert len(load_history(store)) == 3
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
+def test_merge_order_does_not_matter(tmp_path: Path, order):
+    store = tmp_path / "h.sqlite"
+    for index in order:
+        merge(store, [RECORDS[index]])
+    history = {(r.run_id, r.case): r.status for r in load_history(store)}
+    assert history == {("r1", "a"): Status.FAIL, ("r1", "b"): Status.FAIL, ("r2", "a"): Status.PASS}
+
+
+def test_shards_merge_and_corrupt_files_are_counted_not_fatal(tmp_path: Path):
+    shard_one, shard_two = tmp_path / "one", tmp_path / "two"
+    CellRecordFile(record_path(shard_one, "r1", "c1")).add(make_record(cell_id="c1"))
+    CellRecordFile(record_path(shard_two, "r1", "c2")).add(make_record(cell_id="c2"))
+    broken = record_path(shard_two, "r1", "c3")
+    broken.write_text('{"schema": 1, "status": "pa')  # a truncated upload
+    result = merge_records(tmp_path / "h.sqlite", [shard_one, shard_two])
+    assert (result.added, result.unchanged) == (2, 0)
+    assert len(result.problems) == 1 and "c3.jsonl:1: skipped" in result.problems[0]
+
+
+def test_schema_is_versioned_and_newer_files_are_refused(tmp_path: Path):
+    store = tmp_path / "h.sqlite"
+    connection = open_store(store)
+    assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    connection.close()
+    with pytest.raises(sqlite3.DatabaseError, match="is newer than this ftmatrix"):
+        open_store(store)
+
+
+def test_findings_are_kept(tmp_path: Path):
+    store = tmp_path / "h.sqlite"
+    finding = {
+        "case": "t.py::x",
+        "axis": "trl",
+        "last_good": "0.18.0",
+        "first_bad": "0.19.0",
+        "held": {"transformers": "5.23.0"},
+    }
+    save_finding(store, finding)
+    save_finding(store, finding)
+    assert load_findings(store) == [json.loads(json.dumps(finding))]
