@@ -60,7 +60,7 @@ def load(
     settings = Settings.from_env(env, root=root, now=now)
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
     plan = plan_cells(matrix)
-    selected = select_cells(plan.cells, select)
+    selected = select_cells(plan.cells, [*settings.select, *select])
     if settings.shard is not None:
         costs = cell_costs(read_records(settings.out / "records").records)
         selected = shard_cells(selected, *settings.shard, costs)
@@ -104,6 +104,27 @@ def resolve_cells(
             )
         )
     return [answers[cell.id] for cell in cells]
+
+
+def ci_matrix(loaded: Loaded, cells_per_shard: int) -> dict[str, Any]:
+    """The nightly workflow's job matrix: each hardware class's cells split into shards."""
+    include = []
+    for hardware in loaded.matrix.hardware:
+        count = sum(1 for c in loaded.selected if c.hardware == hardware.name)
+        if not count:
+            continue
+        shards = -(-count // max(cells_per_shard, 1))
+        for index in range(1, shards + 1):
+            include.append(
+                {
+                    "hardware": hardware.name,
+                    "runs_on": list(hardware.runs_on),
+                    "select": f"{hardware.name}-*",
+                    "shard": f"{index}/{shards}",
+                    "cells": count,
+                }
+            )
+    return {"include": include}
 
 
 def print_plan(loaded: Loaded, out: TextIO) -> None:
@@ -179,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--hardware", help="hardware class (default: the matrix's first)")
     search.add_argument("--python", help="Python version (default: the running one)")
     search.add_argument("--matrix", help="matrix file for install settings (default: matrix.yaml)")
+    ci = sub.add_parser(
+        "ci-matrix",
+        help="print the GitHub Actions job matrix (one job per hardware class and shard)",
+    )
+    ci.add_argument("--cells-per-shard", type=int, default=8, metavar="N")
     report = sub.add_parser("report", help="build the report from the records that exist")
     report.add_argument("--out", help="reports folder (default: reports/)")
     return parser
@@ -266,6 +292,11 @@ def dispatch(
         return ExitCode.OK
     if args.command == "bisect":
         return _bisect(args, env, root=root, now=now)
+    if args.command == "ci-matrix":
+        loaded = load(env, root=root, now=now)
+        print(f"matrix={json.dumps(ci_matrix(loaded, args.cells_per_shard))}")
+        print(f"run-id={loaded.settings.run_id}")
+        return ExitCode.OK
     loaded = load(env, root=root, now=now, select=args.select)
     if args.command == "plan":
         if args.json:

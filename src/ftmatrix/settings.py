@@ -18,6 +18,7 @@ ENV_VARS = {
     "FTMATRIX_OUT": "Where records and reports go (default: reports/).",
     "FTMATRIX_RUN_ID": "The run id shared by every cell of one run (default: the start time).",
     "FTMATRIX_RUNNER_LABELS": "Comma-separated labels of the CI runner, recorded per cell.",
+    "FTMATRIX_SELECT": "Comma-separated globs: only cells whose label matches one.",
     "FTMATRIX_SHARD": "Run only shard I of N (`I/N`, 1-based), balanced by past durations.",
     "FTMATRIX_RESUME": "`1`: continue the run FTMATRIX_RUN_ID names (default: the newest), "
     "skipping cells and cases it finished.",
@@ -36,6 +37,7 @@ class Settings:
     runner_labels: tuple[str, ...] = ()
     shard: tuple[int, int] | None = None
     resume: bool = False
+    select: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, root: Path, now: datetime) -> Settings:
@@ -53,6 +55,7 @@ class Settings:
             runner_labels=tuple(x.strip() for x in labels.split(",") if x.strip()),
             shard=parse_shard(env.get("FTMATRIX_SHARD", "")),
             resume=resume,
+            select=tuple(g.strip() for g in env.get("FTMATRIX_SELECT", "").split(",") if g.strip()),
         )
 
 
