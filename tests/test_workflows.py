@@ -1,0 +1,187 @@
+"""The GitHub Actions workflows: valid, secure, and wired to what really exists."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_records import make_record
+
+from ftmatrix.cli import build_parser
+from ftmatrix.records import CellRecordFile, record_path
+from ftmatrix.settings import ENV_VARS
+
+ROOT = Path(__file__).parent.parent
+SOURCE = ROOT / "ci" / "workflows"
+INSTALLED = ROOT / ".github" / "workflows"
+WORKFLOWS = sorted(SOURCE.glob("*.yml"))
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name) or str(Path(sys.executable).parent / name)
+    if not Path(found).exists():
+        pytest.fail(f"{name} is not installed: it is in the test extra of pyproject.toml")
+    return found
+
+
+def run_lines(workflow: Path) -> list[str]:
+    data = yaml.safe_load(workflow.read_text())
+    return [
+        line
+        for job in data["jobs"].values()
+        for step in job.get("steps", [])
+        for line in str(step.get("run", "")).splitlines()
+    ]
+
+
+def test_installed_workflows_are_the_source_byte_for_byte():
+    assert [p.name for p in WORKFLOWS] == sorted(p.name for p in INSTALLED.glob("*.yml"))
+    for source in WORKFLOWS:
+        assert (INSTALLED / source.name).read_bytes() == source.read_bytes(), source.name
+
+
+def test_workflows_match_the_github_schema():
+    done = subprocess.run(
+        [
+            tool("check-jsonschema"),
+            "--builtin-schema",
+            "vendor.github-workflows",
+            *map(str, WORKFLOWS),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_zizmor_finds_nothing_of_medium_severity_or_above():
+    done = subprocess.run(
+        [tool("zizmor"), "--offline", "--min-severity", "medium", *map(str, WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_self_hosted_runners_never_see_pull_requests_and_every_job_is_bounded():
+    for workflow in WORKFLOWS:
+        data = yaml.safe_load(workflow.read_text())
+        triggers = data[True] if True in data else data["on"]  # YAML reads `on` as True
+        assert data["permissions"] == {}, workflow.name
+        for name, job in data["jobs"].items():
+            assert "timeout-minutes" in job, (workflow.name, name)
+            assert "permissions" in job, (workflow.name, name)
+            for step in job.get("steps", []):
+                uses = step.get("uses")
+                if uses:
+                    assert re.fullmatch(r"[\w./-]+@[0-9a-f]{40}", uses), uses
+        if any(
+            "self-hosted" in json.dumps(job) or "matrix.runs_on" in json.dumps(job)
+            for job in data["jobs"].values()
+        ):
+            assert "pull_request" not in triggers and "pull_request_target" not in triggers
+
+
+def test_sessions_commands_and_variables_the_workflows_use_exist():
+    listed = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-l"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    # `nox -l` marks every session: selected ones (*) on stdout, the others (-) on
+    # stderr; `--json` would list the selected ones only.
+    sessions = {
+        line[2:].split()[0].split("(")[0]
+        for line in (listed.stdout + listed.stderr).splitlines()
+        if line.startswith(("* ", "- "))
+    }
+    commands = set(build_parser()._subparsers._group_actions[0].choices)
+    text = "\n".join(w.read_text() for w in WORKFLOWS)
+    for workflow in WORKFLOWS:
+        for line in run_lines(workflow):
+            for used in re.findall(r"nox -s ([\w\s-]+?)(?:$|&&|>>|\|)", line):
+                for session in used.split():
+                    assert session in sessions, (workflow.name, session)
+            for command in re.findall(r"python -m ftmatrix ([\w-]+)", line):
+                assert command in commands, (workflow.name, command)
+    for variable in set(re.findall(r"\b(FTMATRIX_[A-Z_]+)\b", text)):
+        assert variable in ENV_VARS, variable
+
+
+def test_the_plan_output_has_the_shape_the_workflow_reads(tmp_path: Path):
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(ROOT / "tests/data/small_matrix.yaml"),
+        "FTMATRIX_OUT": str(tmp_path),
+    }
+    env.pop("FTMATRIX_PROFILE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "ci-matrix", "--cells-per-shard", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    outputs = dict(line.split("=", 1) for line in done.stdout.splitlines())
+    assert set(outputs) == {"matrix", "run-id"}
+    matrix = json.loads(outputs["matrix"])
+    assert [j["shard"] for j in matrix["include"]] == ["1/2", "2/2"]
+    expressions = re.findall(r"\$\{\{(.*?)\}\}", (SOURCE / "nightly.yml").read_text())
+    used = {name for e in expressions for name in re.findall(r"\bmatrix\.(\w+)", e)}
+    for job in matrix["include"]:
+        assert used <= set(job), used - set(job)
+    # Each shard, run with the job's variables, selects a disjoint part of the cells.
+    chosen = []
+    for job in matrix["include"]:
+        plan = subprocess.run(
+            [sys.executable, "-m", "ftmatrix", "plan"],
+            env={**env, "FTMATRIX_SELECT": job["select"], "FTMATRIX_SHARD": job["shard"]},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        chosen += [line.split()[0] for line in plan.stdout.splitlines()[1:-1]]
+    assert len(chosen) == len(set(chosen)) == 4
+
+
+def test_the_report_job_merges_two_shards_with_the_previous_history(tmp_path: Path):
+    out = tmp_path / "reports"
+    # Last night's history, as the cache would restore it.
+    CellRecordFile(record_path(tmp_path / "old", "r0", "c1")).add(
+        make_record(run_id="r0", cell_id="c1", cell_label="cpu-a")
+    )
+    subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report", "--out", str(tmp_path / "old")],
+        check=True,
+        capture_output=True,
+    )
+    out.mkdir()
+    shutil.copy(tmp_path / "old" / "history.sqlite", out / "history.sqlite")
+    # Two shards' artifacts downloaded with merge-multiple into one records folder.
+    for cell_id, label in (("c1", "cpu-a"), ("c2", "cpu-b")):
+        CellRecordFile(record_path(out, "r1", cell_id)).add(
+            make_record(run_id="r1", cell_id=cell_id, cell_label=label)
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "report"],
+        env={**os.environ, "FTMATRIX_OUT": str(out)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["runs"] == ["r1"]
+    assert sorted(r["cell_label"] for r in results["records"]) == ["cpu-a", "cpu-b"]
+    assert "cpu-a" in (out / "summary.md").read_text()
