@@ -80,3 +80,29 @@ def test_findings_are_kept(tmp_path: Path):
     save_finding(store, finding)
     save_finding(store, finding)
     assert load_findings(store) == [json.loads(json.dumps(finding))]
+
+
+def test_newest_runs_and_pass_rates_come_straight_from_sql(tmp_path: Path):
+    from ftmatrix.report import pass_rates
+    from ftmatrix.store import newest_records, pass_rate_table
+
+    records = [
+        make_record(
+            run_id=run,
+            cell_id=cell,
+            cell_label=cell,
+            case=case,
+            status=Status.FAIL if (run, case) == ("r2", "b") else Status.PASS,
+        )
+        for run in ("r1", "r2", "r3")
+        for cell in ("c1", "c2")
+        for case in ("a", "b")
+        if not (run == "r3" and cell == "c2")  # c2 missed the last night
+    ]
+    store = tmp_path / "h.sqlite"
+    merge(store, records)
+    newest = {(r.cell_id, r.run_id) for r in newest_records(store)}
+    before = {(r.cell_id, r.run_id) for r in newest_records(store, back=1)}
+    assert newest == {("c1", "r3"), ("c2", "r2")}
+    assert before == {("c1", "r2"), ("c2", "r1")}
+    assert pass_rate_table(store) == pass_rates(records)

@@ -20,7 +20,13 @@ from typing import Any
 from ftmatrix.known_issues import KnownIssue, load_known_issues
 from ftmatrix.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.status import Status
-from ftmatrix.store import load_findings, load_history, merge_records, save_finding
+from ftmatrix.store import (
+    load_findings,
+    merge_records,
+    newest_records,
+    pass_rate_table,
+    save_finding,
+)
 
 STATUS_COLOURS = {
     # Colour-blind-safe pairs (Okabe-Ito based); the status text is always shown too.
@@ -346,18 +352,18 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
     merged = merge_records(store, [out_dir / "records"])
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
         save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
-    history = load_history(store)
-    grid = build_grid(history)
+    latest = newest_records(store)
+    grid = build_grid(latest)
     known = load_known_issues(known_issues) if known_issues else ()
     groups = failure_groups(grid.records, known, load_findings(store))
-    changes = changes_since_previous(history)
+    changes = changes_since_previous([*newest_records(store, back=1), *latest])
     html = render_html(
         grid,
         generated_at=now,
         problems=merged.problems,
         groups=groups,
         changes=changes,
-        trend=pass_rates(history),
+        trend=pass_rate_table(store),
     )
     write_atomically(out_dir / "index.html", html)
     write_atomically(out_dir / "summary.md", render_markdown(grid, groups, changes))

@@ -48,6 +48,8 @@ MIGRATIONS: tuple[str, ...] = (
         data TEXT NOT NULL
     );
     """,
+    # The report reads each cell's two newest runs: index them.
+    "CREATE INDEX records_by_cell_run ON records (cell_id, run_id);",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -133,6 +135,51 @@ def load_history(path: Path) -> list[Record]:
     with closing(open_store(path)) as connection:
         rows = connection.execute("SELECT data FROM records ORDER BY run_id, cell_label, case_id")
         return [Record.from_mapping(json.loads(data)) for (data,) in rows]
+
+
+def newest_records(path: Path, *, back: int = 0) -> list[Record]:
+    """Each cell's records from its newest run (``back=1``: from the run before that).
+
+    Reads only those rows, so the report's cost does not grow with the length of
+    the history.
+    """
+    if not path.exists():
+        return []
+    with closing(open_store(path)) as connection:
+        rows = connection.execute(
+            """
+            WITH runs AS (
+                SELECT cell_id, run_id,
+                       DENSE_RANK() OVER (PARTITION BY cell_id ORDER BY run_id DESC) AS age
+                FROM (SELECT DISTINCT cell_id, run_id FROM records)
+            )
+            SELECT r.data FROM records r
+            JOIN runs ON runs.cell_id = r.cell_id AND runs.run_id = r.run_id AND runs.age = ?
+            ORDER BY r.cell_label, r.case_id
+            """,
+            (back + 1,),
+        )
+        return [Record.from_mapping(json.loads(data)) for (data,) in rows]
+
+
+def pass_rate_table(path: Path) -> dict[str, list[tuple[str, float]]]:
+    """For each operation, (run id, share of its judged cases that passed), oldest first."""
+    if not path.exists():
+        return {}
+    with closing(open_store(path)) as connection:
+        rows = connection.execute(
+            """
+            SELECT operation, run_id, AVG(status = 'pass')
+            FROM records
+            WHERE status NOT IN ('skip', 'n/a') AND case_id != '*'
+            GROUP BY operation, run_id
+            ORDER BY operation, run_id
+            """
+        )
+        table: dict[str, list[tuple[str, float]]] = {}
+        for operation, run_id, rate in rows:
+            table.setdefault(operation, []).append((run_id, float(rate)))
+        return table
 
 
 def save_finding(path: Path, finding: dict[str, Any]) -> None:
