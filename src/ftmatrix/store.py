@@ -146,20 +146,32 @@ def newest_records(path: Path, *, back: int = 0) -> list[Record]:
     if not path.exists():
         return []
     with closing(open_store(path)) as connection:
-        rows = connection.execute(
-            """
-            WITH runs AS (
-                SELECT cell_id, run_id,
-                       DENSE_RANK() OVER (PARTITION BY cell_id ORDER BY run_id DESC) AS age
-                FROM (SELECT DISTINCT cell_id, run_id FROM records)
+        # Index lookups per cell (records_by_cell_run), not a pass over every row.
+        newest = connection.execute(
+            "SELECT cell_id, MAX(run_id) FROM records GROUP BY cell_id"
+        ).fetchall()
+        wanted = []
+        for cell_id, newest_run in newest:
+            run: str | None = newest_run
+            for _ in range(back):
+                if run is None:
+                    break
+                run = connection.execute(
+                    "SELECT MAX(run_id) FROM records WHERE cell_id = ? AND run_id < ?",
+                    (cell_id, run),
+                ).fetchone()[0]
+            if run is not None:
+                wanted.append((cell_id, run))
+        rows = [
+            data
+            for cell_id, run_id in wanted
+            for (data,) in connection.execute(
+                "SELECT data FROM records WHERE cell_id = ? AND run_id = ? ORDER BY case_id",
+                (cell_id, run_id),
             )
-            SELECT r.data FROM records r
-            JOIN runs ON runs.cell_id = r.cell_id AND runs.run_id = r.run_id AND runs.age = ?
-            ORDER BY r.cell_label, r.case_id
-            """,
-            (back + 1,),
-        )
-        return [Record.from_mapping(json.loads(data)) for (data,) in rows]
+        ]
+        records = [Record.from_mapping(json.loads(data)) for data in rows]
+        return sorted(records, key=lambda r: (r.cell_label, r.case))
 
 
 def pass_rate_table(path: Path) -> dict[str, list[tuple[str, float]]]:
