@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,24 +17,6 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parent / "scripts" / "sft_distributed.py"
-
-
-LAUNCHER_FILES = ("accelerate/commands/launch.py", "torch/distributed/run.py")
-
-
-def raised_inside_a_package(stderr: str) -> bool:
-    """Did a launched process die of an exception raised inside an installed package?
-
-    The launcher prints its own traceback last; the processes' tracebacks are the
-    ones that do not go through the launcher's files.
-    """
-    for block in reversed(stderr.split("Traceback (most recent call last):")[1:]):
-        frames = [
-            f for f in re.findall(r'File "([^"]+)", line \d+', block) if not f.startswith("<")
-        ]
-        if frames and not any(f.endswith(LAUNCHER_FILES) for f in frames):
-            return "site-packages" in frames[-1]
-    return False
 
 
 def launch(mode: str, operation: str, processes: int, model_dir: Path, out: Path) -> list[dict]:
@@ -81,11 +62,18 @@ def launch(mode: str, operation: str, processes: int, model_dir: Path, out: Path
         check=False,
     )
     if completed.returncode != 0:
-        # Surface the launched processes' own error as this case's failure.
-        raise RuntimeError(
-            f"{mode} launch exited {completed.returncode}:\n{completed.stderr[-4000:]}"
-        )
-    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+        errors = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.error.json"))]
+        message = f"{mode} launch exited {completed.returncode}"
+        if errors:
+            message += f": {errors[0]['type']}: {errors[0]['message']} (at {errors[0]['frame']})"
+        message += f"\n{completed.stderr[-4000:]}"
+        # Blame as the results plugin would in-process: an error raised inside an
+        # installed package is the frameworks' (fail); anything else is ours (error).
+        if errors and all(e["framework"] for e in errors):
+            raise AssertionError(message)
+        raise RuntimeError(message)
+    reports = [p for p in out.glob("rank*.json") if not p.name.endswith(".error.json")]
+    return [json.loads(p.read_text()) for p in sorted(reports, key=lambda p: (len(p.name), p.name))]
 
 
 @pytest.mark.operation("multiprocess")

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -70,5 +71,30 @@ def main(model_dir: str, out_dir: str, operation: str) -> None:
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(report))
 
 
+def report_error(out_dir: str, error: BaseException) -> None:
+    """Leave this rank's exception for the case, with where it was raised.
+
+    The case blames it as the results plugin would in-process: raised inside an
+    installed package (the frameworks) or by this script (ours).
+    """
+    frames = traceback.extract_tb(error.__traceback__)
+    innermost = next((f.filename for f in reversed(frames) if not f.filename.startswith("<")), "")
+    rank = int(os.environ.get("RANK", "0"))
+    Path(out_dir, f"rank{rank}.error.json").write_text(
+        json.dumps(
+            {
+                "type": f"{type(error).__module__}.{type(error).__qualname__}",
+                "message": str(error),
+                "framework": "site-packages" in innermost or "dist-packages" in innermost,
+                "frame": innermost,
+            }
+        )
+    )
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3])
+    try:
+        main(sys.argv[1], sys.argv[2], sys.argv[3])
+    except Exception as error:
+        report_error(sys.argv[2], error)
+        raise
