@@ -164,3 +164,15 @@ def test_badges_and_embedded_data_cannot_break_out_of_the_page(tmp_path: Path):
     assert "</script><script>alert(3)" not in page
     badge = json.loads((tmp_path / "badges" / "sft.json").read_text())
     assert badge == {"schemaVersion": 1, "label": "sft", "message": "0/1 pass", "color": "red"}
+
+
+def test_headline_keeps_the_cause_of_an_announced_error():
+    from ftmatrix.report import headline
+
+    lazy = (
+        "Failed to import trl.trainer.grpo_trainer because of the following error (look up "
+        "to see its traceback):\nNo module named 'requests'"
+    )
+    assert headline(lazy).endswith("(look up to see its traceback): No module named 'requests'")
+    assert headline("plain message\nsecond") == "plain message"
+    assert headline(None) == ""

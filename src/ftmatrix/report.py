@@ -96,6 +96,17 @@ def _keep_worst(into: dict[Any, Record], key: Any, record: Record) -> None:
         into[key] = record
 
 
+def headline(message: str | None) -> str:
+    """The line of a message worth showing in a grid: the first, and the next when the
+    first only announces it ("Failed to import X because of the following error:")."""
+    lines = [line.strip() for line in (message or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
+
+
 def reproduce_command(record: Record) -> str:
     """The one command that rebuilds this cell and reruns this case locally."""
     selector = shlex.quote(f"matrix({record.cell_label})")
@@ -283,7 +294,7 @@ def render_markdown(
     if groups:
         lines += ["", "## Failures by cause", ""]
         for group in groups:
-            first = group.message.splitlines()[0] if group.message else ""
+            first = headline(group.message)
             known = (
                 f"known: [{group.known.id}]({group.known.upstream})" if group.known else "**new**"
             )
@@ -295,7 +306,7 @@ def render_markdown(
         lines += ["", "## Problems", ""]
         for record in problems:
             detail = record.message or record.reason or ""
-            first = detail.strip().splitlines()[0] if detail.strip() else ""
+            first = headline(detail)
             lines.append(
                 f"- **{record.status.value}** `{_md(record.cell_label)}` `{_md(record.case)}`: "
                 f"{_md(first[:300])}"
@@ -477,7 +488,7 @@ def _grid_table(grid: Grid) -> str:
 
 def _grid_cell(record: Record) -> str:
     text = record.message or record.reason or ""
-    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = headline(text)
     link = ""
     if record.status in PROBLEM_STATUSES:
         link = f' <a href="#{_anchor(record)}">details</a>'
@@ -513,7 +524,7 @@ def _groups(groups: Sequence[FailureGroup]) -> str:
         return ""
     sections = []
     for group in groups:
-        first = group.message.splitlines()[0] if group.message else ""
+        first = headline(group.message)
         if group.known:
             link = (
                 f'<a href="{escape(group.known.upstream)}">{escape(group.known.id)}</a>'
