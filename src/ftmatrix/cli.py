@@ -20,14 +20,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from packaging.version import Version
+
 from ftmatrix.bisect import BisectError
 from ftmatrix.bisect_cells import BisectRequest, run_bisect
 from ftmatrix.config import ConfigError, InstallOptions, Matrix, load_matrix
+from ftmatrix.index import list_releases
 from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
 from ftmatrix.records import read_records
 from ftmatrix.report import write_report
 from ftmatrix.resolve import Resolution, resolve_cell
 from ftmatrix.runner import current_python
+from ftmatrix.selectors import resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 
@@ -59,12 +63,28 @@ def load(
     """Settings from ``env``, the matrix file they name, its plan, the selected cells."""
     settings = Settings.from_env(env, root=root, now=now)
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
+    if any(axis.selector for axis in matrix.packages):
+        matrix = resolve_selectors(matrix, index_releases(matrix, env))
     plan = plan_cells(matrix)
     selected = select_cells(plan.cells, [*settings.select, *select])
     if settings.shard is not None:
         costs = cell_costs(read_records(settings.out / "records").records)
         selected = shard_cells(selected, *settings.shard, costs)
     return Loaded(settings=settings, matrix=matrix, plan=plan, selected=tuple(selected))
+
+
+def index_releases(matrix: Matrix, env: Mapping[str, str]) -> Any:
+    """Release lists from the configured index, frozen at UV_EXCLUDE_NEWER when set."""
+    cutoff = env.get("UV_EXCLUDE_NEWER")
+    exclude_newer = datetime.fromisoformat(cutoff.replace("Z", "+00:00")) if cutoff else None
+    if exclude_newer is not None and exclude_newer.tzinfo is None:
+        exclude_newer = exclude_newer.replace(tzinfo=UTC)
+
+    def releases(package: str) -> list[Version]:
+        found = list_releases(package, matrix.install, env, exclude_newer=exclude_newer)
+        return [r.version for r in found]
+
+    return releases
 
 
 def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
@@ -77,6 +97,14 @@ def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
         "strategy": matrix.strategy,
         "full_size": loaded.plan.full_size,
         "pairwise_lower_bound": loaded.plan.pairwise_lower_bound,
+        "selectors": {
+            axis.package: {
+                "selector": axis.selector.describe(),
+                "versions": [v or "none" for v in axis.versions],
+            }
+            for axis in matrix.packages
+            if axis.selector is not None
+        },
         "cells": [
             {
                 **cell.to_dict(),

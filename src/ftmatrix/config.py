@@ -58,11 +58,49 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Selector:
+    """Versions chosen from the package index at plan time.
+
+    ``latest``: the newest N releases; ``latest_minor``: the newest patch of each of
+    the newest N minor series; ``range``: only releases inside a specifier; with
+    ``prereleases`` pre-releases count too.
+    """
+
+    latest: int | None = None
+    latest_minor: int | None = None
+    range: str | None = None
+    prereleases: bool = False
+    include_none: bool = False
+
+    def describe(self) -> str:
+        parts = []
+        if self.latest is not None:
+            parts.append(f"latest: {self.latest}")
+        if self.latest_minor is not None:
+            parts.append(f"latest-minor: {self.latest_minor}")
+        if self.range:
+            parts.append(f"range: {self.range!r}")
+        if self.prereleases:
+            parts.append("prereleases: true")
+        if self.include_none:
+            parts.append("none: true")
+        return "{" + ", ".join(parts) + "}"
+
+
+SELECTOR_KEYS = ("latest", "latest-minor", "range", "prereleases", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Axis:
-    """One package and the versions the matrix tries; ``None`` means not installed."""
+    """One package and the versions the matrix tries; ``None`` means not installed.
+
+    An axis written as a selector has no versions until the plan resolves it
+    against the index (:func:`ftmatrix.selectors.resolve_selectors`).
+    """
 
     package: str
     versions: tuple[str | None, ...]
+    selector: Selector | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,6 +316,11 @@ def _packages(checker: _Checker, raw: Any) -> tuple[Axis, ...]:
             checker.add(at, f"the same package as packages.{seen[name]}")
             continue
         seen[name] = str(package)
+        if isinstance(versions, dict):
+            selector = _selector(checker, versions, at)
+            if selector is not None:
+                axes.append(Axis(package=str(package), versions=(), selector=selector))
+            continue
         if not isinstance(versions, list):
             checker.add(at, f"must be a list of versions such as ['1.2.0', none], got {versions!r}")
             continue
@@ -298,6 +341,39 @@ def _packages(checker: _Checker, raw: Any) -> tuple[Axis, ...]:
 
 
 _INVALID = object()
+
+
+def _selector(checker: _Checker, raw: dict[str, Any], at: str) -> Selector | None:
+    before = len(checker.problems)
+    checker.unknown_keys(raw, SELECTOR_KEYS, at)
+    counts: dict[str, int | None] = {}
+    for key in ("latest", "latest-minor"):
+        value = raw.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            checker.add(f"{at}.{key}", f"must be a whole number >= 1, got {value!r}")
+        counts[key] = value if isinstance(value, int) else None
+    spec = raw.get("range")
+    if spec is not None:
+        try:
+            SpecifierSet(str(spec))
+        except InvalidSpecifier:
+            checker.add(f"{at}.range", f"{spec!r} is not a specifier such as '>=0.14,<1.0'")
+    if counts["latest"] is None and counts["latest-minor"] is None and spec is None:
+        checker.add(at, "a selector needs latest, latest-minor or range, e.g. {latest: 3}")
+    for key in ("prereleases", "none"):
+        if key in raw and not isinstance(raw[key], bool):
+            checker.add(f"{at}.{key}", f"must be true or false, got {raw[key]!r}")
+    if len(checker.problems) > before:
+        return None
+    return Selector(
+        latest=counts["latest"],
+        latest_minor=counts["latest-minor"],
+        range=None if spec is None else str(spec),
+        prereleases=bool(raw.get("prereleases", False)),
+        include_none=bool(raw.get("none", False)),
+    )
 
 
 def _version(checker: _Checker, value: Any, at: str) -> str | object | None:

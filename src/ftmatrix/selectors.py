@@ -1,0 +1,62 @@
+"""Axes written as selectors become concrete versions, chosen from the package index.
+
+A pure step between the config and the plan: ``releases(package)`` is passed in
+(the index in production, a fixed list in tests), and the matrix that comes out
+has only explicit versions, so plans, labels and ids depend on what the selector
+resolved to. ``UV_EXCLUDE_NEWER`` (uv's own setting, also honoured by the index
+reader) freezes what "newest" means, so a plan is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ftmatrix.config import Axis, ConfigError, Matrix, Selector
+
+
+def select_versions(selector: Selector, released: Sequence[Version]) -> list[str]:
+    """The versions ``selector`` picks from ``released``, oldest first."""
+    candidates = sorted(v for v in set(released) if selector.prereleases or not v.is_prerelease)
+    if selector.range:
+        spec = SpecifierSet(selector.range)
+        candidates = [v for v in candidates if spec.contains(v, prereleases=True)]
+    # Local versions (2.13.0+cpu) are builds of a release, not releases of their own.
+    public: dict[Version, Version] = {}
+    for version in candidates:
+        public.setdefault(Version(version.public), version)
+    candidates = sorted(public)
+    if selector.latest_minor is not None:
+        newest_of_series: dict[tuple[int, int], Version] = {}
+        for version in candidates:
+            newest_of_series[(version.major, version.minor)] = version
+        candidates = sorted(newest_of_series.values())[-selector.latest_minor :]
+    if selector.latest is not None:
+        candidates = candidates[-selector.latest :]
+    return [str(v) for v in candidates]
+
+
+def resolve_selectors(matrix: Matrix, releases: Callable[[str], Sequence[Version]]) -> Matrix:
+    """``matrix`` with every selector axis replaced by the versions it picks."""
+    axes: list[Axis] = []
+    problems = []
+    for axis in matrix.packages:
+        if axis.selector is None:
+            axes.append(axis)
+            continue
+        picked: list[str | None] = list(select_versions(axis.selector, releases(axis.package)))
+        if not picked:
+            problems.append(
+                f"{matrix.source}: packages.{axis.package}: {axis.selector.describe()} "
+                "matched no release on the index"
+            )
+            continue
+        if axis.selector.include_none:
+            picked.insert(0, None)
+        axes.append(Axis(package=axis.package, versions=tuple(picked), selector=axis.selector))
+    if problems:
+        raise ConfigError(problems)
+    return replace(matrix, packages=tuple(axes))
