@@ -27,7 +27,7 @@ def test_needs_gpu():
     raise AssertionError("must not run")
 
 def test_wrong_result():
-    assert 1 + 1 == 3, "the framework computed the wrong thing"
+    assert sum([1, 1]) == 3, "the framework computed the wrong thing"
 
 def test_framework_raises():
     from packaging.version import Version

@@ -44,16 +44,6 @@ def usable_gpu_count(fingerprint: Mapping[str, Any]) -> int:
     return int(fingerprint.get("gpu_count", 0))
 
 
-def describe(fingerprint: Mapping[str, Any]) -> str:
-    """One line for logs and reports: ``x86_64, 2 CPUs, 23 GiB, no GPU``."""
-    gpus = fingerprint.get("gpus") or []
-    gpu_text = ", ".join(g.get("name", "?") for g in gpus) if gpus else "no GPU"
-    return (
-        f"{fingerprint.get('cpu') or fingerprint.get('machine')}, "
-        f"{fingerprint.get('cpu_count')} CPUs, {fingerprint.get('memory_gib')} GiB, {gpu_text}"
-    )
-
-
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
