@@ -241,7 +241,7 @@ def render_html(
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>ftmatrix compatibility report</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{_CSS}{_status_css()}</style></head><body>",
         "<h1>ftmatrix compatibility report</h1>",
         f"<p class=meta>Generated {escape(generated_at.isoformat(timespec='seconds'))}"
         f" from {len(grid.records)} records of {len(grid.rows)} cells"
@@ -422,10 +422,15 @@ def _legend() -> str:
 
 
 def _badge(status: Status) -> str:
-    background, colour = STATUS_COLOURS[status]
-    return (
-        f'<span class="status s-{_css_name(status)}" style="background:{background};'
-        f'color:{colour}">{escape(status.value)}</span>'
+    # Colours come from one rule per status (see _status_css): a 500-cell grid repeats
+    # this span thousands of times.
+    return f'<span class="status s-{_css_name(status)}">{escape(status.value)}</span>'
+
+
+def _status_css() -> str:
+    return "".join(
+        f".s-{_css_name(status)}{{background:{background};color:{colour}}}"
+        for status, (background, colour) in STATUS_COLOURS.items()
     )
 
 

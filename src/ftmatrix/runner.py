@@ -124,6 +124,10 @@ def _run_cell(
         log(f"[ftmatrix] {cell.label}: skip: {gap}")
         return _finish_whole_cell(files, cell, ctx, Status.SKIP, started, reason=gap)
 
+    if ctx.resume and _complete_with_its_lock(files, ctx):
+        log(f"[ftmatrix] {cell.label}: complete in run {ctx.run_id}; nothing to resume")
+        return CellRecordFile(path).records
+
     log(f"[ftmatrix] {cell.label}: resolving {' '.join(cell.requirements())}")
     resolution = _with_retries(
         lambda: resolve_cell(cell, ctx.install, ctx.env),
@@ -199,6 +203,19 @@ def _run_cell(
     log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
     write_atomically(files.done, json.dumps(state))
     return records
+
+
+def _complete_with_its_lock(files: _CellFiles, ctx: CellContext) -> bool:
+    """Did this run already finish the cell, with the lock it resolved and these cases?
+
+    Within one run the cell's lock stands: resuming does not resolve again, so a
+    finished cell costs a file read, not a resolver round trip.
+    """
+    if not files.lock.exists():
+        return False
+    lock = files.lock.read_text(encoding="utf-8")
+    state = {"lock": _digest(lock), "cases": cases_digest(ctx.cases_dir)}
+    return bool(files.read_json(files.done) == state)
 
 
 def hardware_class_gap(hardware: HardwareClass, fingerprint: Mapping[str, Any]) -> str | None:
