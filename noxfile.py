@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nox
 
-from ftmatrix.cli import Loaded, load, main, plan_json, print_plan
+from ftmatrix.cli import Loaded, load, main, plan_json, print_plan, resolve_cells
 from ftmatrix.config import ConfigError
 from ftmatrix.plan import Cell, PlanError
 from ftmatrix.progress import Progress
@@ -102,13 +102,16 @@ def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
 
 @nox.session(python=False)
 def plan(session: nox.Session) -> None:
-    """Print the cells the matrix expands to; ``-- --json`` for machines (each cell resolved)."""
+    """Print the cells and whether each installs; ``-- --json`` for machines, ``--no-resolve``."""
     if LOADED is None:
         session.error(PROBLEM)
     if "--json" in session.posargs:
         print(json.dumps(plan_json(LOADED, os.environ), indent=2))
-    else:
+    elif "--no-resolve" in session.posargs:
         print_plan(LOADED, sys.stdout)
+    else:
+        resolutions = resolve_cells(LOADED.selected, LOADED.matrix.install, os.environ)
+        print_plan(LOADED, sys.stdout, resolutions)
 
 
 @nox.session(python=False)

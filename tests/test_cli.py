@@ -18,17 +18,18 @@ def env_for(matrix: Path, **extra: str) -> dict[str, str]:
 
 
 def test_plan_prints_cells_and_the_count(capsys: pytest.CaptureFixture[str]):
-    code = main(["plan"], env=env_for(DATA / "small_matrix.yaml"))
+    code = main(["plan", "--no-resolve"], env=env_for(DATA / "small_matrix.yaml"))
     out = capsys.readouterr().out.splitlines()
     assert code == ExitCode.OK
     assert out[0] == f"{DATA / 'small_matrix.yaml'}: strategy full"
     assert out[1].split()[0] == "cpu-py3.11-six1.16.0-attrs23.2.0"
     assert out[1].split()[2:] == ["six==1.16.0", "attrs==23.2.0"]
-    assert out[-1] == "4 cells selected (of 4 planned; the full product has 4)"
+    assert out[-1] == ("4 cells selected (of 4 planned with strategy full; the full product has 4)")
 
 
 def test_plan_select_glob(capsys: pytest.CaptureFixture[str]):
-    assert main(["plan", "--select", "*-six1.17*"], env=env_for(DATA / "small_matrix.yaml")) == 0
+    argv = ["plan", "--no-resolve", "--select", "*-six1.17*"]
+    assert main(argv, env=env_for(DATA / "small_matrix.yaml")) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("2 cells selected (of 4 planned")
 
 
@@ -66,3 +67,16 @@ def test_plan_json_resolves_each_cell(capsys: pytest.CaptureFixture[str], tmp_pa
     assert cell["installable"] is False
     assert "trl" in cell["reason"] and "transformers" in cell["reason"]
     assert cell["runs_on"] == ["ubuntu-latest"]
+
+
+@pytest.mark.slow
+def test_plan_table_says_which_cells_install(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("packages:\n  trl: ['1.16.0']\n  transformers: ['4.40.0', '4.57.6']\n")
+    assert main(["plan"], env=env_for(matrix)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[0] == "cpu-py3.11-trl1.16.0-tf4.40.0"
+    assert "  uninstallable: " in lines[1]
+    assert "requirements are unsatisfiable" in lines[1]
+    assert lines[2].endswith("  installable")
+    assert lines[-1].endswith("; 1 installable, 1 uninstallable")

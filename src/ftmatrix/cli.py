@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from ftmatrix.index import list_releases
 from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
 from ftmatrix.records import read_records
 from ftmatrix.report import write_report
-from ftmatrix.resolve import Resolution, resolve_cell
+from ftmatrix.resolve import Resolution, resolve_cell, uv_binary
 from ftmatrix.runner import current_python
 from ftmatrix.selectors import resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
@@ -123,6 +124,8 @@ def resolve_cells(
 ) -> list[Resolution]:
     """Resolve cells in parallel (uv is I/O-bound here), each pin set once."""
     unique = {cell.id: cell for cell in cells}
+    # Found once before the threads: locating it reads sysconfig, which is not thread-safe.
+    uv_binary()
     with ThreadPoolExecutor(max_workers=min(8, len(unique) or 1)) as pool:
         answers = dict(
             zip(
@@ -155,19 +158,30 @@ def ci_matrix(loaded: Loaded, cells_per_shard: int) -> dict[str, Any]:
     return {"include": include}
 
 
-def print_plan(loaded: Loaded, out: TextIO) -> None:
-    """The human form: one line per cell, then the count."""
+def print_plan(
+    loaded: Loaded, out: TextIO, resolutions: Sequence[Resolution] | None = None
+) -> None:
+    """The human form: one line per cell (with its installability when resolved), then counts."""
     matrix = loaded.matrix
     profile = f", profile {matrix.profile}" if matrix.profile else ""
     out.write(f"{matrix.source}: strategy {matrix.strategy}{profile}\n")
     width = max((len(c.label) for c in loaded.selected), default=10)
-    for cell in loaded.selected:
+    verdicts: Counter[str] = Counter()
+    for index, cell in enumerate(loaded.selected):
         pins = " ".join(f"{k}=={v}" if v else f"{k}:none" for k, v in cell.pins)
-        out.write(f"  {cell.label:<{width}}  {cell.id}  {pins}\n")
+        line = f"  {cell.label:<{width}}  {cell.id}  {pins}"
+        if resolutions is not None:
+            resolution = resolutions[index]
+            verdict = "installable" if resolution.lock else resolution.status.value  # type: ignore[union-attr]
+            verdicts[verdict] += 1
+            why = (resolution.reason or "").strip().splitlines()
+            line += f"  {verdict}" + (f": {why[-1]}" if why and not resolution.lock else "")
+        out.write(line + "\n")
     total = len(loaded.plan.cells)
+    counts = "; " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) if verdicts else ""
     out.write(
-        f"{len(loaded.selected)} cells selected (of {total} planned; "
-        f"the full product has {loaded.plan.full_size})\n"
+        f"{len(loaded.selected)} cells selected (of {total} planned with strategy "
+        f"{matrix.strategy}; the full product has {loaded.plan.full_size}){counts}\n"
     )
 
 
@@ -212,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if name == "plan":
             command.add_argument("--json", action="store_true", help="machine-readable output")
+            command.add_argument(
+                "--no-resolve",
+                action="store_true",
+                help="do not ask the resolver whether each cell can be installed",
+            )
     search = sub.add_parser(
         "bisect",
         help="find the first release of a package where a case breaks",
@@ -330,7 +349,12 @@ def dispatch(
         if args.json:
             print(json.dumps(plan_json(loaded, env), indent=2))
         else:
-            print_plan(loaded, sys.stdout)
+            resolutions = (
+                None
+                if args.no_resolve
+                else resolve_cells(loaded.selected, loaded.matrix.install, env)
+            )
+            print_plan(loaded, sys.stdout, resolutions)
         return ExitCode.OK
     if extra and extra[0] == "--":
         extra = extra[1:]

@@ -7,6 +7,7 @@ and never gets a venv. One that can gets its full lock.
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from collections.abc import Mapping
@@ -91,6 +92,7 @@ def run_uv(
     )
 
 
+@functools.cache
 def uv_binary() -> str:
     """The uv executable shipped with the ``uv`` package ftmatrix depends on."""
     try:
