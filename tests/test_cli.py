@@ -80,3 +80,15 @@ def test_plan_table_says_which_cells_install(capsys: pytest.CaptureFixture[str],
     assert "requirements are unsatisfiable" in lines[1]
     assert lines[2].endswith("  installable")
     assert lines[-1].endswith("; 1 installable, 1 uninstallable")
+
+
+@pytest.mark.slow
+def test_plan_refuses_a_version_the_index_never_had(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+):
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("packages:\n  six: ['1.17.0', '2.0']\n")
+    assert main(["plan"], env=env_for(matrix)) == ExitCode.CONFIG
+    assert capsys.readouterr().err.splitlines()[1] == (
+        f"  - {matrix}: packages.six[1]: '2.0' was never released; closest released: 1.16.0, 1.17.0"
+    )

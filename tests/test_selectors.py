@@ -91,3 +91,15 @@ def test_selectors_against_the_real_index_frozen_in_time():
         "six": ("1.16.0", "1.17.0"),
         "trl": ("0.17.0", "0.18.1"),
     }
+
+
+def test_an_explicit_version_never_released_names_its_neighbours():
+    from ftmatrix.selectors import check_released
+
+    matrix = parse("packages:\n  trl: ['0.19.1', '0.99.0']\n  torch: ['2.13.0']\n")
+    with pytest.raises(ConfigError) as caught:
+        check_released(matrix, lambda package: RELEASED)
+    assert caught.value.problems == (
+        "m.yaml: packages.trl[1]: '0.99.0' was never released; "
+        "closest released: 0.19.0, 0.19.1, 1.0.0",
+    )

@@ -32,7 +32,7 @@ from ftmatrix.records import read_records
 from ftmatrix.report import write_report
 from ftmatrix.resolve import Resolution, resolve_cell, uv_binary
 from ftmatrix.runner import current_python
-from ftmatrix.selectors import resolve_selectors
+from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 
@@ -346,6 +346,9 @@ def dispatch(
         return ExitCode.OK
     loaded = load(env, root=root, now=now, select=args.select)
     if args.command == "plan":
+        if not args.no_resolve:
+            # The plan asks the index anyway: a pin it never had is a config error here.
+            check_released(loaded.matrix, index_releases(loaded.matrix, env))
         if args.json:
             print(json.dumps(plan_json(loaded, env), indent=2))
         else:

@@ -60,3 +60,36 @@ def resolve_selectors(matrix: Matrix, releases: Callable[[str], Sequence[Version
     if problems:
         raise ConfigError(problems)
     return replace(matrix, packages=tuple(axes))
+
+
+def check_released(matrix: Matrix, releases: Callable[[str], Sequence[Version]]) -> None:
+    """A ConfigError naming every explicit version the index never had, with the closest."""
+    problems = []
+    for axis in matrix.packages:
+        if axis.selector is not None:
+            continue
+        released = sorted(set(releases(axis.package)))
+        public = {Version(v.public) for v in released}
+        for index, version in enumerate(axis.versions):
+            if version is None or Version(version) in public or Version(version) in released:
+                continue
+            closest = _neighbours(released, Version(version))
+            hint = (
+                f"closest released: {', '.join(str(v) for v in sorted(closest))}"
+                if closest
+                else "the index has no release of it"
+            )
+            problems.append(
+                f"{matrix.source}: packages.{axis.package}[{index}]: {version!r} was never "
+                f"released; {hint}"
+            )
+    if problems:
+        raise ConfigError(problems)
+
+
+def _neighbours(released: Sequence[Version], wanted: Version) -> list[Version]:
+    """The releases just below and just above ``wanted`` (finals, unless it is a pre)."""
+    pool = [v for v in released if wanted.is_prerelease or not v.is_prerelease] or list(released)
+    below = [v for v in pool if v < wanted][-2:]
+    above = [v for v in pool if v > wanted][:1]
+    return below + above
