@@ -111,7 +111,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ftmatrix-bench-"))
     env = {**os.environ, "FTMATRIX_MATRIX": args.matrix, "FTMATRIX_CASES": args.cases}
     cells = list(load(env, root=ROOT, now=datetime.now(UTC)).selected)
-    cold_env = {**env, "UV_CACHE_DIR": str(work / "uv-cache")}
+    cold_env = {
+        **env,
+        "UV_CACHE_DIR": str(work / "uv-cache"),
+        "FTMATRIX_CACHE_DIR": str(work / "ftmatrix-cache"),
+    }
 
     cold = run_ftmatrix(work, cold_env)
     cold_cases = case_seconds(work / "out")

@@ -7,14 +7,20 @@ and never gets a venv. One that can gets its full lock.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 import re
 import subprocess
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ftmatrix.config import InstallOptions
 from ftmatrix.plan import Cell
+from ftmatrix.records import write_atomically
 from ftmatrix.status import Status
 
 # The test runner every cell gets besides its pins.
@@ -31,23 +37,108 @@ class Resolution:
     reason: str | None
 
 
-def resolve_cell(cell: Cell, install: InstallOptions, env: Mapping[str, str]) -> Resolution:
-    """Ask uv whether the cell's pins co-install on its Python, without making a venv."""
+def resolve_cell(
+    cell: Cell,
+    install: InstallOptions,
+    env: Mapping[str, str],
+    *,
+    now: Callable[[], float] = time.time,
+) -> Resolution:
+    """Ask uv whether the cell's pins co-install on its Python, without making a venv.
+
+    Answers (a lock, or the resolver's proof that there is none) are cached for
+    ``FTMATRIX_RESOLVE_TTL`` seconds (default 6 hours; 0 disables), keyed by
+    everything that decides them, so the same pin set is not resolved twice: support
+    packages float, so a lock is only trusted while it is fresh.
+    """
     requirements = "\n".join([*cell.requirements(), *RUNNER_REQUIREMENTS]) + "\n"
-    result = run_uv(
-        ["pip", "compile", "-", "--python-version", cell.python, "--no-header", "--quiet"]
-        + uv_index_args(install, env),
-        env,
-        stdin=requirements,
-    )
+    args = [
+        "pip",
+        "compile",
+        "-",
+        "--python-version",
+        cell.python,
+        "--no-header",
+        "--quiet",
+        *uv_index_args(install, env),
+    ]
+    ttl = float(env.get("FTMATRIX_RESOLVE_TTL", DEFAULT_TTL_SECONDS))
+    key = _cache_key(requirements, args, env)
+    cached = _cached(key, env, ttl, now()) if ttl > 0 else None
+    if cached is not None:
+        return cached
+    result = run_uv(args, env, stdin=requirements)
     if result.returncode == 0:
-        return Resolution(lock=result.stdout, status=None, reason=None)
-    explanation = result.stderr.strip()
-    if UNSATISFIABLE.search(explanation):
-        return Resolution(
+        answer = Resolution(lock=result.stdout, status=None, reason=None)
+    else:
+        explanation = result.stderr.strip()
+        if not UNSATISFIABLE.search(explanation):
+            # Not a proof about the pins (network, index): never cached.
+            return Resolution(
+                lock=None, status=Status.INSTALL_ERROR, reason=last_lines(explanation)
+            )
+        answer = Resolution(
             lock=None, status=Status.UNINSTALLABLE, reason=_resolver_reason(explanation)
         )
-    return Resolution(lock=None, status=Status.INSTALL_ERROR, reason=last_lines(explanation))
+    if ttl > 0:
+        _store(key, env, answer, now())
+    return answer
+
+
+DEFAULT_TTL_SECONDS = 6 * 3600
+# Variables that change what uv answers: part of the cache key.
+RESOLVER_ENV = (
+    "UV_EXCLUDE_NEWER",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS",
+    "UV_INDEX_STRATEGY",
+    "UV_PRERELEASE",
+    "UV_TORCH_BACKEND",
+)
+
+
+def cache_dir(env: Mapping[str, str]) -> Path:
+    """Where resolutions are kept: FTMATRIX_CACHE_DIR, else the user's cache folder."""
+    if env.get("FTMATRIX_CACHE_DIR"):
+        return Path(env["FTMATRIX_CACHE_DIR"])
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", "/tmp")) / ".cache")
+    return Path(base) / "ftmatrix" / "resolve"
+
+
+def _cache_key(requirements: str, args: list[str], env: Mapping[str, str]) -> str:
+    material = json.dumps(
+        [requirements, args, {k: env.get(k) for k in RESOLVER_ENV}], sort_keys=True
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _cached(key: str, env: Mapping[str, str], ttl: float, now: float) -> Resolution | None:
+    path = cache_dir(env) / f"{key}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if now - float(data.get("at", 0)) > ttl:
+        return None
+    status = data.get("status")
+    return Resolution(
+        lock=data.get("lock"),
+        status=Status(status) if status else None,
+        reason=data.get("reason"),
+    )
+
+
+def _store(key: str, env: Mapping[str, str], answer: Resolution, now: float) -> None:
+    data = {
+        "at": now,
+        "lock": answer.lock,
+        "status": answer.status.value if answer.status else None,
+        "reason": answer.reason,
+    }
+    with contextlib.suppress(OSError):  # a cache that cannot be written is only slower
+        write_atomically(cache_dir(env) / f"{key}.json", json.dumps(data))
 
 
 def uv_index_args(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
