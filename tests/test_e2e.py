@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ftmatrix.resolve import lock_id
+
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"
 
@@ -70,6 +72,13 @@ def test_small_matrix_runs_every_cell_and_reports(tmp_path: Path):
         assert record["run_id"] == "20261122T000000Z"
         assert record["packages"]["six"] == record["pins"]["six"]  # the pins were installed
         assert "pytest" in record["packages"]
+    # Each record names its environment by the hash of the lock kept beside it.
+    locks = {
+        path.name.split(".")[0]: lock_id(path.read_text())
+        for path in (tmp_path / "out" / "records").rglob("*.lock.txt")
+    }
+    assert len(set(locks.values())) == 4
+    assert all(record["lock_id"] == locks[record["cell_id"]] for record in records)
     old_six_old_attrs = by_cell["cpu-py3.11-six1.16.0-attrs23.2.0"]
     assert old_six_old_attrs == {
         "test_six_imports": "pass",

@@ -30,11 +30,12 @@ from ftmatrix.index import list_releases
 from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
 from ftmatrix.records import read_records
 from ftmatrix.report import write_report
-from ftmatrix.resolve import Resolution, resolve_cell, uv_binary
+from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.runner import current_python
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
+from ftmatrix.status import Status
 
 
 class ExitCode(enum.IntEnum):
@@ -112,6 +113,7 @@ def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
                 "session": f"matrix({cell.label})",
                 "runs_on": list(_hardware(matrix, cell.hardware).runs_on),
                 "installable": resolution.lock is not None,
+                "lock_id": resolution.lock_id,
                 "reason": resolution.reason,
             }
             for cell, resolution in zip(loaded.selected, resolutions, strict=True)
@@ -174,8 +176,12 @@ def print_plan(
             resolution = resolutions[index]
             verdict = "installable" if resolution.lock else resolution.status.value  # type: ignore[union-attr]
             verdicts[verdict] += 1
-            why = (resolution.reason or "").strip().splitlines()
-            line += f"  {verdict}" + (f": {why[-1]}" if why and not resolution.lock else "")
+            why = ""
+            if resolution.status is Status.UNINSTALLABLE:
+                why = conflict_summary(resolution.reason or "")
+            elif resolution.reason:
+                why = resolution.reason.strip().splitlines()[-1]
+            line += f"  {verdict}" + (f": {why}" if why else "")
         out.write(line + "\n")
     total = len(loaded.plan.cells)
     counts = "; " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) if verdicts else ""

@@ -211,6 +211,7 @@ class _Recorder:
             run_id=self.cell["run_id"],
             cell_id=self.cell["id"],
             cell_label=self.cell["label"],
+            lock_id=self.cell.get("lock_id"),
             python=self.cell["python"],
             pins=self.cell["pins"],
             hardware_class=self.cell["hardware"],

@@ -32,6 +32,10 @@ FIELDS: dict[str, tuple[str | list[str], str]] = {
     "run_id": ("string", "The run this record belongs to."),
     "cell_id": ("string", "Short hash of the cell's canonical form: the storage key."),
     "cell_label": ("string", "Readable cell name, as `nox -l` shows it."),
+    "lock_id": (
+        ["string", "null"],
+        "Short hash of the resolved lock: an unchanged id means an unchanged environment.",
+    ),
     "python": ("string", "Python version of the cell."),
     "pins": ("object", "Requested pins: package -> version, null for 'not installed'."),
     "packages": ("object", "Every distribution installed in the cell: name -> version."),
@@ -72,6 +76,7 @@ class Record:
     started_at: str
     finished_at: str
     duration: float = 0.0
+    lock_id: str | None = None
     packages: Mapping[str, str] = field(default_factory=dict)
     hardware: Mapping[str, Any] = field(default_factory=dict)
     runner_labels: tuple[str, ...] = ()
@@ -117,6 +122,7 @@ class Record:
 _OPTIONAL_FIELDS = frozenset(
     {
         "duration",
+        "lock_id",
         "packages",
         "hardware",
         "runner_labels",

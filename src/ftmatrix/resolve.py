@@ -36,6 +36,11 @@ class Resolution:
     status: Status | None
     reason: str | None
 
+    @property
+    def lock_id(self) -> str | None:
+        """The hash of the lock (None when there is none): what identifies the environment."""
+        return lock_id(self.lock) if self.lock is not None else None
+
 
 def resolve_cell(
     cell: Cell,
@@ -167,6 +172,29 @@ def _resolver_reason(stderr: str) -> str:
     text = re.sub(r"^\s*(error:|\u00d7)\s*", "", stderr.strip(), flags=re.MULTILINE)
     text = re.sub(r"\s*(cause:|╰─▶)\s*", "\n", text)
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def lock_id(lock: str) -> str:
+    """A short hash of what a lock installs: equal ids, equal environments.
+
+    Only the ``name==version`` lines count, sorted: uv's header, its "via" comments and
+    option lines (``--find-links PATH``) name the command, the requirers and this
+    machine's paths, which change nothing that is installed.
+    """
+    requirements = (line.split("#", 1)[0].strip().lower() for line in lock.splitlines())
+    lines = sorted(line for line in requirements if line and not line.startswith("-"))
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+
+
+def conflict_summary(reason: str) -> str:
+    """The resolver's explanation in one line: its first step, which names the package
+    that conflicts and what it requires (the last step only says "unsatisfiable")."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("No solution found"):
+        lines = lines[1:]
+    joined = " ".join(lines)
+    first, _, _ = joined.partition(", we can conclude")
+    return first.removeprefix("Because ").strip() or joined
 
 
 def run_uv(

@@ -42,7 +42,7 @@ from ftmatrix.records import (
     redact,
     write_atomically,
 )
-from ftmatrix.resolve import last_lines, resolve_cell, run_uv, uv_index_args
+from ftmatrix.resolve import last_lines, lock_id, resolve_cell, run_uv, uv_index_args
 from ftmatrix.status import Status
 from ftmatrix.supervise import Limits as CaseLimits
 from ftmatrix.supervise import run_cases
@@ -142,7 +142,7 @@ def _run_cell(
             files, cell, ctx, resolution.status, started, reason=resolution.reason
         )
 
-    state = {"lock": _digest(resolution.lock), "cases": cases_digest(ctx.cases_dir)}
+    state = {"lock": resolution.lock_id, "cases": cases_digest(ctx.cases_dir)}
     if ctx.resume:
         if files.read_json(files.done) == state:
             log(f"[ftmatrix] {cell.label}: complete in run {ctx.run_id}; nothing to resume")
@@ -171,7 +171,12 @@ def _run_cell(
             files, cell, ctx, Status.INSTALL_ERROR, started, reason=reason, done=False
         )
 
-    cell_info = {**cell.to_dict(), "run_id": ctx.run_id, "runner_labels": list(ctx.runner_labels)}
+    cell_info = {
+        **cell.to_dict(),
+        "lock_id": resolution.lock_id,
+        "run_id": ctx.run_id,
+        "runner_labels": list(ctx.runner_labels),
+    }
     write_atomically(files.cell_info, json.dumps(cell_info))
     command, targets = pytest_command(venv_python, files.cell_info, path, ctx)
     fingerprint = probe_hardware(ctx.env)
@@ -196,7 +201,7 @@ def _run_cell(
                 cell_seconds=ctx.timeouts.cell,
                 memory_bytes=memory_limit_bytes(ctx.limits, fingerprint),
             ),
-            make_record=_record_factory(cell, ctx),
+            make_record=_record_factory(cell, ctx, lock_id=resolution.lock_id),
             log=log,
             progress=progress,
         )
@@ -214,7 +219,7 @@ def _complete_with_its_lock(files: _CellFiles, ctx: CellContext) -> bool:
     if not files.lock.exists():
         return False
     lock = files.lock.read_text(encoding="utf-8")
-    state = {"lock": _digest(lock), "cases": cases_digest(ctx.cases_dir)}
+    state = {"lock": lock_id(lock), "cases": cases_digest(ctx.cases_dir)}
     return bool(files.read_json(files.done) == state)
 
 
@@ -352,7 +357,9 @@ def _with_retries(
     return result
 
 
-def _record_factory(cell: Cell, ctx: CellContext) -> Callable[..., Record]:
+def _record_factory(
+    cell: Cell, ctx: CellContext, *, lock_id: str | None = None
+) -> Callable[..., Record]:
     hardware = probe_hardware(ctx.env)
 
     def make(**fields: Any) -> Record:
@@ -365,6 +372,7 @@ def _record_factory(cell: Cell, ctx: CellContext) -> Callable[..., Record]:
             run_id=ctx.run_id,
             cell_id=cell.id,
             cell_label=cell.label,
+            lock_id=lock_id,
             python=cell.python,
             pins=dict(cell.pins),
             hardware_class=cell.hardware,
@@ -402,10 +410,6 @@ def _finish_whole_cell(
         # Resume skips it; an install-error is not 'done': a later run may get through.
         write_atomically(files.done, json.dumps({"whole_cell": status.value}))
     return [record]
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _lock_lines(lock: str) -> list[str]:
