@@ -106,3 +106,30 @@ def test_newest_runs_and_pass_rates_come_straight_from_sql(tmp_path: Path):
     assert newest == {("c1", "r3"), ("c2", "r2")}
     assert before == {("c1", "r2"), ("c2", "r1")}
     assert pass_rate_table(store) == pass_rates(records)
+
+
+def test_pass_rates_follow_a_replaced_record_and_survive_a_migration(tmp_path: Path):
+    from ftmatrix.store import MIGRATIONS, pass_rate_table
+
+    store = tmp_path / "h.sqlite"
+    merge(store, RECORDS[:3])
+    assert pass_rate_table(store)["sft"] == [("r1", 0.5), ("r2", 1.0)]
+    merge(store, [RECORDS[3]])  # r1/a fails after all: r1's rate is counted again
+    assert pass_rate_table(store)["sft"] == [("r1", 0.0), ("r2", 1.0)]
+
+    # A history written before the rates were kept gets them on its next open.
+    old = tmp_path / "old.sqlite"
+    connection = sqlite3.connect(old)
+    for number, migration in enumerate(MIGRATIONS[:3]):
+        connection.executescript(migration)
+        connection.execute(f"PRAGMA user_version = {number + 1}")
+    for record in RECORDS[:3]:
+        connection.execute(
+            "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.run_id, record.cell_id, record.case, record.cell_label, record.operation,
+             record.status.value, record.hardware_class, record.signature, record.finished_at,
+             json.dumps(record.to_dict())),
+        )
+    connection.commit()
+    connection.close()
+    assert pass_rate_table(old)["sft"] == [("r1", 0.5), ("r2", 1.0)]

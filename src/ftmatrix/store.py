@@ -19,6 +19,14 @@ from typing import Any
 
 from ftmatrix.records import Record, read_records
 
+# Passed and judged cases per operation, for the runs the ``runs`` subquery names.
+_PASS_RATES_OF_RUNS = """
+    SELECT operation, run_id, SUM(status = 'pass'), COUNT(*)
+    FROM records
+    WHERE run_id IN ({runs}) AND status NOT IN ('skip', 'n/a') AND case_id != '*'
+    GROUP BY operation, run_id
+"""
+
 # Each entry migrates the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -50,6 +58,18 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # The report reads each cell's two newest runs: index them.
     "CREATE INDEX records_by_cell_run ON records (cell_id, run_id);",
+    # The trend's pass rates, kept per run as records merge: reading them back must not
+    # scan a year of records (millions of rows) on every report.
+    f"""
+    CREATE TABLE pass_rates (
+        operation TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        passed INTEGER NOT NULL,
+        judged INTEGER NOT NULL,
+        PRIMARY KEY (operation, run_id)
+    );
+    INSERT INTO pass_rates {_PASS_RATES_OF_RUNS.format(runs="SELECT DISTINCT run_id FROM records")};
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -95,8 +115,10 @@ def merge_records(path: Path, sources: Sequence[Path]) -> MergeResult:
 def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
     """Upsert ``records``; returns (rows added or replaced, rows unchanged)."""
     added = unchanged = 0
+    runs: set[str] = set()
     with closing(open_store(path)) as connection, connection:
         for record in records:
+            runs.add(record.run_id)
             data = json.dumps(record.to_dict(), sort_keys=True, default=str)
             cursor = connection.execute(
                 """
@@ -125,7 +147,19 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
                 added += 1
             else:
                 unchanged += 1
+        refresh_pass_rates(connection, sorted(runs))
     return added, unchanged
+
+
+def refresh_pass_rates(connection: sqlite3.Connection, runs: Sequence[str]) -> None:
+    """Recount the pass rates of ``runs`` from their records (by the primary key's run_id)."""
+    for start in range(0, len(runs), 500):  # SQLite caps the number of parameters
+        batch = runs[start : start + 500]
+        marks = ", ".join("?" * len(batch))
+        connection.execute(f"DELETE FROM pass_rates WHERE run_id IN ({marks})", batch)
+        connection.execute(
+            f"INSERT INTO pass_rates {_PASS_RATES_OF_RUNS.format(runs=marks)}", batch
+        )
 
 
 def load_history(path: Path) -> list[Record]:
@@ -180,13 +214,8 @@ def pass_rate_table(path: Path) -> dict[str, list[tuple[str, float]]]:
         return {}
     with closing(open_store(path)) as connection:
         rows = connection.execute(
-            """
-            SELECT operation, run_id, AVG(status = 'pass')
-            FROM records
-            WHERE status NOT IN ('skip', 'n/a') AND case_id != '*'
-            GROUP BY operation, run_id
-            ORDER BY operation, run_id
-            """
+            "SELECT operation, run_id, CAST(passed AS REAL) / judged FROM pass_rates"
+            " ORDER BY operation, run_id"
         )
         table: dict[str, list[tuple[str, float]]] = {}
         for operation, run_id, rate in rows:
