@@ -5,10 +5,12 @@ Side by side in one run, printed as a table and JSON (never asserted):
   (same cache, venvs reused), and a warm re-run with FTMATRIX_RESUME (nothing to do);
 - the naive approach: for each cell a fresh `python -m venv`, `pip install` of the
   pins and pytest, then pytest over the cases, one cell after another;
-- per-cell overhead: cell wall time minus the cases' own durations from the records.
+- per-cell overhead: cell wall time minus the cases' own durations from the records;
+- parallel cells (`nox -j N`, warm) against the ideal: the cases' own time divided by N.
 
     python benchmarks/bench_matrix.py [--matrix tests/data/small_matrix.yaml]
-                                      [--cases tests/data/small_cases] [--json out.json]
+                                      [--cases tests/data/small_cases] [--jobs 2]
+                                      [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ftmatrix.cli import load  # noqa: E402
 from ftmatrix.records import read_records  # noqa: E402
 
 
-def run_ftmatrix(work: Path, env: dict[str, str], *, resume: bool = False) -> float:
+def run_ftmatrix(work: Path, env: dict[str, str], *, resume: bool = False, jobs: int = 1) -> float:
     run_env = {**env, "FTMATRIX_OUT": str(work / "out")}
     if resume:
         run_env["FTMATRIX_RESUME"] = "1"
@@ -45,6 +47,7 @@ def run_ftmatrix(work: Path, env: dict[str, str], *, resume: bool = False) -> fl
             "nox",
             "-f",
             str(ROOT / "noxfile.py"),
+            *(["-j", str(jobs)] if jobs > 1 else []),
             "-s",
             "matrix",
             "--envdir",
@@ -105,6 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--matrix", default=str(ROOT / "tests/data/small_matrix.yaml"))
     parser.add_argument("--cases", default=str(ROOT / "tests/data/small_cases"))
+    parser.add_argument("--jobs", type=int, default=2, help="parallel cells for `nox -j`")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -122,6 +126,8 @@ def main() -> None:
     warm = run_ftmatrix(work, cold_env)
     warm_cases = case_seconds(work / "out")
     rerun = run_ftmatrix(work, cold_env, resume=True)
+    parallel = run_ftmatrix(work, cold_env, jobs=args.jobs)
+    parallel_cases = case_seconds(work / "out")
     naive = run_naive(work, env, cells, Path(args.cases))
 
     n = len(cells)
@@ -137,6 +143,11 @@ def main() -> None:
         "overhead_per_cell_warm_s": round((warm - warm_cases) / n, 2),
         "warm_vs_naive": round(warm / naive, 3),
         "rerun_vs_cold": round(rerun / cold, 3),
+        "jobs": args.jobs,
+        "ftmatrix_warm_parallel_s": round(parallel, 2),
+        "cases_own_time_parallel_s": round(parallel_cases, 2),
+        # 1.0 would be the cases alone, spread perfectly over the jobs.
+        "parallel_vs_ideal": round(parallel / (parallel_cases / args.jobs), 2),
     }
     width = max(len(k) for k in figures)
     print(f"{'measure':<{width}}  value")
