@@ -79,7 +79,7 @@ def test_plan_table_says_which_cells_install(capsys: pytest.CaptureFixture[str],
     # The resolver's first step names the conflict; its last only says "unsatisfiable".
     assert "  uninstallable: " in lines[1]
     why = lines[1].split("  uninstallable: ")[1]
-    assert "trl==1.16.0 depends on" in why and "transformers>=" in why, why
+    assert why.startswith("trl") and "depends on transformers>=" in why, why
     assert lines[2].endswith("  installable")
     assert lines[-1].endswith("; 1 installable, 1 uninstallable")
 
