@@ -99,6 +99,27 @@ REAL += [
             frame="trl/import_utils.py:_get_module",
         ),
     ),
+    # peft 0.17.1 with transformers 5.23.0: directly, and through trl's lazy import.
+    (
+        "peft-hybridcache-removed",
+        failure(
+            "ImportError",
+            "cannot import name 'HybridCache' from 'transformers' (/tmp/ftm-run/.nox/matrix-cpu-"
+            "py3-11/lib/python3.11/site-packages/transformers/__init__.py)",
+            {"peft": "0.17.1", "transformers": "5.23.0"},
+            frame="peft/peft_model.py:<module>",
+        ),
+    ),
+    (
+        "peft-hybridcache-removed",
+        failure(
+            "RuntimeError",
+            "Failed to import trl.trainer.sft_trainer because of the following error (look up "
+            "to see its traceback):\ncannot import name 'HybridCache' from 'transformers'",
+            {"peft": "0.17.1", "transformers": "5.23.0", "trl": "0.19.1"},
+            frame="trl/import_utils.py:_get_module",
+        ),
+    ),
 ]
 
 
