@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_records import make_record
 
-from ftmatrix.records import CellRecordFile, record_path
+from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
 from ftmatrix.report import write_report
 from ftmatrix.status import Status
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2;alert(1)">'
+XSS_VERSION = '<img src=x onerror="window.__xss=3;alert(3)">'
+XSS_REASON = '<img src=x onerror="window.__xss=5;alert(5)">'
+XSS_CASE = 'test_sft.py::test_sft[<img src=x onerror="window.__xss=4;alert(4)">]'
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -66,7 +71,7 @@ def report(tmp_path: Path) -> Path:
 
 
 def test_report_in_chromium(report: Path, tmp_path: Path):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     errors: list[str] = []
     dialogs: list[str] = []
@@ -78,14 +83,15 @@ def test_report_in_chromium(report: Path, tmp_path: Path):
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(report.as_uri())
 
-        rows = page.locator("table.grid tbody tr")
+        rows = page.locator("table.grid tbody tr:visible")
         assert rows.count() == 3
-        page.fill("#filter", "tf5.23")
-        assert page.locator("table.grid tbody tr:visible").count() == 2
+        page.fill("#filter", "tf5.23")  # the grid redraws shortly after typing stops
+        expect(rows).to_have_count(2)
         page.select_option("#status-filter", "fail")
-        assert page.locator("table.grid tbody tr:visible").count() == 1
+        expect(rows).to_have_count(1)
         page.fill("#filter", "")
         page.select_option("#status-filter", "")
+        expect(rows).to_have_count(3)
 
         page.click("table.grid a:has-text('details')")
         detail = page.locator("details.failure").first
@@ -109,3 +115,214 @@ def test_report_in_chromium(report: Path, tmp_path: Path):
     assert shot.stat().st_size > 10_000
     assert dialogs == []
     assert errors == []
+
+
+CASES = {
+    "test_sft.py::test_sft": "sft",
+    "test_grpo.py::test_grpo": "grpo",
+    "test_lora.py::test_merge": "lora",
+}
+# (transformers, trl, peft) -> status per case, or one whole-cell status.
+PIVOT_CELLS: dict[tuple[str, str, str], dict[str, Status] | Status] = {
+    ("4.57.6", "0.19.1", "0.17.1"): {"sft": Status.PASS, "grpo": Status.NOT_APPLICABLE},
+    ("4.57.6", "0.19.1", "0.18.1"): {"sft": Status.PASS, "grpo": Status.NOT_APPLICABLE},
+    ("4.57.6", "1.16.0", "0.17.1"): Status.UNINSTALLABLE,
+    ("4.57.6", "1.16.0", "0.18.1"): {},
+    ("5.23.0", "0.19.1", "0.17.1"): {},
+    ("5.23.0", "0.19.1", "0.18.1"): {"grpo": Status.FAIL},
+    ("5.23.0", "1.16.0", "0.17.1"): {},
+    ("5.23.0", "1.16.0", "0.18.1"): {"grpo": Status.SKIP, "lora": Status.CRASH},
+    ("5.23.0", "1.16.0", XSS_VERSION): {XSS_CASE: Status.FAIL},
+}
+
+
+@pytest.fixture
+def pivot_report(tmp_path: Path) -> Path:
+    for number, ((tf, trl, peft), statuses) in enumerate(PIVOT_CELLS.items()):
+        cell_id = f"cell{number}"
+        common = dict(
+            cell_id=cell_id,
+            cell_label=f"cpu-py3.11-tf{tf}-trl{trl}-peft{number}",
+            pins={"transformers": tf, "trl": trl, "peft": peft},
+        )
+        file = CellRecordFile(record_path(tmp_path, "r1", cell_id))
+        if isinstance(statuses, Status):
+            file.add(
+                make_record(
+                    **common,
+                    case=WHOLE_CELL,
+                    operation="install",
+                    status=statuses,
+                    reason="Because trl==1.16.0 depends on transformers>=4.56.2 " + XSS_REASON,
+                )
+            )
+            continue
+        cases = [XSS_CASE] if XSS_CASE in statuses else list(CASES)
+        for case in cases:
+            operation = CASES.get(case, "sft")
+            status = statuses.get(case, statuses.get(operation, Status.PASS))
+            broken = status in (Status.FAIL, Status.CRASH)
+            file.add(
+                make_record(
+                    **common,
+                    case=case,
+                    operation=operation,
+                    status=status,
+                    message=XSS if broken else None,
+                    exception_type="RuntimeError" if broken else None,
+                )
+            )
+    write_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
+    return tmp_path / "index.html"
+
+
+def cell_text(page, row: str, column: str) -> str:
+    """The text of the grid cell at the row and column headed ``row`` and ``column``."""
+    return page.evaluate(
+        """([row, column]) => {
+          const table = document.querySelector("table.grid");
+          const heads = Array.from(table.tHead.rows[0].cells).map(c => c.textContent);
+          const index = heads.indexOf(column);
+          const tr = Array.from(table.tBodies[0].rows)
+            .find(r => r.cells[0].textContent === row);
+          if (index < 0 || !tr) { return null; }
+          return tr.cells[index].textContent;
+        }""",
+        [row, column],
+    )
+
+
+@pytest.fixture
+def pivot_page(pivot_report: Path) -> Iterator[tuple[Any, list[str]]]:
+    """The pivot report open in Chromium, and the console errors and dialogs it raised."""
+    from playwright.sync_api import sync_playwright
+
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+        page.goto(pivot_report.as_uri())
+        yield page, problems
+        browser.close()
+
+
+def assert_nothing_ran(page: Any, problems: list[str]) -> None:
+    assert page.evaluate("window.__xss") is None
+    assert problems == []
+
+
+def test_pivot_any_two_axes_with_the_others_as_filters(pivot_page, tmp_path: Path):
+    from playwright.sync_api import expect
+
+    page, problems = pivot_page
+    # The default view: one row per cell, one column per case; the uninstallable
+    # cell is one span with the resolver's reason.
+    expect(page.locator("table.grid tbody tr")).to_have_count(len(PIVOT_CELLS))
+    uninstallable = page.locator("table.grid td[colspan]")
+    expect(uninstallable).to_have_count(1)
+    expect(uninstallable).to_contain_text("uninstallable")
+    expect(uninstallable).to_contain_text("depends on transformers>=4.56.2 " + XSS_REASON)
+    expect(page.locator("table.grid img")).to_have_count(0)
+
+    page.select_option("#row-axis", label="transformers")
+    page.select_option("#column-axis", label="trl")
+    expect(page.locator("table.grid tbody tr")).to_have_count(2)
+    expect(page.locator("#pivot-summary")).to_contain_text("rows: transformers (2)")
+    # Worst status, how many have it, out of how many (the uninstallable cell stands
+    # for each of the four cases it never ran).
+    assert cell_text(page, "4.57.6", "0.19.1") == "pass 4/6"
+    assert cell_text(page, "4.57.6", "1.16.0") == "uninstallable 4/7"
+    assert cell_text(page, "5.23.0", "0.19.1") == "fail 1/6"
+    assert cell_text(page, "5.23.0", "1.16.0") == "crash 1/7"
+    # The axes shown are not filters; the others are.
+    expect(page.locator('select[data-name="transformers"]')).to_be_hidden()
+    expect(page.locator('select[data-name="peft"]')).to_be_visible()
+
+    page.select_option('select[data-name="peft"]', label="0.17.1")
+    expect(page.locator("#pivot-summary")).to_contain_text("13 of 26 results")
+    assert cell_text(page, "5.23.0", "0.19.1") == "pass 3/3"
+    assert cell_text(page, "4.57.6", "1.16.0") == "uninstallable 4/4"
+    page.select_option('select[data-name="peft"]', label="all")
+    page.select_option('select[data-name="operation"]', label="grpo")
+    expect(page.locator("#pivot-summary")).to_contain_text("8 of 26 results")
+    assert cell_text(page, "5.23.0", "0.19.1") == "fail 1/2"
+    assert cell_text(page, "4.57.6", "0.19.1") == "n/a 2/2"
+    page.select_option('select[data-name="operation"]', label="all")
+    page.select_option("#status-filter", "crash")
+    expect(page.locator("table.grid tbody tr")).to_have_count(1)
+    page.select_option("#status-filter", "")
+
+    # Choosing the column axis as rows swaps the two.
+    page.select_option("#row-axis", label="trl")
+    assert page.locator("#column-axis option:checked").inner_text() == "transformers"
+    assert cell_text(page, "1.16.0", "5.23.0") == "crash 1/7"
+
+    shot = tmp_path / "pivot.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    assert_nothing_ran(page, problems)
+
+
+def test_a_combined_cell_opens_the_records_it_holds(pivot_page):
+    from playwright.sync_api import expect
+
+    page, problems = pivot_page
+    page.select_option("#row-axis", label="transformers")
+    page.select_option("#column-axis", label="trl")
+    combined = page.locator("table.grid tbody tr", has_text="5.23.0").locator("details")
+    combined.nth(0).locator("summary").click()
+    items = combined.nth(0).locator("li")
+    expect(items).to_have_count(6)
+    expect(items.first).to_contain_text("fail")  # worst first
+    failing = items.filter(has_text="fail")
+    expect(failing).to_have_count(1)
+    expect(failing).to_contain_text("cpu-py3.11-tf5.23.0-trl0.19.1-peft5")
+    expect(failing).to_contain_text("test_grpo.py::test_grpo")
+    expect(failing).to_contain_text("window.__xss=2")  # the message, as text
+    failing.locator("a", has_text="details").click()
+    detail = page.locator("details.failure[open]")
+    expect(detail).to_have_count(1)
+    expect(detail).to_contain_text("test_grpo.py::test_grpo")
+    assert_nothing_ran(page, problems)
+
+
+def test_record_text_on_the_axes_stays_text(pivot_page):
+    from playwright.sync_api import expect
+
+    page, problems = pivot_page
+    page.select_option("#row-axis", label="peft")
+    page.select_option("#column-axis", label="case")
+    expect(page.locator("table.grid thead th", has_text=XSS_CASE)).to_have_count(1)
+    expect(page.locator("table.grid tbody th", has_text=XSS_VERSION)).to_have_count(1)
+    assert cell_text(page, XSS_VERSION, XSS_CASE) == "fail details" + XSS
+    expect(page.locator("table.grid img")).to_have_count(0)
+    page.select_option('select[data-name="cell"]', label="cpu-py3.11-tf5.23.0-trl1.16.0-peft8")
+    expect(page.locator("table.grid tbody tr")).to_have_count(1)
+    expect(page.locator("table.grid tbody th")).to_have_text(XSS_VERSION)
+    page.select_option('select[data-name="cell"]', label="all")
+    # ...and in the lists combined cells open, the whole-cell reason included.
+    page.select_option("#row-axis", label="transformers")
+    page.select_option("#column-axis", label="trl")
+    for row in ("4.57.6", "5.23.0"):
+        for details in page.locator("table.grid tbody tr", has_text=row).locator("details").all():
+            details.locator("summary").click()
+    expect(page.locator("table.grid details[open]")).to_have_count(4)
+    expect(page.locator("table.grid li", has_text=XSS_CASE)).to_have_count(2)
+    expect(page.locator("table.grid li", has_text=XSS_REASON)).to_have_count(4)
+    expect(page.locator("table.grid img")).to_have_count(0)
+    page.fill("#filter", "peft8")
+    expect(page.locator("table.grid tbody tr")).to_have_count(1)
+    # Redrawn by the script, the uninstallable cell spans its row as the server drew it.
+    page.select_option("#row-axis", label="cell")
+    page.select_option("#column-axis", label="case")
+    page.fill("#filter", "peft2")
+    expect(page.locator("#pivot-summary")).to_contain_text("4 of 26 results")
+    spanning = page.locator("table.grid td[colspan]")
+    expect(spanning).to_have_attribute("colspan", "4")
+    expect(spanning).to_contain_text("uninstallable details")
+    expect(spanning).to_contain_text(XSS_REASON)
+    expect(page.locator("table.grid img")).to_have_count(0)
+    assert_nothing_ran(page, problems)

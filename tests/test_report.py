@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from html import escape
 from pathlib import Path
 
 from test_records import make_record
@@ -11,13 +12,19 @@ from test_records import make_record
 from ftmatrix.known_issues import parse_known_issues
 from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
 from ftmatrix.report import (
+    GridEntry,
     build_grid,
     changes_since_previous,
     failure_groups,
+    grid_axes,
+    grid_entries,
     pass_rates,
+    pivot,
+    pivot_data,
     render_html,
     render_markdown,
     reproduce_command,
+    worst_of,
     write_report,
 )
 from ftmatrix.status import Status
@@ -176,3 +183,205 @@ def test_headline_keeps_the_cause_of_an_announced_error():
     assert headline(lazy).endswith("(look up to see its traceback): No module named 'requests'")
     assert headline("plain message\nsecond") == "plain message"
     assert headline(None) == ""
+
+
+def pivot_records() -> list:
+    """Two transformers x two trl, two cases each; one pair cannot be installed."""
+    records = []
+    for number, (tf, trl) in enumerate(
+        [("4.57.6", "0.19.1"), ("5.23.0", "0.19.1"), ("10.0.0", "1.16.0")]
+    ):
+        for case, operation in [("test_sft.py::test_sft", "sft"), ("test_grpo.py::g", "grpo")]:
+            broken = tf == "5.23.0" and operation == "grpo"
+            records.append(
+                make_record(
+                    cell_id=f"c{number}",
+                    cell_label=f"tf{tf}-trl{trl}",
+                    pins={"transformers": tf, "trl": trl, "vllm": None},
+                    case=case,
+                    operation=operation,
+                    status=Status.FAIL if broken else Status.PASS,
+                    message="boom\nsecond line" if broken else None,
+                )
+            )
+    records.append(
+        make_record(
+            cell_id="c9",
+            cell_label="tf4.57.6-trl1.16.0",
+            pins={"transformers": "4.57.6", "trl": "1.16.0"},
+            case=WHOLE_CELL,
+            operation="install",
+            status=Status.UNINSTALLABLE,
+            reason="Because trl==1.16.0 depends on transformers>=4.56.2",
+        )
+    )
+    return records
+
+
+def test_whole_cell_records_stand_for_each_case_their_cell_never_ran():
+    records = pivot_records()
+    entries = grid_entries(records)
+    whole = [e for e in entries if e.record.case == WHOLE_CELL]
+    assert [(e.case, e.operation) for e in whole] == [
+        ("test_grpo.py::g", "grpo"),
+        ("test_sft.py::test_sft", "sft"),
+    ]
+    assert len(entries) == 8
+    # With no case anywhere, the whole-cell record is its own column.
+    (alone,) = grid_entries(records[-1:])
+    assert (alone.case, alone.operation) == (WHOLE_CELL, "install")
+    # A cell that ran some cases before failing as a whole keeps its own results there.
+    partial = make_record(cell_id="c0", case=WHOLE_CELL, status=Status.TIMEOUT, operation="x")
+    spread = grid_entries([*records[:1], partial, *records[2:]])
+    assert [(e.case, e.record.status) for e in spread if e.record.cell_id == "c0"] == [
+        ("test_grpo.py::g", Status.TIMEOUT),
+        ("test_sft.py::test_sft", Status.PASS),
+    ]
+
+
+def test_axes_are_the_fixed_ones_and_every_pinned_package_in_version_order():
+    axes = grid_axes(grid_entries(pivot_records()))
+    assert list(axes) == [
+        "cell",
+        "hardware",
+        "python",
+        "transformers",
+        "trl",
+        "vllm",
+        "operation",
+        "case",
+    ]
+    assert axes["transformers"] == ["4.57.6", "5.23.0", "10.0.0"]  # not string order
+    assert axes["vllm"] == ["none", "unpinned"]  # null pin vs a cell that never pinned it
+    assert axes["operation"] == ["grpo", "sft"]
+    assert axes["hardware"] == ["cpu"]
+
+
+def test_worst_of_ranks_by_severity_and_counts():
+    assert worst_of([Status.PASS, Status.FAIL, Status.CRASH, Status.FAIL]) == (Status.CRASH, 1, 4)
+    assert worst_of([Status.PASS, Status.SKIP, Status.PASS]) == (Status.PASS, 2, 3)
+    assert worst_of([Status.NOT_APPLICABLE]) == (Status.NOT_APPLICABLE, 1, 1)
+
+
+def test_pivot_any_two_axes_with_the_others_as_filters():
+    entries = grid_entries(pivot_records())
+
+    def shown(table: dict[tuple[str, str], list[GridEntry]]) -> dict[tuple[str, str], str]:
+        out = {}
+        for key, members in table.items():
+            status, count, total = worst_of(m.record.status for m in members)
+            out[key] = f"{status.value} {count}/{total}"
+        return out
+
+    table = pivot(entries, rows="transformers", columns="trl")
+    assert shown(table) == {
+        ("4.57.6", "0.19.1"): "pass 2/2",
+        ("4.57.6", "1.16.0"): "uninstallable 2/2",
+        ("5.23.0", "0.19.1"): "fail 1/2",
+        ("10.0.0", "1.16.0"): "pass 2/2",
+    }
+    only_sft = pivot(entries, rows="transformers", columns="trl", filters={"operation": "sft"})
+    assert shown(only_sft)[("5.23.0", "0.19.1")] == "pass 1/1"
+    assert shown(only_sft)[("4.57.6", "1.16.0")] == "uninstallable 1/1"
+    by_operation = pivot(entries, rows="operation", columns="vllm", filters={"trl": "0.19.1"})
+    assert shown(by_operation) == {("grpo", "none"): "fail 1/2", ("sft", "none"): "pass 2/2"}
+
+
+def decode(data: dict) -> list[tuple[str, str, str, str, str, str, str]]:
+    """The embedded grid data back as (cell, transformers, operation, case, status,
+    headline, anchor), the way the page's script reads it."""
+    axes, values = data["axes"], data["values"]
+    out = []
+    flat = data["records"]
+    for i in range(0, len(flat), 6):
+        cell, operation, case, severity, text, anchor = flat[i : i + 6]
+        row = data["cells"][cell]
+        out.append(
+            (
+                values[0][row[1]],
+                values[axes.index("transformers")][row[1 + axes.index("transformers")]],
+                values[axes.index("operation")][operation],
+                values[axes.index("case")][case],
+                data["statuses"][severity][0],
+                data["texts"][text],
+                data["anchors"][anchor] if anchor >= 0 else "",
+            )
+        )
+    return out
+
+
+def test_embedded_grid_data_holds_every_result_once_with_strings_in_tables():
+    entries = grid_entries(pivot_records())
+    data = pivot_data(entries)
+    assert data["axes"] == list(grid_axes(entries))
+    assert [s[0] for s in data["statuses"]] == [
+        "n/a",
+        "skip",
+        "pass",
+        "uninstallable",
+        "install-error",
+        "error",
+        "timeout",
+        "oom",
+        "fail",
+        "crash",
+    ]  # index = severity: the script takes the larger number as the worse
+    decoded = decode(data)
+    assert len(decoded) == len(entries) == 8
+    assert (
+        "tf5.23.0-trl0.19.1",
+        "5.23.0",
+        "grpo",
+        "test_grpo.py::g",
+        "fail",
+        "boom",
+        "f-c1-test-grpo-py--g",
+    ) in decoded
+    reason = "Because trl==1.16.0 depends on transformers>=4.56.2"
+    assert (
+        "tf4.57.6-trl1.16.0",
+        "4.57.6",
+        "sft",
+        "test_sft.py::test_sft",
+        "uninstallable",
+        reason,
+        "f-c9--",
+    ) in decoded
+    assert data["whole"] == [data["anchors"].index("f-c9--")]
+    assert sorted(data["texts"]) == ["", reason, "boom"]  # each string once
+    assert len(data["cells"]) == 4  # cell-level values once per cell, not per result
+
+
+def test_default_grid_is_rendered_without_scripts_and_combines_same_label_cells():
+    twin = make_record(cell_id="twin", status=Status.FAIL, message="on the other machine")
+    page = render_html(build_grid([make_record(), twin]), generated_at=NOW)
+    # Two cells with one label (say, one per runner) share a row: the worst shows, with
+    # how many have it, and the list opens without any script.
+    assert (
+        '<td><details class=combo><summary title="1 fail, 1 pass">'
+        '<span class="status s-fail">fail</span> 1/2'
+        '</summary><ul><li><span class="status s-fail">fail</span>' in page
+    )
+    assert '<a href="#f-twin-test-sft-py--test-sft">details</a>' in page
+    assert '<form class=filters id=pivot-controls hidden onsubmit="return false">' in page
+
+
+def test_axis_values_and_cases_from_records_stay_inert_in_the_pivot():
+    evil = make_record(
+        case=f"test_x.py::test[{XSS}]",
+        pins={XSS: XSS, "trl": "</script><script>alert(3)</script>"},
+        status=Status.FAIL,
+        message="</script><!--",
+    )
+    page = render_html(build_grid([evil]), generated_at=NOW)
+    assert "<script>alert" not in page
+    assert "<img src=x" not in page
+    assert "</script><!--" not in page
+    start = page.index('<script type="application/json" id=pivot-data>')
+    blob = page[start:].split(">", 1)[1].split("</script>", 1)[0]
+    data = json.loads(blob)  # the whole blob, unbroken, and its values intact
+    assert XSS in data["axes"]
+    assert XSS in data["values"][data["axes"].index(XSS)]
+    assert "</script><script>alert(3)</script>" in data["values"][data["axes"].index("trl")]
+    assert f"test_x.py::test[{XSS}]" in data["values"][-1]
+    assert f'data-name="{escape(XSS)}"' in page

@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import shlex
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
+from ftmatrix.constraints import write_constraints
 from ftmatrix.known_issues import KnownIssue, load_known_issues
 from ftmatrix.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.status import Status
@@ -94,6 +97,167 @@ def _keep_worst(into: dict[Any, Record], key: Any, record: Record) -> None:
     current = into.get(key)
     if current is None or record.status.severity > current.status.severity:
         into[key] = record
+
+
+# The grid's axes besides the pinned packages; the pins go between the cell-level ones
+# and the case-level ones. A package named like one of these is not offered as an axis.
+CELL_AXES = ("cell", "hardware", "python")
+CASE_AXES = ("operation", "case")
+DEFAULT_ROWS = "cell"
+DEFAULT_COLUMNS = "case"
+UNPINNED = "unpinned"  # the cell does not pin this package at all (another profile did)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridEntry:
+    """One (cell, case) of the grid: its record, or the whole-cell record standing in
+    for a case the cell never got to run (an uninstallable cell fails every case)."""
+
+    record: Record
+    case: str
+    operation: str
+
+
+def grid_entries(records: Iterable[Record]) -> list[GridEntry]:
+    """Every (cell, case) of the latest records, whole-cell records spread over the cases
+    their cell has no record of, so every pivot and filter sees them; by cell, then case."""
+    records = list(records)
+    operations: dict[str, str] = {}
+    ran: set[tuple[str, str]] = set()
+    entries = []
+    for record in records:
+        if record.case != WHOLE_CELL:
+            operations.setdefault(record.case, record.operation)
+            ran.add((record.cell_id, record.case))
+            entries.append(GridEntry(record=record, case=record.case, operation=record.operation))
+    for record in records:
+        if record.case != WHOLE_CELL:
+            continue
+        if not operations:
+            entries.append(GridEntry(record=record, case=WHOLE_CELL, operation=record.operation))
+        for case in sorted(operations):
+            if (record.cell_id, case) not in ran:
+                entries.append(GridEntry(record=record, case=case, operation=operations[case]))
+    return sorted(entries, key=lambda e: (e.record.cell_label, e.case))
+
+
+def axis_value(entry: GridEntry, axis: str) -> str:
+    """The value of ``entry`` on ``axis`` (a fixed axis or a pinned package), as shown."""
+    fixed = _FIXED_AXES.get(axis)
+    if fixed is not None:
+        return fixed(entry)
+    if axis not in entry.record.pins:
+        return UNPINNED
+    return entry.record.pins[axis] or "none"
+
+
+_FIXED_AXES: dict[str, Callable[[GridEntry], str]] = {
+    "cell": lambda e: e.record.cell_label,
+    "hardware": lambda e: e.record.hardware_class,
+    "python": lambda e: e.record.python,
+    "operation": lambda e: e.operation,
+    "case": lambda e: e.case,
+}
+
+
+def grid_axes(entries: Sequence[GridEntry]) -> dict[str, list[str]]:
+    """Each axis (cell-level ones, pinned packages, case-level ones) -> its sorted values."""
+    packages = sorted({p for e in entries for p in e.record.pins} - set(CELL_AXES) - set(CASE_AXES))
+    return {
+        axis: sorted({axis_value(e, axis) for e in entries}, key=_value_order)
+        for axis in (*CELL_AXES, *packages, *CASE_AXES)
+    }
+
+
+def _value_order(value: str) -> tuple[int, Version | str]:
+    try:
+        return (0, Version(value))
+    except InvalidVersion:
+        return (1, value)
+
+
+def pivot(
+    entries: Iterable[GridEntry],
+    *,
+    rows: str,
+    columns: str,
+    filters: dict[str, str] | None = None,
+) -> dict[tuple[str, str], list[GridEntry]]:
+    """(row value, column value) -> the entries there, keeping those matching ``filters``
+    (axis -> value). The embedded script computes the same in the reader's browser."""
+    wanted = filters or {}
+    table: dict[tuple[str, str], list[GridEntry]] = {}
+    for entry in entries:
+        if all(axis_value(entry, a) == v for a, v in wanted.items()):
+            key = (axis_value(entry, rows), axis_value(entry, columns))
+            table.setdefault(key, []).append(entry)
+    return table
+
+
+def worst_of(statuses: Iterable[Status]) -> tuple[Status, int, int]:
+    """The most severe status, how many have it, and how many there are in all."""
+    counts = Counter(statuses)
+    if not counts:
+        raise ValueError("no statuses to combine")
+    worst = max(counts, key=lambda s: s.severity)
+    return worst, counts[worst], sum(counts.values())
+
+
+def pivot_data(
+    entries: Sequence[GridEntry], values: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """The grid as compact JSON for the page's script: strings once, records as numbers.
+
+    ``axes`` lists the axis names, cell-level ones first and ``operation``, ``case``
+    last; ``values[i]`` the values of axis ``i``. ``cells`` rows are ``[cell id,
+    value index per cell-level axis...]``. ``records`` is flat, six numbers per entry:
+    cell row, operation, case, status (its severity, an index into ``statuses``),
+    headline (into ``texts``), and its record's anchor (into ``anchors``; -1 for a
+    record with no detail section that is not a whole-cell one). ``whole`` lists the
+    anchors of whole-cell records: a row made of one of them is shown as one span.
+    """
+    values = values if values is not None else grid_axes(entries)
+    axes = list(values)
+    cell_axes = axes[: -len(CASE_AXES)]
+    index = {axis: {v: i for i, v in enumerate(vs)} for axis, vs in values.items()}
+    cells: list[list[Any]] = []
+    cell_rows: dict[tuple[Any, ...], int] = {}
+    texts: dict[str, int] = {"": 0}
+    anchors: dict[str, int] = {}
+    whole: set[int] = set()
+    flat: list[int] = []
+    for entry in entries:
+        record = entry.record
+        key = (record.cell_id, *(index[a][axis_value(entry, a)] for a in cell_axes))
+        row = cell_rows.get(key)
+        if row is None:
+            row = cell_rows[key] = len(cells)
+            cells.append(list(key))
+        text = _entry_headline(entry)[:240]
+        anchor = -1
+        if record.status in PROBLEM_STATUSES or record.case == WHOLE_CELL:
+            anchor = anchors.setdefault(_anchor(record), len(anchors))
+            if record.case == WHOLE_CELL:
+                whole.add(anchor)
+        flat += [
+            row,
+            index["operation"][entry.operation],
+            index["case"][entry.case],
+            record.status.severity,
+            texts.setdefault(text, len(texts)),
+            anchor,
+        ]
+    by_severity = sorted(Status, key=lambda s: s.severity)
+    return {
+        "axes": axes,
+        "values": [values[a] for a in axes],
+        "statuses": [[s.value, _css_name(s), int(s in PROBLEM_STATUSES)] for s in by_severity],
+        "cells": cells,
+        "records": flat,
+        "texts": list(texts),
+        "anchors": list(anchors),
+        "whole": sorted(whole),
+    }
 
 
 def headline(message: str | None) -> str:
@@ -236,6 +400,8 @@ def render_html(
 ) -> str:
     """One self-contained HTML page: no script or style is fetched from anywhere."""
     counts = Counter(r.status for r in grid.records)
+    entries = grid_entries(grid.records)
+    values = grid_axes(entries)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -248,8 +414,8 @@ def render_html(
         f" (runs: {escape(', '.join(grid.runs) or 'none')}).</p>",
         _summary(counts),
         _legend(),
-        _filters(grid),
-        _grid_table(grid),
+        _filters(grid, values),
+        _grid_table(grid, entries, values),
         _changes(changes),
         _groups(groups),
         _trend(trend or {}),
@@ -380,6 +546,7 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
     write_atomically(out_dir / "summary.md", render_markdown(grid, groups, changes))
     write_atomically(out_dir / "results.json", render_json(grid, groups, changes))
     write_badges(out_dir / "badges", grid)
+    write_constraints(out_dir / "constraints", latest)
     return grid
 
 
@@ -434,61 +601,119 @@ def _status_css() -> str:
     )
 
 
-def _filters(grid: Grid) -> str:
+def _filters(grid: Grid, values: dict[str, list[str]]) -> str:
+    # Hidden until the script runs: without it these controls could do nothing.
     if not grid.rows:
         return ""
-    operations = sorted({r.operation for r in grid.records if r.case != WHOLE_CELL})
-    status_options = "".join(f"<option>{escape(s.value)}</option>" for s in Status)
-    operation_options = "".join(f"<option>{escape(o)}</option>" for o in operations)
+
+    def axis_options(chosen: str) -> str:
+        return "".join(
+            f'<option value="{i}"{" selected" if axis == chosen else ""}>{escape(axis)}</option>'
+            for i, axis in enumerate(values)
+        )
+
+    status_options = "".join(
+        f'<option value="{escape(s.value)}">{escape(s.value)}</option>' for s in Status
+    )
+    axis_filters = "".join(
+        f'<label data-axis="{i}">{escape(axis)} '
+        f'<select class=axis-filter data-axis="{i}" data-name="{escape(axis)}">'
+        '<option value="">all</option>'
+        + "".join(f'<option value="{j}">{escape(v)}</option>' for j, v in enumerate(vs))
+        + "</select></label> "
+        for i, (axis, vs) in enumerate(values.items())
+    )
     return (
-        '<form class=filters onsubmit="return false">'
-        "<label>Cells matching <input id=filter type=search "
+        '<form class=filters id=pivot-controls hidden onsubmit="return false">'
+        f"<p><label>Rows <select id=row-axis>{axis_options(DEFAULT_ROWS)}</select></label> "
+        f"<label>columns <select id=column-axis>{axis_options(DEFAULT_COLUMNS)}</select></label> "
+        "<label>cells matching <input id=filter type=search "
         'placeholder="e.g. tf5.23 trl1.16"></label> '
-        f'<label>showing <select id=status-filter><option value="">any status</option>'
-        f"{status_options}</select></label> "
-        f'<label>operation <select id=operation-filter><option value="">all</option>'
-        f"{operation_options}</select></label></form>"
+        '<label>rows showing <select id=status-filter><option value="">any status</option>'
+        f"{status_options}</select></label></p>"
+        f"<p class=axis-filters>Filters: {axis_filters}</p></form>"
     )
 
 
-def _grid_table(grid: Grid) -> str:
+def _grid_table(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
+    # The default view, rendered here so the page reads with scripts off; the script
+    # re-renders the same pivot from the embedded data when the axes or filters change.
     if not grid.rows:
         return "<p>No records found. Run <code>nox -s matrix</code> first.</p>"
-    operation_of = {r.case: r.operation for r in grid.records}
-    head = (
-        "".join(
-            f'<th scope=col data-operation="{escape(operation_of.get(c, ""))}">{escape(c)}</th>'
-            for c in grid.columns
-        )
-        or "<th>cell</th>"
-    )
+    table = pivot(entries, rows=DEFAULT_ROWS, columns=DEFAULT_COLUMNS)
+    rows = [
+        v for v in values[DEFAULT_ROWS] if any((v, c) in table for c in values[DEFAULT_COLUMNS])
+    ]
+    columns = [c for c in values[DEFAULT_COLUMNS] if any((r, c) in table for r in rows)]
     body = []
-    for row in grid.rows:
-        whole = grid.whole_cell.get(row)
-        cells = []
-        statuses = set()
-        if whole is not None and not any((row, c) in grid.cells for c in grid.columns):
-            span = max(len(grid.columns), 1)
-            cells.append(f'<td colspan="{span}">{_grid_cell(whole)}</td>')
-            statuses.add(whole.status.value)
+    for row in rows:
+        members = [table.get((row, column), []) for column in columns]
+        spanning = _spanning_record(members)
+        if spanning is not None:
+            cells = f'<td colspan="{len(columns)}">{_grid_cell(spanning)}</td>'
         else:
-            for column in grid.columns:
-                record = grid.cells.get((row, column)) or whole
-                if record:
-                    statuses.add(record.status.value)
-                operation = escape(operation_of.get(column, ""))
-                cells.append(
-                    f'<td data-operation="{operation}">{_grid_cell(record) if record else ""}</td>'
-                )
-        body.append(
-            f'<tr data-label="{escape(row)}" data-statuses="{escape(" ".join(sorted(statuses)))}">'
-            f"<th scope=row><code>{escape(row)}</code></th>{''.join(cells)}</tr>"
-        )
+            cells = "".join(f"<td>{_combined_cell(m)}</td>" for m in members)
+        body.append(f"<tr><th scope=row><code>{escape(row)}</code></th>{cells}</tr>")
+    head = "".join(f"<th scope=col>{escape(c)}</th>" for c in columns)
     return (
-        "<h2>Cells</h2><div class=scroll><table class=grid>"
-        f"<thead><tr><th scope=col>cell</th>{head}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table></div>"
+        "<h2>Cells</h2>"
+        "<p class=meta>A result is one case in one cell; a cell that never got to run its"
+        " cases (say, uninstallable) counts once for each of them. A grid cell holding"
+        " several results shows the worst, how many have it and out of how many; open"
+        " it for the list.</p>"
+        f"<p id=pivot-summary class=meta>{len(entries)} results,"
+        f" rows: {DEFAULT_ROWS}, columns: {DEFAULT_COLUMNS}.</p>"
+        "<div class=scroll id=grid-holder><table class=grid>"
+        f"<thead><tr><th scope=col>{DEFAULT_ROWS} \\ {DEFAULT_COLUMNS}</th>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></div>" + _pivot_data(entries, values)
     )
+
+
+def _spanning_record(members: Sequence[Sequence[GridEntry]]) -> Record | None:
+    """The whole-cell record a row consists of, shown once across it, if it is one."""
+    if not members or any(len(m) != 1 for m in members):
+        return None
+    first = members[0][0].record
+    if first.case != WHOLE_CELL or any(m[0].record is not first for m in members):
+        return None
+    return first
+
+
+def _combined_cell(members: Sequence[GridEntry]) -> str:
+    if not members:
+        return ""
+    if len(members) == 1:
+        return _grid_cell(members[0].record)
+    status, count, total = worst_of(m.record.status for m in members)
+    worst_first = sorted(members, key=lambda m: -m.record.status.severity)  # stable
+    items = "".join(
+        f"<li>{_badge(m.record.status)} <code>{escape(m.record.cell_label)}</code> "
+        f"<code>{escape(m.case)}</code>"
+        + (
+            f' <a href="#{_anchor(m.record)}">details</a>'
+            if m.record.status in PROBLEM_STATUSES
+            else ""
+        )
+        + (f"<div class=msg>{escape(h[:240])}</div>" if (h := _entry_headline(m)) else "")
+        + "</li>"
+        for m in worst_first
+    )
+    tally = Counter(m.record.status for m in members)
+    breakdown = ", ".join(f"{tally[s]} {s.value}" for s in sorted(tally, key=lambda s: -s.severity))
+    return (
+        f'<details class=combo><summary title="{breakdown}">{_badge(status)} {count}/{total}'
+        f"</summary><ul>{items}</ul></details>"
+    )
+
+
+def _entry_headline(entry: GridEntry) -> str:
+    return headline(entry.record.message or entry.record.reason)
+
+
+def _pivot_data(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
+    # JSON inside a script element: '<' escaped so no value can close the element.
+    data = json.dumps(pivot_data(entries, values), separators=(",", ":")).replace("<", "\\u003c")
+    return f'<script type="application/json" id=pivot-data>{data}</script>'
 
 
 def _grid_cell(record: Record) -> str:
@@ -682,7 +907,9 @@ table.grid td{min-width:9rem;max-width:28rem}
 .msg{font-size:.8em;color:#57606a;word-break:break-word}
 .failure{border:1px solid #d0d7de;border-radius:.4rem;padding:.5rem 1rem;margin:1rem 0}
 .failure th{text-align:left;padding-right:1rem;color:#57606a;font-weight:500}
-.filters{margin:1rem 0}.filters label{margin-right:1rem}
+.filters{margin:1rem 0}.filters label{margin-right:1rem;white-space:nowrap}
+.combo summary{cursor:pointer;white-space:nowrap}.combo ul{padding-left:1rem;margin:.3rem 0}
+.combo li{margin:.2rem 0}
 .group{border-left:4px solid #b3261e;padding:.2rem 1rem;margin:1rem 0}
 .new{color:#b3261e}.late{color:#d55e00;font-weight:600}
 .changes .regression strong{color:#b3261e}.changes .fix strong{color:#1a7f37}
@@ -690,29 +917,218 @@ pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-b
 .packages{font-family:monospace;font-size:.8em}
 """
 
-_SCRIPT = """
+# The grid pivot: rows and columns are any two axes, the others filters. Record text
+# only ever reaches the page through textContent and setAttribute, never as markup.
+_PIVOT_SCRIPT = r"""
 (function () {
-  var rows = Array.prototype.slice.call(document.querySelectorAll("table.grid tbody tr"));
+  var source = document.getElementById("pivot-data");
+  var holder = document.getElementById("grid-holder");
+  var controls = document.getElementById("pivot-controls");
+  if (!source || !holder || !controls) { return; }
+  var data = JSON.parse(source.textContent);
+  var axes = data.axes, values = data.values, cells = data.cells, recs = data.records;
+  var STRIDE = 6, OPERATION = axes.length - 2;
+  var lowerLabels = values[0].map(function (v) { return v.toLowerCase(); });
+  var rowAxis = document.getElementById("row-axis");
+  var columnAxis = document.getElementById("column-axis");
   var text = document.getElementById("filter");
   var status = document.getElementById("status-filter");
-  var operation = document.getElementById("operation-filter");
-  function apply() {
-    var terms = text ? text.value.toLowerCase().split(/\\s+/).filter(Boolean) : [];
-    var wanted = status ? status.value : "";
-    rows.forEach(function (row) {
-      var label = row.getAttribute("data-label").toLowerCase();
-      var ok = terms.every(function (t) { return label.indexOf(t) >= 0; });
-      if (wanted) { ok = ok && row.getAttribute("data-statuses").split(" ").indexOf(wanted) >= 0; }
-      row.hidden = !ok;
-    });
-    var op = operation ? operation.value : "";
-    document.querySelectorAll("table.grid [data-operation]").forEach(function (cell) {
-      cell.hidden = Boolean(op) && cell.getAttribute("data-operation") !== op;
+  var summary = document.getElementById("pivot-summary");
+  var filters = Array.prototype.slice.call(controls.querySelectorAll("select.axis-filter"));
+  var chosen = [+rowAxis.value, +columnAxis.value];
+  var whole = {};
+  data.whole.forEach(function (a) { whole[a] = true; });
+  controls.hidden = false;
+
+  function value(i, axis) {
+    return axis < OPERATION ? cells[recs[i]][axis + 1] : recs[i + 1 + axis - OPERATION];
+  }
+  function el(tag, className, content) {
+    var node = document.createElement(tag);
+    if (className) { node.className = className; }
+    if (content !== undefined) { node.textContent = content; }
+    return node;
+  }
+  function badge(severity) {
+    var s = data.statuses[severity];
+    return el("span", "status s-" + s[1], s[0]);
+  }
+  function problem(i) { return recs[i + 5] >= 0 && data.statuses[recs[i + 3]][2] === 1; }
+  function detailLink(i) {
+    var a = el("a", "", "details");
+    a.setAttribute("href", "#" + data.anchors[recs[i + 5]]);
+    return a;
+  }
+  function single(td, i) {
+    td.appendChild(badge(recs[i + 3]));
+    if (problem(i)) {
+      td.appendChild(document.createTextNode(" "));
+      td.appendChild(detailLink(i));
+    }
+    var message = data.texts[recs[i + 4]];
+    if (message) { td.appendChild(el("div", "msg", message)); }
+  }
+  function listItems(list, members) {
+    members.forEach(function (i) {
+      var li = el("li");
+      li.appendChild(badge(recs[i + 3]));
+      li.appendChild(document.createTextNode(" "));
+      li.appendChild(el("code", "", values[0][cells[recs[i]][1]]));
+      li.appendChild(document.createTextNode(" "));
+      li.appendChild(el("code", "", values[axes.length - 1][recs[i + 2]]));
+      if (problem(i)) {
+        li.appendChild(document.createTextNode(" "));
+        li.appendChild(detailLink(i));
+      }
+      var message = data.texts[recs[i + 4]];
+      if (message) { li.appendChild(el("div", "msg", message)); }
+      list.appendChild(li);
     });
   }
-  [text, status, operation].forEach(function (el) {
-    if (el) { el.addEventListener("input", apply); el.addEventListener("change", apply); }
+  function combined(td, members) {
+    var counts = {}, worst = -1;
+    members.forEach(function (i) {
+      var s = recs[i + 3];
+      counts[s] = (counts[s] || 0) + 1;
+      if (s > worst) { worst = s; }
+    });
+    var details = el("details", "combo"), head = el("summary"), list = el("ul");
+    head.appendChild(badge(worst));
+    head.appendChild(document.createTextNode(" " + counts[worst] + "/" + members.length));
+    head.title = Object.keys(counts).sort(function (a, b) { return b - a; }).map(function (s) {
+      return counts[s] + " " + data.statuses[s][0]; }).join(", ");
+    details.appendChild(head);
+    details.appendChild(list);
+    // Filled when opened: a pivot over thousands of records would otherwise build
+    // every list up front.
+    details.addEventListener("toggle", function () {
+      if (details.open && !list.firstChild) {
+        listItems(list, members.slice().sort(function (a, b) {
+          return recs[b + 3] - recs[a + 3] || a - b;  // worst first, then by cell and case
+        }));
+      }
+    });
+    td.appendChild(details);
+  }
+  function spanning(buckets, row, columns) {
+    // A row made of one whole-cell record (say, uninstallable) shows it once.
+    var first = -1;
+    for (var k = 0; k < columns.length; k += 1) {
+      var members = buckets[row * values[chosen[1]].length + columns[k]];
+      if (!members || members.length !== 1) { return -1; }
+      if (first < 0) { first = members[0]; }
+      if (recs[members[0] + 5] !== recs[first + 5]) { return -1; }
+    }
+    return first >= 0 && whole[recs[first + 5]] ? first : -1;
+  }
+  function render() {
+    var ra = chosen[0], ca = chosen[1], width = values[ca].length;
+    var wanted = [];
+    filters.forEach(function (select) {
+      var axis = +select.getAttribute("data-axis");
+      var off = axis === ra || axis === ca;
+      select.parentNode.hidden = off;
+      if (!off && select.value !== "") { wanted.push([axis, +select.value]); }
+    });
+    var terms = text.value.toLowerCase().split(/\s+/).filter(Boolean);
+    var needed = -1;
+    data.statuses.forEach(function (s, severity) {
+      if (s[0] === status.value) { needed = severity; }
+    });
+    var buckets = {}, rowSeen = {}, rowHas = {}, shown = 0;
+    for (var i = 0; i < recs.length; i += STRIDE) {
+      var ok = true;
+      for (var f = 0; f < wanted.length && ok; f += 1) {
+        ok = value(i, wanted[f][0]) === wanted[f][1];
+      }
+      if (ok && terms.length) {
+        var label = lowerLabels[cells[recs[i]][1]];
+        ok = terms.every(function (t) { return label.indexOf(t) >= 0; });
+      }
+      if (!ok) { continue; }
+      var r = value(i, ra), key = r * width + value(i, ca);
+      (buckets[key] || (buckets[key] = [])).push(i);
+      rowSeen[r] = true;
+      if (recs[i + 3] === needed) { rowHas[r] = true; }
+      shown += 1;
+    }
+    var rows = Object.keys(rowSeen).map(Number).filter(function (r) {
+      return needed < 0 || rowHas[r]; }).sort(function (a, b) { return a - b; });
+    var keep = {}, columnSeen = {};
+    rows.forEach(function (r) { keep[r] = true; });
+    Object.keys(buckets).forEach(function (key) {
+      if (keep[Math.floor(key / width)]) { columnSeen[key % width] = true; }
+    });
+    var columns = Object.keys(columnSeen).map(Number).sort(function (a, b) { return a - b; });
+    var table = el("table", "grid"), thead = el("thead"), tbody = el("tbody"), tr = el("tr");
+    var corner = el("th", "", axes[ra] + " \\ " + axes[ca]);
+    corner.setAttribute("scope", "col");
+    tr.appendChild(corner);
+    columns.forEach(function (c) {
+      var th = el("th", "", values[ca][c]);
+      th.setAttribute("scope", "col");
+      tr.appendChild(th);
+    });
+    thead.appendChild(tr);
+    rows.forEach(function (r) {
+      var row = el("tr"), th = el("th"), spanned = spanning(buckets, r, columns);
+      th.setAttribute("scope", "row");
+      th.appendChild(el("code", "", values[ra][r]));
+      row.appendChild(th);
+      if (spanned >= 0) {
+        var td = el("td");
+        td.colSpan = columns.length;
+        single(td, spanned);
+        row.appendChild(td);
+      } else {
+        columns.forEach(function (c) {
+          var cell = el("td"), members = buckets[r * width + c];
+          if (members && members.length === 1) { single(cell, members[0]); }
+          else if (members) { combined(cell, members); }
+          row.appendChild(cell);
+        });
+      }
+      tbody.appendChild(row);
+    });
+    table.appendChild(thead);
+    table.appendChild(tbody);
+    holder.textContent = "";
+    if (rows.length) { holder.appendChild(table); }
+    else { holder.appendChild(el("p", "", "No records match these filters.")); }
+    summary.textContent = shown + " of " + recs.length / STRIDE + " results, rows: " +
+      axes[ra] + " (" + rows.length + "), columns: " + axes[ca] + " (" + columns.length + ").";
+  }
+  var pending = null;
+  function later() {
+    if (pending) { clearTimeout(pending); }
+    pending = setTimeout(function () { pending = null; render(); }, 120);
+  }
+  function pickAxes(event) {
+    var row = +rowAxis.value, column = +columnAxis.value;
+    if (row === column) {  // the same axis twice: swap instead
+      if (event.target === rowAxis) { column = chosen[0]; } else { row = chosen[1]; }
+      rowAxis.value = String(row);
+      columnAxis.value = String(column);
+    }
+    chosen = [row, column];
+    render();
+  }
+  rowAxis.addEventListener("change", pickAxes);
+  columnAxis.addEventListener("change", pickAxes);
+  text.addEventListener("input", later);
+  status.addEventListener("change", render);
+  filters.forEach(function (select) { select.addEventListener("change", render); });
+  filters.forEach(function (select) {
+    var axis = +select.getAttribute("data-axis");
+    select.parentNode.hidden = axis === chosen[0] || axis === chosen[1];
   });
+})();
+"""
+
+_SCRIPT = (
+    _PIVOT_SCRIPT
+    + """
+(function () {
   function openTarget() {
     var id = location.hash && decodeURIComponent(location.hash.slice(1));
     var target = id && document.getElementById(id);
@@ -755,3 +1171,4 @@ _SCRIPT = """
   }
 })();
 """
+)
