@@ -120,6 +120,17 @@ REAL += [
             frame="trl/import_utils.py:_get_module",
         ),
     ),
+    (
+        "peft-torchao-linear-activation-removed",
+        failure(
+            "ImportError",
+            "cannot import name 'LinearActivationQuantizedTensor' from 'torchao.quantization' "
+            "(/tmp/ftm-run/.nox/matrix/lib/python3.11/site-packages/torchao/quantization/"
+            "__init__.py)",
+            {"peft": "0.18.1", "transformers": "4.57.6", "torchao": "0.18.0"},
+            frame="peft/tuners/lora/torchao.py:dispatch_torchao",
+        ),
+    ),
 ]
 
 
