@@ -9,24 +9,20 @@ from pathlib import Path
 
 from test_records import make_record
 
-from ftmatrix.known_issues import parse_known_issues
-from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
-from ftmatrix.report import (
+from ftmatrix.changes import changes_since_previous, pass_rates
+from ftmatrix.failures import failure_groups
+from ftmatrix.grid import (
     GridEntry,
     build_grid,
-    changes_since_previous,
-    failure_groups,
     grid_axes,
     grid_entries,
-    pass_rates,
     pivot,
     pivot_data,
-    render_html,
-    render_markdown,
-    reproduce_command,
     worst_of,
-    write_report,
 )
+from ftmatrix.known_issues import parse_known_issues
+from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.report import render_html, render_markdown, reproduce_command, write_report
 from ftmatrix.status import Status
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -174,7 +170,7 @@ def test_badges_and_embedded_data_cannot_break_out_of_the_page(tmp_path: Path):
 
 
 def test_headline_keeps_the_cause_of_an_announced_error():
-    from ftmatrix.report import headline
+    from ftmatrix.grid import headline
 
     lazy = (
         "Failed to import trl.trainer.grpo_trainer because of the following error (look up "

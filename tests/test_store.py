@@ -83,7 +83,7 @@ def test_findings_are_kept(tmp_path: Path):
 
 
 def test_newest_runs_and_pass_rates_come_straight_from_sql(tmp_path: Path):
-    from ftmatrix.report import pass_rates
+    from ftmatrix.changes import pass_rates
     from ftmatrix.store import newest_records, pass_rate_table
 
     records = [
@@ -126,9 +126,18 @@ def test_pass_rates_follow_a_replaced_record_and_survive_a_migration(tmp_path: P
     for record in RECORDS[:3]:
         connection.execute(
             "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (record.run_id, record.cell_id, record.case, record.cell_label, record.operation,
-             record.status.value, record.hardware_class, record.signature, record.finished_at,
-             json.dumps(record.to_dict())),
+            (
+                record.run_id,
+                record.cell_id,
+                record.case,
+                record.cell_label,
+                record.operation,
+                record.status.value,
+                record.hardware_class,
+                record.signature,
+                record.finished_at,
+                json.dumps(record.to_dict()),
+            ),
         )
     connection.commit()
     connection.close()

@@ -48,6 +48,13 @@ class Status(enum.Enum):
             raise ValueError(f"unknown status {value!r}; allowed: {allowed}") from None
 
 
+# What a report lists as failures, with details and a cause: all but a pass and the
+# two ways of not running (skip, n/a).
+PROBLEM_STATUSES = frozenset(
+    s for s in Status if s not in (Status.PASS, Status.SKIP, Status.NOT_APPLICABLE)
+)
+
+
 _MEANINGS = {
     Status.PASS: "The operation ran and its result checks out.",
     Status.FAIL: "The frameworks raised or produced a wrong result.",

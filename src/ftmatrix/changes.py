@@ -1,0 +1,67 @@
+"""Changes over runs: regressions and fixes between a cell's two newest runs, and the
+pass rate of each operation run by run.
+
+Pure functions over records of several runs; the store computes the same pass rates
+in SQL for the report (:func:`ftmatrix.store.pass_rate_table`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ftmatrix.records import WHOLE_CELL, Record
+from ftmatrix.status import PROBLEM_STATUSES, Status
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """A (cell, case) whose status differs between its two newest runs."""
+
+    kind: str  # "regression" or "fix"
+    before: Record
+    after: Record
+
+    @property
+    def moved_packages(self) -> dict[str, tuple[str | None, str | None]]:
+        """Installed packages whose version differs between the two runs (floating ones)."""
+        names = set(self.before.packages) | set(self.after.packages)
+        return {
+            n: (self.before.packages.get(n), self.after.packages.get(n))
+            for n in sorted(names)
+            if self.before.packages.get(n) != self.after.packages.get(n)
+        }
+
+
+def changes_since_previous(records: Iterable[Record]) -> list[Change]:
+    """Regressions and fixes between each (cell label, case)'s two newest runs."""
+    history: dict[tuple[str, str], dict[str, Record]] = {}
+    for record in records:
+        history.setdefault((record.cell_label, record.case), {})[record.run_id] = record
+    changes = []
+    for _, runs in sorted(history.items()):
+        if len(runs) < 2:
+            continue
+        previous, latest = (runs[r] for r in sorted(runs)[-2:])
+        was_ok = previous.status is Status.PASS
+        is_ok = latest.status is Status.PASS
+        if was_ok and latest.status in PROBLEM_STATUSES:
+            changes.append(Change(kind="regression", before=previous, after=latest))
+        elif previous.status in PROBLEM_STATUSES and is_ok:
+            changes.append(Change(kind="fix", before=previous, after=latest))
+    return changes
+
+
+def pass_rates(records: Iterable[Record]) -> dict[str, list[tuple[str, float]]]:
+    """For each operation, (run id, share of its judged cases that passed) per run."""
+    counts: dict[str, dict[str, list[int]]] = {}
+    for record in records:
+        if record.status in (Status.SKIP, Status.NOT_APPLICABLE) or record.case == WHOLE_CELL:
+            continue
+        tally = counts.setdefault(record.operation, {}).setdefault(record.run_id, [0, 0])
+        tally[0] += record.status is Status.PASS
+        tally[1] += 1
+    return {
+        operation: [(run, passed / total) for run, (passed, total) in sorted(runs.items())]
+        for operation, runs in sorted(counts.items())
+    }

@@ -1,0 +1,71 @@
+"""Failures grouped by cause: one group per signature (or whole-cell reason).
+
+Each group knows the known issue that explains it, if any (and the fixed releases
+that still fail), and the first-bad versions bisection found for its cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ftmatrix.known_issues import KnownIssue
+from ftmatrix.records import Record
+from ftmatrix.status import PROBLEM_STATUSES, Status
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureGroup:
+    """Records that broke the same way: one signature (or one whole-cell reason)."""
+
+    key: str
+    status: Status
+    exception_type: str | None
+    message: str
+    records: tuple[Record, ...]
+    known: KnownIssue | None
+    late_fixes: tuple[str, ...]
+    first_bad: tuple[dict[str, Any], ...]
+
+    @property
+    def versions(self) -> dict[str, list[str]]:
+        """For each pinned package, the versions among the group's cells."""
+        seen: dict[str, set[str]] = {}
+        for record in self.records:
+            for package, version in record.pins.items():
+                seen.setdefault(package, set()).add(version or "none")
+        return {k: sorted(v) for k, v in seen.items()}
+
+
+def failure_groups(
+    records: Iterable[Record],
+    known: Sequence[KnownIssue] = (),
+    findings: Sequence[dict[str, Any]] = (),
+) -> list[FailureGroup]:
+    """Group the framework breaks among ``records`` by cause, largest group first."""
+    buckets: dict[str, list[Record]] = {}
+    for record in records:
+        if record.status not in PROBLEM_STATUSES:
+            continue
+        key = record.signature or f"{record.status.value}: {(record.reason or '')[:200]}"
+        buckets.setdefault(key, []).append(record)
+    groups = []
+    for key, members in buckets.items():
+        first = members[0]
+        entry = next((e for e in known if e.matches(first)), None)
+        late = sorted({x for r in members if entry for x in entry.still_failing_after_fix(r)})
+        cases = {r.case for r in members}
+        groups.append(
+            FailureGroup(
+                key=key,
+                status=first.status,
+                exception_type=first.exception_type,
+                message=(first.message or first.reason or "").strip(),
+                records=tuple(sorted(members, key=lambda r: (r.cell_label, r.case))),
+                known=entry,
+                late_fixes=tuple(late),
+                first_bad=tuple(f for f in findings if f.get("case") in cases),
+            )
+        )
+    return sorted(groups, key=lambda g: (-len(g.records), g.key))
