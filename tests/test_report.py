@@ -179,6 +179,16 @@ def test_headline_keeps_the_cause_of_an_announced_error():
     assert headline(lazy).endswith("(look up to see its traceback): No module named 'requests'")
     assert headline("plain message\nsecond") == "plain message"
     assert headline(None) == ""
+    # A resolver's proof: its first step names the conflict, not its "No solution found".
+    proof = (
+        "No solution found when resolving dependencies:\n"
+        "Because only certifi<=2026.10.18 is available and unsloth>=2026.10.9 depends on "
+        "certifi>=2026.10.19, we can conclude that unsloth>=2026.10.9 cannot be used."
+    )
+    assert headline(proof) == (
+        "only certifi<=2026.10.18 is available and unsloth>=2026.10.9 depends on "
+        "certifi>=2026.10.19"
+    )
 
 
 def pivot_records() -> list:

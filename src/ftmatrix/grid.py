@@ -16,6 +16,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix.records import WHOLE_CELL, Record
+from ftmatrix.resolve import conflict_summary
 from ftmatrix.status import PROBLEM_STATUSES, Status
 
 
@@ -243,6 +244,8 @@ def headline(message: str | None) -> str:
     lines = [line.strip() for line in (message or "").strip().splitlines() if line.strip()]
     if not lines:
         return ""
+    if lines[0].startswith("No solution found"):
+        return conflict_summary(message or "")  # the resolver's first step names the conflict
     if lines[0].endswith(":") and len(lines) > 1:
         return f"{lines[0]} {lines[1]}"
     return lines[0]
