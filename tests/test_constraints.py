@@ -189,7 +189,8 @@ def test_a_break_needing_three_pins_is_unexplained():
     (found,) = derive_constraints(records)
     assert found.constraints == ()
     assert [u.reason for u in found.unexplained] == [
-        "each of its pins, and each pair of them, passes in another cell"
+        "no pin, and no pair of pins, is set apart by a passing cell that differs from it "
+        "in that pin alone"
     ]
 
 
@@ -256,3 +257,18 @@ def test_the_report_writes_the_constraints_files(tmp_path: Path):
     write_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
     text = (tmp_path / "constraints" / "sft-cpu.txt").read_text()
     assert "\n# trl!=0.19.1  # with transformers==5.23.0: fails sft: " in text
+
+
+def test_a_version_tried_in_one_cell_without_a_passing_neighbour_is_not_blamed():
+    # As in the default matrix: torch 2.14.1 and unsloth appear in one cell only, whose
+    # LoRA breaks through a support package (torchao); no cell tells their share apart.
+    records = [
+        cell(Status.FAIL, torch="2.14.1", peft="0.18.1", unsloth="2026.10.7"),
+        cell(Status.PASS, torch="2.13.0", peft="0.18.1", unsloth=None),
+        cell(Status.PASS, torch="2.13.0", peft="0.17.1", unsloth=None),
+    ]
+    (found,) = derive_constraints(records)
+    assert found.constraints == ()
+    assert [u.evidence.cell_label for u in found.unexplained] == [
+        "cpu-py3.11-torch2.14.1-peft0.18.1-unsloth2026.10.7"
+    ]

@@ -13,8 +13,10 @@ The rules, chosen so that no line claims more than the records show:
   frameworks work together; whole-cell records (the cell never ran its cases) and
   flaky records are left out too.
 - Per case, a version ``V`` of a package is excluded (``pkg!=V``) when the case
-  broke with it and passed in no cell that had it, while it passed in some other
-  cell. Where a version breaks only together with another pin (it passes with
+  broke with it and passed in no cell that had it, while it passed in a neighbour:
+  a cell with the same pins but for that package. Without such a contrast, anything
+  else in the failing cell (a support package the resolver picked) could be the
+  cause. Where a version breaks only together with another pin (it passes with
   other versions of that package), the line is *conditional*: pip cannot say "only
   with transformers 5", so it is written commented out,
   ``# trl!=0.19.1  # with transformers==5.23.0: ...``; drop the leading ``# `` when
@@ -270,7 +272,16 @@ def _derive_one(operation: str, hardware: str, judged: Sequence[Record]) -> Cons
         passing = [_pins(r) for r in good]
         for record in bad:
             pins = _pins(record)
-            alone = [(p, v) for p, v in pins.items() if v is not None and _nowhere(passing, {p: v})]
+            # A pin is blamed only against a passing neighbour: a cell differing in that
+            # pin alone. Without one, everything else the failing cell holds (a support
+            # package the resolver picked, another pin) could be the cause just as well.
+            alone = [
+                (p, v)
+                for p, v in pins.items()
+                if v is not None
+                and _nowhere(passing, {p: v})
+                and _neighbour_passes(passing, pins, p)
+            ]
             for pin in alone:
                 single.setdefault(pin, []).append(record)
             if alone:
@@ -278,7 +289,10 @@ def _derive_one(operation: str, hardware: str, judged: Sequence[Record]) -> Cons
             pairs = [
                 ((p, v), (q, w))
                 for (p, v), (q, w) in itertools.permutations(sorted(pins.items()), 2)
-                if v is not None and _nowhere(passing, {p: v, q: w})
+                if v is not None
+                and _nowhere(passing, {p: v, q: w})
+                and _neighbour_passes(passing, pins, p)
+                and _neighbour_passes(passing, pins, q)
             ]
             for (p, v), other in pairs:
                 paired.setdefault((p, v, other), []).append(record)
@@ -286,7 +300,10 @@ def _derive_one(operation: str, hardware: str, judged: Sequence[Record]) -> Cons
                 unexplained.append(
                     Unexplained(
                         evidence=Evidence.from_record(record),
-                        reason="each of its pins, and each pair of them, passes in another cell",
+                        reason=(
+                            "no pin, and no pair of pins, is set apart by a passing cell "
+                            "that differs from it in that pin alone"
+                        ),
                     )
                 )
     constraints = _bounds_and_excludes(judged, single)
@@ -371,6 +388,18 @@ def _bounds_and_excludes(
 
 def _pins(record: Record) -> dict[str, str | None]:
     return {str(canonicalize_name(k)): v for k, v in record.pins.items()}
+
+
+def _neighbour_passes(
+    passing: Sequence[Mapping[str, str | None]], pins: Mapping[str, str | None], package: str
+) -> bool:
+    """Does a passing cell hold ``pins`` with only ``package`` at another version?"""
+    return any(
+        other.get(package) != pins.get(package)
+        and all(other.get(k) == v for k, v in pins.items() if k != package)
+        and set(other) == set(pins)
+        for other in passing
+    )
 
 
 def _nowhere(passing: Sequence[Mapping[str, str | None]], pattern: Mapping[str, Any]) -> bool:
