@@ -23,6 +23,7 @@ MARKERS = (
     "operation(name): the operation family this case reproduces",
     "requires_packages(**specifiers): outside them the case is n/a",
     "requires_hardware(cuda=False, gpus=0, min_compute_capability=None): else skip",
+    "exclusive(reason): never beside another case (several processes, every GPU)",
 )
 
 

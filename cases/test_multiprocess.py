@@ -18,6 +18,10 @@ import pytest
 
 SCRIPT = Path(__file__).parent / "scripts" / "sft_distributed.py"
 
+# Every case here starts several processes (a launcher and its ranks): with
+# pytest-xdist workers they would compete with the cases beside them.
+pytestmark = pytest.mark.exclusive("starts several training processes")
+
 
 def launch(mode: str, operation: str, processes: int, model_dir: Path, out: Path) -> list[dict]:
     """Start the training script under ``mode`` and return each rank's report."""

@@ -6,6 +6,7 @@ cases/, so the product's matrix never shows them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -103,8 +104,10 @@ def test_every_bad_case_gets_its_status_and_no_other_record_is_lost(tmp_path: Pa
     assert "a_module_that_does_not_exist" in found["test_import_error.py"]["traceback"]
 
 
-def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path):
-    env = environment(tmp_path, FTMATRIX_TEST_SLOW_SECONDS="60")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path, workers: int):
+    matrix = {"FTMATRIX_MATRIX": str(matrix_with_workers(tmp_path, workers))}
+    env = environment(tmp_path, FTMATRIX_TEST_SLOW_SECONDS="60", **matrix)
     nox = subprocess.Popen(
         nox_command(tmp_path, "-s", "matrix"),
         env=env,
@@ -113,14 +116,8 @@ def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path):
         start_new_session=True,
     )
     deadline = time.monotonic() + 180
-    current = None
     while time.monotonic() < deadline:
-        current = (
-            next((tmp_path / "out" / "records").rglob("*.jsonl.current"), None)
-            if (tmp_path / "out" / "records").exists()
-            else None
-        )
-        if current and "test_g_slow" in current.read_text():
+        if any("test_g_slow" in note for note in running_notes(tmp_path)):
             break
         time.sleep(0.2)
     else:
@@ -135,7 +132,7 @@ def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path):
 
     resumed = subprocess.run(
         nox_command(tmp_path, "-s", "matrix"),
-        env={**environment(tmp_path), "FTMATRIX_RESUME": "1"},
+        env={**environment(tmp_path, **matrix), "FTMATRIX_RESUME": "1"},
         capture_output=True,
         text=True,
         check=False,
@@ -148,12 +145,21 @@ def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path):
 
     again = subprocess.run(
         nox_command(tmp_path, "-s", "matrix"),
-        env={**environment(tmp_path), "FTMATRIX_RESUME": "1"},
+        env={**environment(tmp_path, **matrix), "FTMATRIX_RESUME": "1"},
         capture_output=True,
         text=True,
         check=False,
     )
     assert "nothing to resume" in again.stderr
+
+
+def running_notes(tmp_path: Path) -> list[str]:
+    """The running-case notes of the cell: one, or one per pytest-xdist worker."""
+    notes = []
+    for path in (tmp_path / "out").rglob("*.jsonl.current*"):
+        with contextlib.suppress(OSError):  # a case just ended and took its note away
+            notes.append(path.read_text())
+    return notes
 
 
 def test_cell_time_limit_records_the_cases_it_never_reached(tmp_path: Path):
@@ -202,3 +208,83 @@ def test_a_pin_missing_from_the_index_is_uninstallable(tmp_path: Path):
     (record,) = records(tmp_path).values()
     assert record["status"] == "uninstallable"
     assert "there is no version of six==9.9.9" in record["reason"]
+
+
+# Within a cell, pytest-xdist workers share the machine (limits.workers).
+
+
+def matrix_with_workers(tmp_path: Path, workers: int, case_seconds: int = 4) -> Path:
+    matrix = tmp_path / "workers.yaml"
+    matrix.write_text(
+        "packages:\n  six: ['1.17.0']\n"
+        f"timeouts: {{case: {case_seconds}, cell: 300}}\n"
+        f"limits: {{memory-gib: 0.5, workers: {workers}}}\n"
+    )
+    return matrix
+
+
+def record_lines(tmp_path: Path) -> list[dict]:
+    (path,) = (tmp_path / "out" / "records").rglob("*.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_two_workers_give_every_bad_case_the_status_one_process_gives(tmp_path: Path):
+    env = environment(tmp_path, FTMATRIX_MATRIX=str(matrix_with_workers(tmp_path, 2)))
+    ran = subprocess.run(
+        nox_command(tmp_path, "-s", "matrix"), env=env, capture_output=True, text=True, check=False
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "created: 2/2 workers" in ran.stdout  # pytest-xdist ran the shared pass
+    lines = record_lines(tmp_path)
+    assert len(lines) == len({r["case"] for r in lines}) == len(EXPECTED)  # one record a case
+    found = records(tmp_path)
+    assert {case: r["status"] for case, r in found.items()} == EXPECTED
+    assert "pytest-xdist" in found["test_a_first_healthy_case"]["packages"]
+
+    segfault = found["test_b_segfault"]
+    assert segfault["message"] == "the process died during the case: signal SIGSEGV"
+    assert [a["status"] for a in segfault["attempts"]] == ["crash", "crash"]
+    assert "Fatal Python error: Segmentation fault" in segfault["traceback"]
+    abort = found["test_c_abort"]
+    assert [a["message"] for a in abort["attempts"]] == [
+        "the process died during the case: signal SIGABRT"
+    ] * 2
+    flaky = found["test_f_crashes_once_then_passes"]
+    assert flaky["flaky"] is True
+    assert [a["status"] for a in flaky["attempts"]] == ["crash", "pass"]
+    assert flaky["attempts"][0]["message"] == "the process died during the case: signal SIGABRT"
+    assert found["test_d_infinite_loop"]["message"] == "the case ran past its 4 s limit"
+    assert found["test_e_allocation_blow_up"]["message"] == (
+        "the case's processes used more than 0.5 GiB"
+    )
+    assert found["test_import_error.py"]["exception_type"] == "CollectionError"
+    # Progress: each case counted once, though several ran at once (the flaky case's
+    # line shows its second try, as with one process).
+    (done,) = [line for line in ran.stdout.splitlines() if line.endswith("| cell done")]
+    assert "| 4 pass 2 crash 1 timeout 1 oom 1 error |" in done
+
+
+def test_two_workers_run_at_once_and_an_exclusive_case_runs_alone(tmp_path: Path):
+    env = environment(
+        tmp_path, FTMATRIX_MATRIX=str(matrix_with_workers(tmp_path, 2, case_seconds=6))
+    )
+    ran = subprocess.run(
+        nox_command(tmp_path, "-s", "matrix", "--", "parallel_proof.py"),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    found = records(tmp_path)
+    assert {case: (r["status"], r["message"]) for case, r in found.items()} == {
+        "test_p_meets_q": ("pass", None),
+        "test_q_meets_p_then_lingers": ("pass", None),
+        "test_t_hangs": ("timeout", "the case ran past its 6 s limit"),
+        "test_u_outlives_the_hang": ("pass", None),
+        "test_s_runs_alone": ("pass", None),
+    }
+    # Killing the hung case's worker left the case running on the other one alone.
+    starts = (tmp_path / "state" / "starts-u").read_text().splitlines()
+    assert starts == ["started"]
+    assert len(record_lines(tmp_path)) == 5

@@ -14,8 +14,12 @@ dependency), so the cell's environment holds nothing else of ours.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
+import subprocess
+import sys
 import sysconfig
 import time
 import types
@@ -49,8 +53,11 @@ MARKERS = (
     "case is n/a (the versions do not have the feature)",
     "requires_hardware(cuda=False, gpus=0, min_compute_capability=None): what the machine "
     "must have; without it the case is skipped",
+    "exclusive(reason): the case must not share the machine (it starts several processes, "
+    "or takes every GPU); with pytest-xdist workers it runs alone, after the others",
 )
 MESSAGE_LIMIT = 4000
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 class NotApplicable(pytest.skip.Exception):  # type: ignore[name-defined,misc]
@@ -66,6 +73,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ftmatrix", "ftmatrix results")
     group.addoption("--ftmatrix-cell", help="JSON file describing the cell being run")
     group.addoption("--ftmatrix-record", help="JSONL file to write this cell's records to")
+    group.addoption(
+        "--ftmatrix-parallel",
+        action="store_true",
+        help="leave out the exclusive cases: this run shares the machine between workers",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,6 +88,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if cell_file and record_file:
         cell = json.loads(Path(cell_file).read_text(encoding="utf-8"))
         config.pluginmanager.register(_Recorder(cell, Path(record_file)), "ftmatrix-recorder")
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            _die_with_controller()
+
+
+def _die_with_controller() -> None:
+    """In a pytest-xdist worker: be killed when the controller dies (``kill -9``, a lost runner).
+
+    The supervisor gives the controller the same order. A worker left behind would
+    finish its case and write its record while a resumed run writes the same file.
+    Linux only, like the supervisor's.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the controller died before we asked
+            os._exit(1)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -90,6 +117,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         reason = hardware_gap(marker.kwargs, _fingerprint(item.config))
         if reason:
             pytest.skip(reason)
+
+
+def is_exclusive(item: pytest.Item) -> bool:
+    """Must the case have the machine to itself? Marked so, or it wants GPUs.
+
+    A GPU is never shared between cases: two cases on one device would take each
+    other's memory and time, and their ``oom`` and ``timeout`` would mean nothing.
+    """
+    if item.get_closest_marker("exclusive") is not None:
+        return True
+    for marker in item.iter_markers("requires_hardware"):
+        if marker.kwargs.get("cuda") or int(marker.kwargs.get("gpus", 0)) > 0:
+            return True
+    return False
 
 
 def package_gap(package: str, spec: str, installed: Mapping[str, str]) -> str | None:
@@ -125,16 +166,35 @@ class _Recorder:
     def __init__(self, cell: Mapping[str, Any], path: Path) -> None:
         self.cell = cell
         self.file = CellRecordFile(path)
-        self.current = current_case_path(path)
+        # Set in a pytest-xdist worker: each worker notes its own running case.
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER") or None
+        self.current = current_case_path(path, self.worker)
         self.collected = collected_cases_path(path)
         self.packages = _installed_versions(by_display_name=True)
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}
+        self.selected: list[str] = []
+        self.controller = False
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.controller = session.config.pluginmanager.has_plugin("dsession")
+
+    @pytest.hookimpl(trylast=True)  # after -k and -m have taken their cases out
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        self.selected = [i.nodeid for i in items]
+        if config.getoption("--ftmatrix-parallel"):
+            # The supervisor runs these alone once the shared pass is over.
+            exclusive = [i for i in items if is_exclusive(i)]
+            if exclusive:
+                config.hook.pytest_deselected(items=exclusive)
+                items[:] = [i for i in items if not is_exclusive(i)]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # The supervisor needs the whole list to finish a cell whose process died.
         if not self.collected.exists():
-            write_atomically(self.collected, json.dumps([i.nodeid for i in session.items]))
+            write_atomically(self.collected, json.dumps(self.selected))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -145,8 +205,26 @@ class _Recorder:
             "operation": _operation(item),
             "started": time.time(),
             "pid": os.getpid(),
+            "worker": self.worker,
         }
         write_atomically(self.current, json.dumps(note))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """In pytest-xdist's controller: a worker died; add how to its running-case note.
+
+        Only the controller, the worker's parent, can learn its exit status (the
+        signal that killed it); the supervisor reads it from the note.
+        """
+        if not error:
+            return
+        note_path = current_case_path(self.file.path, str(node.gateway.id))
+        try:
+            note = json.loads(note_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # it died between cases: no case to blame
+        note["exit"] = _worker_exit_status(node)
+        write_atomically(note_path, json.dumps(note))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
@@ -162,7 +240,8 @@ class _Recorder:
             self.current.unlink(missing_ok=True)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        if report.failed:
+        # In pytest-xdist's controller the workers' reports arrive too: they record them.
+        if report.failed and not self.controller:
             now = _now()
             self.file.add(
                 self._base_record(
@@ -327,6 +406,18 @@ def _fingerprint(config: pytest.Config) -> dict[str, Any]:
         cached = probe_hardware(os.environ, with_torch=True)
         config._ftmatrix_fingerprint = cached  # type: ignore[attr-defined]
     return cached
+
+
+def _worker_exit_status(node: Any) -> int | None:
+    """The return code of a pytest-xdist worker that went down (negative: a signal)."""
+    # execnet keeps the worker's Popen on its private IO object; without it, no status.
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return None
+    try:
+        return int(popen.wait(timeout=5))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
 
 
 def _qualified_name(cls: type) -> str:

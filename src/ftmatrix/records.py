@@ -10,16 +10,23 @@ it imports the standard library only.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ftmatrix.status import Status
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 1
 
@@ -159,20 +166,51 @@ class CellRecordFile:
     """The JSONL file of one cell in one run, rewritten atomically as records arrive.
 
     Records already in the file are kept: a cell whose cases run in several
-    processes (after a crash, or on resume) adds to one file.
+    processes (after a crash, on resume, or in pytest-xdist workers at the same
+    time) adds to one file. Each change is a read-modify-write under an exclusive
+    lock, so two writers never drop each other's records.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.records: list[Record] = list(read_records(path).records) if path.exists() else []
+        self.records: list[Record] = self._read()
 
     def add(self, record: Record) -> None:
         """Append ``record``, replacing an earlier record of the same case."""
-        self.records = [r for r in self.records if r.case != record.case] + [record]
-        self.save()
+        with _locked(self.path):
+            # Re-read: another process may have added records since we last looked.
+            self.records = [r for r in self._read() if r.case != record.case] + [record]
+            self._write()
 
     def save(self) -> None:
+        with _locked(self.path):
+            self._write()
+
+    def _read(self) -> list[Record]:
+        return list(read_records(self.path).records) if self.path.exists() else []
+
+    def _write(self) -> None:
         write_atomically(self.path, "".join(_line(r) for r in self.records))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s folder; the holder's death releases it.
+
+    The folder, not a file beside ``path``: a lock file would be left among the
+    records, and ``path`` itself is replaced on every write. Cells of a run share
+    the folder, but each holds the lock only for one small rewrite.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:  # Windows, where nothing else of the supervisor works either
+        yield
+        return
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)
 
 
 def operation_from_path(nodeid: str) -> str:
@@ -186,9 +224,23 @@ def record_path(out_dir: Path, run_id: str, cell_id: str) -> Path:
     return out_dir / "records" / run_id / f"{cell_id}.jsonl"
 
 
-def current_case_path(record_file: Path) -> Path:
-    """Where the plugin notes the case now running, so a supervisor outside knows it."""
-    return record_file.with_name(record_file.name + ".current")
+def current_case_path(record_file: Path, worker: str | None = None) -> Path:
+    """Where the plugin notes the case now running, so a supervisor outside knows it.
+
+    A pytest-xdist ``worker`` (``gw0``, ...) has a note of its own.
+    """
+    suffix = f".current.{worker}" if worker else ".current"
+    return record_file.with_name(record_file.name + suffix)
+
+
+def worker_case_paths(record_file: Path) -> list[Path]:
+    """The running-case notes of every pytest-xdist worker of the cell."""
+    return sorted(record_file.parent.glob(glob.escape(record_file.name) + ".current.*"))
+
+
+def first_tries_path(record_file: Path) -> Path:
+    """Where the supervisor keeps crashed cases' first tries until their second try ends."""
+    return record_file.with_name(record_file.name + ".first-tries")
 
 
 def collected_cases_path(record_file: Path) -> Path:

@@ -21,7 +21,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,6 +65,8 @@ TRANSIENT = re.compile(
     re.IGNORECASE,
 )
 RETRY_DELAYS = (2.0, 8.0)
+# The test runner a cell gets besides pytest when its cases share the machine.
+XDIST_REQUIREMENT = "pytest-xdist"
 # Share of the machine's memory a cell's cases may take when matrix.yaml sets no limit.
 DEFAULT_MEMORY_SHARE = 0.9
 
@@ -130,7 +132,7 @@ def _run_cell(
 
     log(f"[ftmatrix] {cell.label}: resolving {' '.join(cell.requirements())}")
     resolution = _with_retries(
-        lambda: resolve_cell(cell, ctx.install, ctx.env),
+        lambda: resolve_cell(with_test_runners(cell, ctx.limits), ctx.install, ctx.env),
         lambda r: r.status is Status.INSTALL_ERROR and bool(TRANSIENT.search(r.reason or "")),
         ctx,
         log,
@@ -204,6 +206,7 @@ def _run_cell(
             make_record=_record_factory(cell, ctx, lock_id=resolution.lock_id),
             log=log,
             progress=progress,
+            parallel=parallel_args(worker_count(ctx.limits)),
         )
     log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
     write_atomically(files.done, json.dumps(state))
@@ -280,6 +283,40 @@ def pytest_command(
         *ctx.pytest_args,
     ]
     return command, targets
+
+
+def worker_count(limits: Limits) -> int:
+    """How many pytest-xdist workers share the cell's cases: ``auto`` is one per usable CPU."""
+    if limits.workers != "auto":
+        return limits.workers
+    # Cells run under CI runners and containers pinned to a few CPUs: count those.
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+def with_test_runners(cell: Cell, limits: Limits) -> Cell:
+    """The cell as resolved and installed: pytest-xdist joins it when workers share it.
+
+    Added as a support package (unpinned, like pytest itself), so it is in the lock
+    and in every record's package list; the cell's own id and label stay as they are.
+    """
+    if limits.workers == 1:
+        return cell
+    return replace(cell, support=(*cell.support, XDIST_REQUIREMENT))
+
+
+def parallel_args(workers: int) -> list[str]:
+    """pytest arguments for the pass where ``workers`` share the machine ([] for one).
+
+    Cases that must not share the machine are not kept together by a ``--dist``
+    mode but kept out: the plugin leaves the exclusive cases out of this pass and
+    the supervisor runs them alone after it. ``load`` hands out single cases and
+    drops the one a dead worker was running; pytest-xdist's scope-based modes
+    (``loadfile``, ``loadgroup``) put it back in the queue, and a case that kills
+    its worker would kill the next one too, or hang the run (seen with 3.8).
+    """
+    if workers <= 1:
+        return []
+    return ["-n", str(workers), "--dist", "load", "--ftmatrix-parallel"]
 
 
 def cell_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,11 @@ from ftmatrix.records import (
     Record,
     collected_cases_path,
     current_case_path,
+    first_tries_path,
+    read_records,
     redact,
+    worker_case_paths,
+    write_atomically,
 )
 from ftmatrix.status import Status
 
@@ -41,6 +45,8 @@ _LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
 OUTPUT_TAIL_LINES = 60
 # pytest's own exit codes: ok, tests failed, interrupted, internal error, usage, none collected.
 PYTEST_EXIT_CODES = {0, 1, 2, 3, 4, 5}
+# Those of a run that went through its cases: ok, tests failed, none collected.
+PYTEST_NORMAL_ENDS = {0, 1, 5}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,15 +64,18 @@ class Attempt:
 
     returncode: int
     killed_for: Status | None  # TIMEOUT or OOM when we killed it, else None
-    running_case: str | None  # the case that was running when it ended, if any
-    running_operation: str | None
-    running_since: float | None
+    # Running-case notes left when it ended: the case (or, with pytest-xdist workers,
+    # the cases) it was in the middle of. Each note: case, operation, started, pid.
+    running: tuple[dict[str, Any], ...]
+    casualties: int  # cases whose worker died or was killed while the others ran on
     output_tail: str
     cell_deadline_passed: bool
 
 
 Log = Callable[[str], None]
 RecordFactory = Callable[..., Record]
+# Told of one case that ended without a record of its own: (note, status, reason, output).
+Casualty = Callable[[Mapping[str, Any], Status, str, str], None]
 
 
 def run_cases(
@@ -80,68 +89,71 @@ def run_cases(
     make_record: RecordFactory,
     log: Log,
     progress: Progress | None = None,
+    parallel: Sequence[str] = (),
 ) -> list[Record]:
     """Run pytest (``command`` + case ``targets``) until every collected case has a record.
 
     ``make_record(case=, operation=, status=, reason=, message=, traceback=, ...)``
     builds a record for a case the plugin could not record itself.
+
+    ``parallel`` (pytest-xdist's ``-n N`` and the plugin's ``--ftmatrix-parallel``) is
+    added while the workers' shared pass lasts; a crashed case's second try, and the
+    exclusive cases the shared pass leaves out, then run in one process, alone.
     """
     collected = collected_cases_path(record_file)
     cell_deadline = time.monotonic() + limits.cell_seconds
-    first_tries: dict[str, Record] = {}
-    only: list[str] | None = None  # a crashed case's second try runs alone
+    watcher = _RecordWatcher(record_file, progress)
+    verdicts = _Verdicts(record_file, make_record, env, log, watcher, resumed=collected.exists())
+    sharing = bool(parallel)
     while True:
         done = {r.case for r in CellRecordFile(record_file).records}
         all_cases = json.loads(collected.read_text()) if collected.exists() else None
+        lone = verdicts.lone
+        shared = sharing and not lone
         if all_cases is not None:
             remaining = [c for c in all_cases if c not in done]
             if not remaining:
                 break
-            run_targets = only or remaining
+            run_targets = [lone.pop(0)] if lone else remaining
             args = [str(cases_dir / case) for case in run_targets]
         else:
             args = list(targets)
         attempt = _attempt(
-            [*command, *args],
+            [*command, *(parallel if shared else ()), *args],
             env=env,
             record_file=record_file,
             limits=limits,
             cell_deadline=cell_deadline,
-            progress=progress,
+            watcher=watcher,
+            on_casualty=verdicts.conclude,
         )
-        only = None
-        _settle_second_tries(record_file, first_tries)
+        verdicts.settle_second_tries()
 
-        if attempt.running_case is None:
-            if collected.exists() and attempt.returncode in (0, 1, 5):
+        if not attempt.running:
+            ended_normally = attempt.returncode in (
+                PYTEST_EXIT_CODES if shared else PYTEST_NORMAL_ENDS
+            )
+            if collected.exists() and ended_normally:
+                if shared or lone:
+                    # A shared pass that lost no worker is over: what is left (the
+                    # exclusive cases) runs in one process, alone.
+                    sharing = sharing and bool(lone or attempt.casualties)
+                    continue
                 if not _progress_made(record_file, done):
                     break  # nothing new recorded: avoid looping on a case we cannot run
                 continue
             _record_cell_problem(attempt, record_file, make_record, collected.exists())
             break
 
-        case = attempt.running_case
-        status, reason = _verdict(attempt, limits)
-        record = make_record(
-            case=case,
-            operation=attempt.running_operation,
-            status=status,
-            reason=reason,
-            message=reason,
-            traceback=redact(attempt.output_tail, env),
-            duration=time.time() - (attempt.running_since or time.time()),
-        )
-        if status is Status.CRASH and case not in first_tries:
-            log(f"[ftmatrix] {case}: {reason}; trying it once more alone")
-            first_tries[case] = record
-            only = [case]
+        if attempt.killed_for is None and len(attempt.running) > 1:
+            # pytest-xdist's controller died with several cases running: which one
+            # killed it is unknown, so they run again one at a time, to find out.
+            log("[ftmatrix] pytest died with several cases running; they run again alone")
+            sharing = False
             continue
-        if case in first_tries:
-            record = _merge_tries(first_tries.pop(case), record)
-        CellRecordFile(record_file).add(record)
-        log(f"[ftmatrix] {case}: {status.value}: {reason}")
-        if progress:
-            progress.case_finished(case, status)
+        status, reason = _verdict(attempt, limits)
+        for note in attempt.running:
+            verdicts.conclude(note, status, reason, attempt.output_tail)
         if attempt.cell_deadline_passed:
             _record_unrun(record_file, collected, make_record, limits)
             break
@@ -149,16 +161,87 @@ def run_cases(
     return CellRecordFile(record_file).records
 
 
-def _settle_second_tries(record_file: Path, first_tries: dict[str, Record]) -> None:
-    """Merge a crashed case's first try into the record its second try just wrote.
+class _Verdicts:
+    """Records the cases that ended without a record of their own, across attempts.
 
-    Done at once, not at the end, so that a run killed later keeps the verdict.
+    A crash is a first try: the case waits in ``lone`` for a second, alone. First
+    tries are kept in a file until then: with workers, the second tries come after
+    the shared pass, and a run killed meanwhile must still know, once resumed, that
+    the case crashed once.
     """
-    file = CellRecordFile(record_file)
-    for case in list(first_tries):
-        second = next((r for r in file.records if r.case == case), None)
-        if second is not None:
-            file.add(_merge_tries(first_tries.pop(case), second))
+
+    def __init__(
+        self,
+        record_file: Path,
+        make_record: RecordFactory,
+        env: Mapping[str, str],
+        log: Log,
+        watcher: _RecordWatcher,
+        *,
+        resumed: bool,
+    ) -> None:
+        self.record_file = record_file
+        self.make_record = make_record
+        self.env = env
+        self.log = log
+        self.watcher = watcher
+        self.saved = first_tries_path(record_file)
+        self.first_tries: dict[str, Record] = {}
+        if not resumed:
+            self.saved.unlink(missing_ok=True)  # from an earlier run of the cell
+        elif self.saved.exists():
+            self.first_tries = {r.case: r for r in read_records(self.saved).records}
+        self.lone: list[str] = list(self.first_tries)
+        self.settle_second_tries()
+
+    def settle_second_tries(self) -> None:
+        """Merge a crashed case's first try into the record its second try just wrote.
+
+        Done at once, not at the end, so that a run killed later keeps the verdict.
+        """
+        file = CellRecordFile(self.record_file)
+        for case in list(self.first_tries):
+            second = next((r for r in file.records if r.case == case), None)
+            if second is not None:
+                file.add(_merge_tries(self.first_tries.pop(case), second))
+                if case in self.lone:
+                    self.lone.remove(case)
+        self._save()
+
+    def _save(self) -> None:
+        if not self.first_tries:
+            self.saved.unlink(missing_ok=True)
+            return
+        tries = self.first_tries.values()
+        write_atomically(self.saved, "".join(json.dumps(r.to_dict()) + "\n" for r in tries))
+
+    def conclude(self, note: Mapping[str, Any], status: Status, reason: str, output: str) -> None:
+        case = str(note["case"])
+        record = self.make_record(
+            case=case,
+            operation=str(note.get("operation") or "") or None,
+            status=status,
+            reason=reason,
+            message=reason,
+            traceback=redact(output, self.env),
+            duration=time.time() - float(note.get("started") or time.time()),
+        )
+        if status is Status.CRASH and case not in self.first_tries:
+            self.log(f"[ftmatrix] {case}: {reason}; trying it once more alone")
+            self.first_tries[case] = record
+            self._save()
+            self.lone.append(case)
+            return
+        first = self.first_tries.pop(case, None)
+        if first is not None:
+            record = _merge_tries(first, record)
+        self.watcher.seen.add(case)  # reported here, not again when the watcher reads it
+        CellRecordFile(self.record_file).add(record)
+        if first is not None:
+            self._save()  # once the merged record is safe, not before
+        self.log(f"[ftmatrix] {case}: {status.value}: {reason}")
+        if self.watcher.progress:
+            self.watcher.progress.case_finished(case, status)
 
 
 def _attempt(
@@ -168,10 +251,12 @@ def _attempt(
     record_file: Path,
     limits: Limits,
     cell_deadline: float,
-    progress: Progress | None,
+    watcher: _RecordWatcher,
+    on_casualty: Casualty,
 ) -> Attempt:
     current = current_case_path(record_file)
-    current.unlink(missing_ok=True)
+    for note_path in [current, *worker_case_paths(record_file)]:
+        note_path.unlink(missing_ok=True)
     process = subprocess.Popen(
         list(command),
         env=dict(env),
@@ -182,21 +267,26 @@ def _attempt(
         preexec_fn=_die_with_parent,  # noqa: PLW1509
     )
     tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
-    pump = threading.Thread(target=_pump, args=(process, tail, progress), daemon=True)
+    pump = threading.Thread(target=_pump, args=(process, tail, watcher.progress), daemon=True)
     pump.start()
     killed_for: Status | None = None
     cell_deadline_passed = False
-    watcher = _RecordWatcher(record_file, progress)
+    workers = _Workers(record_file, process.pid, limits, lambda: "".join(tail), on_casualty)
     try:
         while process.poll() is None:
             time.sleep(POLL_SECONDS)
             note = _read_note(current)
-            watcher.poll(note)
+            running = workers.poll()
+            watcher.poll([note] if note else running)
             if note and time.time() - float(note["started"]) > limits.case_seconds:
                 killed_for = Status.TIMEOUT
             elif time.monotonic() > cell_deadline:
                 killed_for, cell_deadline_passed = Status.TIMEOUT, True
-            elif limits.memory_bytes and _group_rss(process.pid) > limits.memory_bytes:
+            elif (
+                limits.memory_bytes
+                and _group_rss(process.pid, but=workers.killed) > limits.memory_bytes
+                and not workers.kill_the_largest()  # no worker to blame: the whole run
+            ):
                 killed_for = Status.OOM
             if killed_for is not None:
                 _kill_group(process)
@@ -207,17 +297,94 @@ def _attempt(
     process.wait()
     pump.join(timeout=5)
     note = _read_note(current)
-    watcher.poll(None)
-    current.unlink(missing_ok=True)
+    left = workers.poll()  # a worker's death the controller noted just before it ended
+    watcher.poll([])
+    for note_path in [current, *worker_case_paths(record_file)]:
+        note_path.unlink(missing_ok=True)
     return Attempt(
         returncode=process.returncode,
         killed_for=killed_for,
-        running_case=str(note["case"]) if note else None,
-        running_operation=str(note.get("operation") or "") or None if note else None,
-        running_since=float(note["started"]) if note else None,
+        running=tuple([note] if note else left),
+        casualties=workers.casualties,
         output_tail="".join(tail),
         cell_deadline_passed=cell_deadline_passed,
     )
+
+
+class _Workers:
+    """The running-case notes of pytest-xdist workers, and what befalls their cases.
+
+    A worker past the case time limit, or the largest when the run is past the
+    memory limit, is killed with its process tree and no other: pytest-xdist
+    replaces it and the other workers go on. A worker that dies by itself gets
+    its exit status added to its note by the controller. Either way the case is
+    handed to ``on_casualty`` once.
+    """
+
+    def __init__(
+        self,
+        record_file: Path,
+        pgid: int,
+        limits: Limits,
+        output: Callable[[], str],
+        on_casualty: Casualty,
+    ) -> None:
+        self.record_file = record_file
+        self.pgid = pgid
+        self.limits = limits
+        self.output = output
+        self.on_casualty = on_casualty
+        self.handled: set[tuple[str, str, float]] = set()
+        self.killed: set[int] = set()
+        self.casualties = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Conclude the cases of dead or overdue workers; return the notes still running."""
+        running = []
+        for note in self._notes():
+            if "exit" in note:
+                code = note["exit"]
+                how = _describe_exit(int(code)) if code is not None else "exit status unknown"
+                self._conclude(note, Status.CRASH, f"the process died during the case: {how}")
+            elif time.time() - float(note["started"]) > self.limits.case_seconds:
+                self.killed.update(_kill_tree(int(note["pid"]), self.pgid))
+                reason = f"the case ran past its {self.limits.case_seconds:g} s limit"
+                self._conclude(note, Status.TIMEOUT, reason)
+            else:
+                running.append(note)
+        return running
+
+    def kill_the_largest(self) -> bool:
+        """Kill the worker whose process tree holds the most memory; False if none runs a case."""
+        notes = self._notes()
+        if not notes:
+            return False
+        table = _process_table()
+        note = max(notes, key=lambda n: _tree_rss(int(n["pid"]), table))
+        self.killed.update(_kill_tree(int(note["pid"]), self.pgid))
+        assert self.limits.memory_bytes is not None
+        reason = f"the case's processes used more than {self.limits.memory_bytes / 2**30:.1f} GiB"
+        self._conclude(note, Status.OOM, reason)
+        return True
+
+    def _notes(self) -> list[dict[str, Any]]:
+        notes = []
+        for path in worker_case_paths(self.record_file):
+            note = _read_note(path)
+            if note is not None and _note_key(note) not in self.handled:
+                notes.append(note)
+        return notes
+
+    def _conclude(self, note: dict[str, Any], status: Status, reason: str) -> None:
+        # The controller may still add the exit status to a note of a worker we
+        # killed: remembering the note keeps the case from being concluded twice.
+        self.handled.add(_note_key(note))
+        self.casualties += 1
+        self.on_casualty(note, status, reason, self.output())
+
+
+def _note_key(note: Mapping[str, Any]) -> tuple[str, str, float]:
+    return str(note.get("worker")), str(note["case"]), float(note["started"])
 
 
 def _verdict(attempt: Attempt, limits: Limits) -> tuple[Status, str]:
@@ -293,16 +460,17 @@ class _RecordWatcher:
         self.record_file = record_file
         self.progress = progress
         self.seen = {r.case for r in CellRecordFile(record_file).records}
-        self.running: str | None = None
+        self.running: set[str] = set()
         self.mtime = 0.0
 
-    def poll(self, note: dict[str, Any] | None) -> None:
+    def poll(self, notes: Sequence[Mapping[str, Any]]) -> None:
+        """``notes``: the running-case notes now (one per pytest-xdist worker)."""
         if self.progress is None:
             return
-        case = str(note["case"]) if note else None
-        if case and case != self.running:
+        cases = {str(note["case"]) for note in notes}
+        for case in sorted(cases - self.running):
             self.progress.case_started(case)
-        self.running = case
+        self.running = cases
         try:
             mtime = self.record_file.stat().st_mtime
         except OSError:
@@ -353,17 +521,67 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def _group_rss(pgid: int) -> int:
-    """Resident bytes of every process in the group (the case and what it spawned)."""
-    total = 0
+def _group_rss(pgid: int, but: Set[int] = frozenset()) -> int:
+    """Resident bytes of every process in the group (the case and what it spawned).
+
+    ``but``: processes already killed, whose memory is on its way back.
+    """
+    return sum(p.rss for pid, p in _process_table().items() if p.pgid == pgid and pid not in but)
+
+
+@dataclass(frozen=True)
+class _Process:
+    ppid: int
+    pgid: int
+    rss: int  # bytes
+
+
+def _process_table() -> dict[int, _Process]:
+    """Every process on the machine: its parent, group and resident bytes, from /proc."""
+    table = {}
     page = os.sysconf("SC_PAGE_SIZE")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid:  # field 5 of /proc/PID/stat: the process group
-                total += int(fields[21]) * page  # field 24: resident pages
+            # Fields 4, 5 and 24 of /proc/PID/stat: parent, process group, resident pages.
+            table[int(entry.name)] = _Process(
+                ppid=int(fields[1]), pgid=int(fields[2]), rss=int(fields[21]) * page
+            )
         except (OSError, IndexError, ValueError):
             continue
-    return total
+    return table
+
+
+def _tree(pid: int, table: Mapping[int, _Process]) -> list[int]:
+    """``pid`` and every process below it."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for child, process in table.items():
+        children[process.ppid].append(child)
+    tree, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        tree.append(current)
+        queue.extend(children.get(current, ()))
+    return tree
+
+
+def _tree_rss(pid: int, table: Mapping[int, _Process]) -> int:
+    return sum(table[p].rss for p in _tree(pid, table) if p in table)
+
+
+def _kill_tree(pid: int, pgid: int) -> list[int]:
+    """SIGKILL one pytest-xdist worker and what its case started, nothing else of the run.
+
+    Only a worker of the run's own group: a pid recycled by another program is spared.
+    Returns the processes killed.
+    """
+    table = _process_table()
+    if pid not in table or table[pid].pgid != pgid:
+        return []
+    victims = _tree(pid, table)
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(victim, signal.SIGKILL)
+    return victims

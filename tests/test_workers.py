@@ -1,0 +1,140 @@
+"""Cases sharing a cell's machine through pytest-xdist workers: the setting, the
+arguments, and record files several processes write at once.
+
+The real runs (workers that crash, hang and blow up) are in test_runner_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.config import ConfigError, Limits, parse_matrix
+from ftmatrix.plan import Cell
+from ftmatrix.records import CellRecordFile, Record, collected_cases_path, read_records
+from ftmatrix.runner import parallel_args, with_test_runners, worker_count
+from ftmatrix.status import Status
+
+pytest_plugins = ["pytester"]
+
+
+def parse(text: str):
+    return parse_matrix(text, source="m.yaml", profile=None, default_python="3.11")
+
+
+def test_workers_default_to_one_and_take_a_count_or_auto():
+    assert parse("packages: {six: ['1.17.0']}\n").limits.workers == 1
+    assert parse("packages: {six: ['1.17.0']}\nlimits: {workers: 4}\n").limits.workers == 4
+    assert parse("packages: {six: ['1.17.0']}\nlimits: {workers: auto}\n").limits == Limits(
+        workers="auto"
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "two", "true", "1.5"])
+def test_a_bad_worker_count_names_its_key(value: str):
+    with pytest.raises(ConfigError) as caught:
+        parse(f"packages: {{six: ['1.17.0']}}\nlimits: {{memory-gib: 0, workers: {value}}}\n")
+    shown = {"0": "0", "two": "'two'", "true": "True", "1.5": "1.5"}[value]
+    assert caught.value.problems == (
+        "m.yaml: limits.memory-gib: must be a number of GiB > 0, got 0",
+        f"m.yaml: limits.workers: must be a whole number >= 1 or 'auto', got {shown}",
+    )
+
+
+def test_one_worker_runs_as_before_and_more_bring_pytest_xdist():
+    cell = Cell(python="3.11", pins=(("six", "1.17.0"),), hardware="cpu")
+    assert with_test_runners(cell, Limits()) is cell
+    assert parallel_args(1) == []
+    shared = with_test_runners(cell, Limits(workers=2))
+    assert shared.requirements() == ["six==1.17.0", "pytest-xdist"]
+    assert parallel_args(3) == ["-n", "3", "--dist", "load", "--ftmatrix-parallel"]
+    assert worker_count(Limits(workers=3)) == 3
+    assert worker_count(Limits(workers="auto")) >= 1
+
+
+def _add_records(path: str, worker: int, count: int) -> None:
+    for i in range(count):
+        CellRecordFile(Path(path)).add(_record(f"test_w{worker}.py::test_{i}"))
+
+
+def _record(case: str) -> Record:
+    return Record(
+        run_id="r",
+        cell_id="c",
+        cell_label="cpu-py3.11-six1.17.0",
+        python="3.11",
+        pins={"six": "1.17.0"},
+        hardware_class="cpu",
+        case=case,
+        operation="w",
+        status=Status.PASS,
+        started_at="2026-11-22T12:00:00+00:00",
+        finished_at="2026-11-22T12:00:01+00:00",
+    )
+
+
+def test_processes_adding_to_one_cell_file_at_once_lose_no_record(tmp_path: Path):
+    path = tmp_path / "cell.jsonl"
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_add_records, args=(str(path), w, 40)) for w in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    result = read_records(path)
+    assert result.problems == ()
+    assert sorted(r.case for r in result.records) == sorted(
+        f"test_w{w}.py::test_{i}" for w in range(4) for i in range(40)
+    )
+
+
+SHARED_AND_EXCLUSIVE = """
+import pytest
+
+def test_shares():
+    pass
+
+@pytest.mark.exclusive("starts processes of its own")
+def test_marked_exclusive():
+    pass
+
+@pytest.mark.requires_hardware(cuda=True)
+def test_wants_a_gpu():
+    pass
+"""
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_the_shared_pass_leaves_the_exclusive_cases_to_run_alone(
+    pytester: pytest.Pytester, tmp_path: Path, parallel: bool
+):
+    pytester.makepyfile(test_cases=SHARED_AND_EXCLUSIVE)
+    cell = {"run_id": "r", "id": "c", "label": "l", "python": "3.11", "pins": {}, "hardware": "cpu"}
+    (tmp_path / "cell.json").write_text(json.dumps(cell))
+    out = tmp_path / "out.jsonl"
+    pytester.runpytest_subprocess(
+        "-p",
+        "ftmatrix.pytest_plugin",
+        "--ftmatrix-cell",
+        str(tmp_path / "cell.json"),
+        "--ftmatrix-record",
+        str(out),
+        *(["--ftmatrix-parallel"] if parallel else []),
+    )
+    ran = {r.case.split("::")[1]: r.status.value for r in read_records(out).records}
+    everything = ["test_shares", "test_marked_exclusive", "test_wants_a_gpu"]
+    if parallel:
+        assert ran == {"test_shares": "pass"}
+    else:
+        assert ran == {
+            "test_shares": "pass",
+            "test_marked_exclusive": "pass",
+            "test_wants_a_gpu": "skip",
+        }
+    # The supervisor learns every case either way: the left-out ones are still to run.
+    listed = json.loads(collected_cases_path(out).read_text())
+    assert [case.split("::")[1] for case in listed] == everything
