@@ -110,7 +110,9 @@ def plan(session: nox.Session) -> None:
     elif "--no-resolve" in session.posargs:
         print_plan(LOADED, sys.stdout)
     else:
-        resolutions = resolve_cells(LOADED.selected, LOADED.matrix.install, os.environ)
+        resolutions = resolve_cells(
+            LOADED.selected, LOADED.matrix.install, os.environ, LOADED.matrix.limits
+        )
         print_plan(LOADED, sys.stdout, resolutions)
 
 
@@ -132,6 +134,18 @@ def bisect(session: nox.Session) -> None:
     code = main(["bisect", *session.posargs])
     if code:
         session.error(f"bisect ended with exit code {code}")
+
+
+@nox.session(python=False)
+def autobisect(session: nox.Session) -> None:
+    """Bisect the new failures whose neighbour cell passes, within matrix.yaml's bisect.budget.
+
+    Run after ``nox -s matrix``; ``-- --dry-run`` only prints the choice, ``--budget N``
+    overrides the budget. Findings go to the history; ``nox -s report`` shows them.
+    """
+    code = main(["autobisect", *session.posargs])
+    if code:
+        session.error(f"autobisect ended with exit code {code}")
 
 
 @nox.session

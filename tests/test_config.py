@@ -66,7 +66,7 @@ def _messages(name: str) -> list[str]:
 def test_unknown_keys_suggest_the_closest_name():
     assert _messages("unknown_keys.yaml") == [
         "F: stratgy: unknown key; allowed: packages, python, support, strategy, exclude, "
-        "include, cases, timeouts, limits, install, hardware, profiles, default-profile. "
+        "include, cases, timeouts, limits, install, hardware, bisect, profiles, default-profile. "
         "Perhaps you meant 'strategy'?",
         "F: install.find-link: unknown key; allowed: find-links, index-url, extra-index-urls. "
         "Perhaps you meant 'find-links'?",
@@ -128,3 +128,34 @@ def test_error_text_counts_the_problems():
     with pytest.raises(ConfigError) as caught:
         parse("packages: {trl: []}\nstrategy: x\n")
     assert str(caught.value).splitlines()[0] == "2 problems in the matrix configuration:"
+
+
+def test_bisect_budget_defaults_to_off_and_a_profile_can_set_it():
+    assert parse("packages: {trl: ['1.16.0']}\n").bisect.budget == 0
+    text = "packages: {trl: ['1.16.0']}\nbisect: {budget: 2}\nprofiles: {nightly: {bisect: {budget: 8}}}\n"
+    assert parse(text).bisect.budget == 2
+    assert parse(text, profile="nightly").bisect.budget == 8
+
+
+def test_bad_bisect_settings_name_the_key_the_value_and_what_is_allowed():
+    def problems(bisect: str) -> tuple[str, ...]:
+        with pytest.raises(ConfigError) as caught:
+            parse(f"packages: {{trl: ['1.16.0']}}\nbisect: {bisect}\n")
+        return caught.value.problems
+
+    assert problems("{budjet: 8}") == (
+        "m.yaml: bisect.budjet: unknown key; allowed: budget. Perhaps you meant 'budget'?",
+    )
+    assert problems("{budget: eight}") == (
+        "m.yaml: bisect.budget: must be a whole number of cells >= 0 (0: off), got 'eight'",
+    )
+    assert problems("{budget: -1}") == (
+        "m.yaml: bisect.budget: must be a whole number of cells >= 0 (0: off), got -1",
+    )
+    assert problems("{budget: true}") == (
+        "m.yaml: bisect.budget: must be a whole number of cells >= 0 (0: off), got True",
+    )
+    assert problems("8") == ("m.yaml: bisect: must be a mapping such as {budget: 8}, got 8",)
+    with pytest.raises(ConfigError) as caught:
+        parse("packages: {trl: ['1.16.0']}\nprofiles: {nightly: {bisekt: {budget: 8}}}\n")
+    assert caught.value.problems[0].endswith("Perhaps you meant 'bisect'?")

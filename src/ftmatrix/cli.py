@@ -23,19 +23,22 @@ from typing import Any, TextIO
 
 from packaging.version import Version
 
+from ftmatrix.autobisect import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.bisect import BisectError
-from ftmatrix.bisect_cells import BisectRequest, run_bisect
-from ftmatrix.config import ConfigError, InstallOptions, Matrix, load_matrix
-from ftmatrix.index import list_releases
+from ftmatrix.bisect_cells import BisectRequest, finding_document, run_bisect
+from ftmatrix.config import ConfigError, InstallOptions, Limits, Matrix, load_matrix
+from ftmatrix.index import IndexError_, list_releases
+from ftmatrix.known_issues import load_known_issues
 from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
-from ftmatrix.records import read_records
+from ftmatrix.records import read_records, write_atomically
 from ftmatrix.report import write_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
-from ftmatrix.runner import current_python
+from ftmatrix.runner import current_python, with_test_runners
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 from ftmatrix.status import Status
+from ftmatrix.store import load_findings, merge_records, newest_records, save_finding
 
 
 class ExitCode(enum.IntEnum):
@@ -92,7 +95,7 @@ def index_releases(matrix: Matrix, env: Mapping[str, str]) -> Any:
 def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
     """The machine form of the plan (documented in README.md), each cell resolved."""
     matrix = loaded.matrix
-    resolutions = resolve_cells(loaded.selected, matrix.install, env)
+    resolutions = resolve_cells(loaded.selected, matrix.install, env, matrix.limits)
     return {
         "matrix": matrix.source,
         "profile": matrix.profile,
@@ -122,10 +125,19 @@ def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def resolve_cells(
-    cells: Sequence[Cell], install: InstallOptions, env: Mapping[str, str]
+    cells: Sequence[Cell],
+    install: InstallOptions,
+    env: Mapping[str, str],
+    limits: Limits | None = None,
 ) -> list[Resolution]:
-    """Resolve cells in parallel (uv is I/O-bound here), each pin set once."""
-    unique = {cell.id: cell for cell in cells}
+    """Resolve cells in parallel (uv is I/O-bound here), each pin set once.
+
+    With ``limits``, each cell is resolved as the runner installs it (pytest-xdist
+    joins it when workers share it), so the plan's lock_id is the records' lock_id.
+    """
+    unique = {
+        cell.id: with_test_runners(cell, limits) if limits is not None else cell for cell in cells
+    }
     # Found once before the threads: locating it reads sysconfig, which is not thread-safe.
     uv_binary()
     with ThreadPoolExecutor(max_workers=min(8, len(unique) or 1)) as pool:
@@ -253,6 +265,24 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--hardware", help="hardware class (default: the matrix's first)")
     search.add_argument("--python", help="Python version (default: the running one)")
     search.add_argument("--matrix", help="matrix file for install settings (default: matrix.yaml)")
+    auto = sub.add_parser(
+        "autobisect",
+        help="bisect the new failures whose neighbour cell passes, within a budget of cells",
+        description="After a run: pick the new failures (no known issue, not bisected yet) "
+        "whose cell differs from a passing one in one package, and search that package's "
+        "releases between the two, building at most the budget's cells in all.",
+    )
+    auto.add_argument(
+        "--budget",
+        type=int,
+        metavar="CELLS",
+        help="cells to build at most (default: the matrix file's bisect.budget)",
+    )
+    auto.add_argument(
+        "--dry-run", action="store_true", help="print what would be bisected, build nothing"
+    )
+    auto.add_argument("--matrix", help="matrix file (default: matrix.yaml)")
+    auto.add_argument("--profile", help="profile to apply")
     ci = sub.add_parser(
         "ci-matrix",
         help="print the GitHub Actions job matrix (one job per hardware class and shard)",
@@ -289,6 +319,104 @@ def _bisect(args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now
         + (f", skipped {', '.join(finding.skipped)}" if finding.skipped else "")
     )
     return ExitCode.OK
+
+
+def _autobisect(
+    args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now: datetime
+) -> int:
+    settings = Settings.from_env(env, root=root, now=now)
+    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
+    budget = matrix.bisect.budget if args.budget is None else args.budget
+    store = settings.out / "history.sqlite"
+    # What the report would merge: tonight's records and the findings on disk.
+    if (settings.out / "records").is_dir():
+        merge_records(store, [settings.out / "records"])
+    for finding_file in sorted((settings.out / "bisect").glob("*/finding.json")):
+        save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
+    lookup = index_releases(matrix, env)
+
+    def releases(package: str) -> list[str]:
+        try:
+            return [str(v) for v in lookup(package)]
+        except IndexError_ as exc:
+            raise ReleasesUnavailable(str(exc)) from exc
+
+    selection = choose_bisects(
+        newest_records(store),
+        budget=budget,
+        releases=releases,
+        known=load_known_issues(known_issues_file(settings)),
+        findings=load_findings(store),
+    )
+    nothing = selection.nothing_reason()
+    if nothing is not None:
+        print(f"nothing to bisect: {nothing}")
+        for item in selection.passed:
+            print(f"  not bisected: {item.what}: {item.reason}")
+        return ExitCode.OK
+    searches = len(selection.jobs)
+    print(
+        f"autobisect: {searches} search{'es' if searches != 1 else ''} chosen, for "
+        f"{sum(job.shared for job in selection.jobs)} of {selection.failures} failing cases; "
+        f"about {selection.estimated} of {budget} cells"
+    )
+    for job in selection.jobs:
+        print(f"  bisect: {job.describe()}")
+    for job in selection.over_budget:
+        print(f"  over budget: {job.describe()}")
+    for item in selection.passed:
+        print(f"  not bisected: {item.what}: {item.reason}")
+    if args.dry_run:
+        return ExitCode.OK
+    left, found = budget, 0
+    for job in selection.jobs:
+        if job.cost > left:
+            print(f"{job.request.id}: budget spent ({left} cells left, about {job.cost} needed)")
+            continue
+        try:
+            finding = (
+                immediate_finding(job)
+                if job.immediate
+                else run_bisect(
+                    job.request, matrix, cases_dir=settings.cases, out_dir=settings.out, env=env
+                )
+            )
+        except BisectError as exc:
+            left -= 2  # the ends were built (at most) before the search gave up
+            print(f"{job.request.id}: not bisected: {exc}")
+            continue
+        except ValueError as exc:  # no such hardware class in this matrix: nothing built
+            print(f"{job.request.id}: not bisected: {exc}")
+            continue
+        left -= 0 if job.immediate else len(finding.steps)
+        _keep_finding(job, finding_document(job.request, finding), settings.out, store)
+        found += 1
+        exact = (
+            "" if finding.exact else f" (untested between: {', '.join(finding.untested_between)})"
+        )
+        print(
+            f"{job.request.axis}: last good {finding.last_good}, first bad {finding.first_bad}"
+            f"{exact}; {0 if job.immediate else len(finding.steps)} cells built"
+        )
+    findings = "finding" if found == 1 else "findings"
+    print(
+        f"autobisect: {found} {findings} saved to {store}; {budget - left} of {budget} cells used"
+    )
+    return ExitCode.OK
+
+
+def _keep_finding(job: AutoJob, document: dict[str, Any], out: Path, store: Path) -> None:
+    """Write finding.json (the report re-reads it) with the signature it explains, and store it."""
+    document = {
+        **document,
+        "signature": job.signature,
+        "source": "autobisect",
+        "immediate": job.immediate,
+    }
+    write_atomically(
+        out / "bisect" / job.request.id / "finding.json", json.dumps(document, indent=1)
+    )
+    save_finding(store, document)
 
 
 class UsageError(Exception):
@@ -345,6 +473,8 @@ def dispatch(
         return ExitCode.OK
     if args.command == "bisect":
         return _bisect(args, env, root=root, now=now)
+    if args.command == "autobisect":
+        return _autobisect(args, env, root=root, now=now)
     if args.command == "ci-matrix":
         loaded = load(env, root=root, now=now)
         print(f"matrix={json.dumps(ci_matrix(loaded, args.cells_per_shard))}")
@@ -361,7 +491,9 @@ def dispatch(
             resolutions = (
                 None
                 if args.no_resolve
-                else resolve_cells(loaded.selected, loaded.matrix.install, env)
+                else resolve_cells(
+                    loaded.selected, loaded.matrix.install, env, loaded.matrix.limits
+                )
             )
             print_plan(loaded, sys.stdout, resolutions)
         return ExitCode.OK

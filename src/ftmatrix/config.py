@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -34,14 +34,16 @@ TOP_LEVEL_KEYS = (
     "limits",
     "install",
     "hardware",
+    "bisect",
     "profiles",
     "default-profile",
 )
 PROFILE_KEYS = tuple(k for k in TOP_LEVEL_KEYS if k not in ("profiles", "default-profile"))
 INSTALL_KEYS = ("find-links", "index-url", "extra-index-urls")
 TIMEOUT_KEYS = ("case", "cell")
-LIMIT_KEYS = ("memory-gib",)
+LIMIT_KEYS = ("memory-gib", "workers")
 HARDWARE_KEYS = ("runs-on", "gpus")
+BISECT_KEYS = ("budget",)
 # Keys every rule of `exclude` / `include` may name besides packages.
 RULE_EXTRA_KEYS = ("python", "hardware")
 DEFAULT_HARDWARE = {"cpu": {"runs-on": ["ubuntu-latest"], "gpus": 0}}
@@ -141,9 +143,22 @@ class Limits:
     """Resources a cell's cases may use; past them a case is recorded as ``oom``.
 
     ``memory_gib`` None means 90% of the machine's memory, checked at run time.
+    ``workers`` is how many pytest-xdist workers share the cell's cases: 1 runs them
+    one after another, ``"auto"`` one worker per CPU.
     """
 
     memory_gib: float | None = None
+    workers: int | Literal["auto"] = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class BisectOptions:
+    """Automatic bisection after a run (``python -m ftmatrix autobisect``).
+
+    ``budget``: the most cells all of one night's searches may build; 0 turns it off.
+    """
+
+    budget: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +186,7 @@ class Matrix:
     limits: Limits = field(default_factory=Limits)
     install: InstallOptions = field(default_factory=InstallOptions)
     hardware: tuple[HardwareClass, ...] = ()
+    bisect: BisectOptions = field(default_factory=BisectOptions)
 
 
 def load_matrix(path: Path, *, profile: str | None = None, default_python: str) -> Matrix:
@@ -281,6 +297,7 @@ def _build(
     timeouts = _timeouts(checker, raw.get("timeouts", {}))
     limits = _limits(checker, raw.get("limits", {}))
     install = _install(checker, raw.get("install", {}))
+    bisect = _bisect(checker, raw.get("bisect", {}))
     if checker.problems:
         return None
     return Matrix(
@@ -297,6 +314,7 @@ def _build(
         limits=limits,
         install=install,
         hardware=hardware,
+        bisect=bisect,
     )
 
 
@@ -504,16 +522,24 @@ def _timeouts(checker: _Checker, raw: Any) -> Timeouts:
 
 def _limits(checker: _Checker, raw: Any) -> Limits:
     if not isinstance(raw, dict):
-        checker.add("limits", f"must be a mapping such as {{memory-gib: 16}}, got {raw!r}")
+        checker.add(
+            "limits", f"must be a mapping such as {{memory-gib: 16, workers: 2}}, got {raw!r}"
+        )
         return Limits()
     checker.unknown_keys(raw, LIMIT_KEYS, "limits")
+    values: dict[str, Any] = {}
     memory = raw.get("memory-gib")
-    if memory is None:
-        return Limits()
-    if isinstance(memory, bool) or not isinstance(memory, int | float) or memory <= 0:
-        checker.add("limits.memory-gib", f"must be a number of GiB > 0, got {memory!r}")
-        return Limits()
-    return Limits(memory_gib=float(memory))
+    if memory is not None:
+        if isinstance(memory, bool) or not isinstance(memory, int | float) or memory <= 0:
+            checker.add("limits.memory-gib", f"must be a number of GiB > 0, got {memory!r}")
+        else:
+            values["memory_gib"] = float(memory)
+    workers = raw.get("workers", 1)
+    if workers == "auto" or (type(workers) is int and workers >= 1):  # bool is no count
+        values["workers"] = workers
+    else:
+        checker.add("limits.workers", f"must be a whole number >= 1 or 'auto', got {workers!r}")
+    return Limits(**values)
 
 
 def _install(checker: _Checker, raw: Any) -> InstallOptions:
@@ -534,6 +560,20 @@ def _install(checker: _Checker, raw: Any) -> InstallOptions:
     return InstallOptions(
         find_links=tuple(find_links), index_url=index_url, extra_index_urls=tuple(extra)
     )
+
+
+def _bisect(checker: _Checker, raw: Any) -> BisectOptions:
+    if not isinstance(raw, dict):
+        checker.add("bisect", f"must be a mapping such as {{budget: 8}}, got {raw!r}")
+        return BisectOptions()
+    checker.unknown_keys(raw, BISECT_KEYS, "bisect")
+    budget = raw.get("budget", 0)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        checker.add(
+            "bisect.budget", f"must be a whole number of cells >= 0 (0: off), got {budget!r}"
+        )
+        return BisectOptions()
+    return BisectOptions(budget=budget)
 
 
 def _kind(value: Any) -> str:

@@ -1,0 +1,361 @@
+"""Automatic bisection: which new failures are searched after a run, within the budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.autobisect import ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.cli import main
+from ftmatrix.known_issues import parse_known_issues
+from ftmatrix.records import CellRecordFile, Record, record_path
+from ftmatrix.status import Status
+from ftmatrix.store import load_findings
+
+SFT = "test_sft.py::test_sft"
+RELEASES = {
+    "trl": ["0.9.0", "1.0.0", "1.0.1", "1.0.2", "1.1.0", "1.2.0"],
+    "transformers": ["4.57.6", "5.0.0", "5.1.0"],
+}
+
+
+def releases(package: str) -> list[str]:
+    return RELEASES[package]
+
+
+def cell(
+    status: Status,
+    *,
+    case: str = SFT,
+    signature: str | None = "sig-new-0001",
+    hardware: str = "cpu",
+    run_id: str = "20261122T020000Z",
+    **pins: str | None,
+) -> Record:
+    label = "-".join([hardware, "py3.11", *(f"{k}{v}" for k, v in pins.items())])
+    broke = status not in (Status.PASS, Status.SKIP)
+    return Record(
+        run_id=run_id,
+        cell_id=f"id-{label}",
+        cell_label=label,
+        python="3.11",
+        pins=pins,
+        hardware_class=hardware,
+        case=case,
+        operation="sft",
+        status=status,
+        started_at="2026-11-22T02:00:00+00:00",
+        finished_at="2026-11-22T02:00:03+00:00",
+        exception_type="ImportError" if broke else None,
+        message="cannot import name 'X' from 'transformers'" if broke else None,
+        signature=signature if broke else None,
+    )
+
+
+def test_a_new_failure_whose_neighbour_passes_is_chosen():
+    records = [
+        cell(Status.FAIL, trl="1.1.0", transformers="5.0.0"),
+        cell(Status.PASS, trl="1.0.0", transformers="5.0.0"),
+        cell(Status.PASS, trl="1.0.0", transformers="5.1.0"),  # two pins apart: no neighbour
+    ]
+    selection = choose_bisects(records, budget=8, releases=releases)
+    (job,) = selection.jobs
+    assert job.request.case == SFT
+    assert (job.request.axis, job.request.good, job.request.bad) == ("trl", "1.0.0", "1.1.0")
+    assert job.request.pins == (("transformers", "5.0.0"),)
+    assert (job.request.hardware, job.request.python) == ("cpu", "3.11")
+    assert job.releases == ("1.0.0", "1.0.1", "1.0.2", "1.1.0")
+    assert job.cost == 4  # both ends, then the two releases between take two halvings
+    assert job.describe() == (
+        "test_sft.py::test_sft on cpu: trl 1.0.0 passes (cpu-py3.11-trl1.0.0-transformers5.0.0), "
+        "1.1.0 fails (cpu-py3.11-trl1.1.0-transformers5.0.0; ImportError [sig-new-]), "
+        "holding transformers==5.0.0; 2 releases between: about 4 builds"
+    )
+    assert selection.nothing_reason() is None
+
+
+def test_no_passing_neighbour_one_pin_apart_means_nothing_to_bisect():
+    records = [
+        cell(Status.FAIL, trl="1.1.0", transformers="5.0.0"),
+        cell(Status.PASS, trl="1.0.0", transformers="5.1.0"),
+        cell(Status.ERROR, trl="1.0.0", transformers="5.0.0"),  # our bug: not a pass
+        cell(Status.PASS, trl="1.1.0", transformers="5.0.0", hardware="l4"),  # other hardware
+    ]
+    selection = choose_bisects(records, budget=8, releases=releases)
+    assert selection.jobs == ()
+    assert [(p.what, p.kind) for p in selection.passed] == [
+        ("test_sft.py::test_sft in cpu-py3.11-trl1.1.0-transformers5.0.0", "no-neighbour")
+    ]
+    assert selection.nothing_reason() == (
+        "none of 1 failing cases qualifies (1 without a passing cell one pin apart)"
+    )
+
+
+def test_a_failure_already_bisected_or_known_is_not_bisected_again():
+    records = [
+        cell(Status.FAIL, trl="1.1.0", transformers="5.0.0", signature="sig-a"),
+        cell(Status.FAIL, trl="1.1.0", transformers="5.0.0", signature="sig-b", case="t.py::b"),
+        cell(Status.FAIL, trl="1.1.0", transformers="5.0.0", signature="sig-c", case="t.py::c"),
+        *[
+            cell(Status.PASS, trl="1.0.0", transformers="5.0.0", case=case)
+            for case in (SFT, "t.py::b", "t.py::c")
+        ],
+    ]
+    by_signature = {
+        "case": SFT,
+        "axis": "trl",
+        "signature": "sig-a",
+        "last_good": "1.0.2",
+        "first_bad": "1.1.0",
+    }
+    # A manual bisect (no signature): the same case, axis and held pins.
+    by_search = {
+        "case": "t.py::b",
+        "axis": "trl",
+        "held": {"transformers": "5.0.0"},
+        "hardware": None,
+        "last_good": "1.0.1",
+        "first_bad": "1.0.2",
+    }
+    known = parse_known_issues(
+        [{"id": "trl-x", "title": "t", "upstream": "u", "match": {"signatures": ["sig-c"]}}],
+        source="k.yaml",
+    )
+    selection = choose_bisects(
+        records, budget=8, releases=releases, findings=[by_signature, by_search], known=known
+    )
+    assert selection.jobs == ()
+    assert [(p.kind, p.reason) for p in selection.passed] == [
+        ("bisected", "already bisected: trl last good 1.0.1, first bad 1.0.2"),
+        ("known", "known issue trl-x"),
+        ("bisected", "already bisected: trl last good 1.0.2, first bad 1.1.0"),
+    ]
+    assert selection.nothing_reason() == (
+        "none of 3 failing cases qualifies (2 already bisected, 1 explained by known_issues.yaml)"
+    )
+    # Without those findings, both unexplained failures would be searched.
+    assert len(choose_bisects(records, budget=8, releases=releases, known=known).jobs) == 2
+
+
+def test_one_search_per_signature_from_its_cheapest_neighbour():
+    records = [
+        cell(Status.FAIL, trl="1.2.0", transformers="5.0.0"),
+        cell(Status.PASS, trl="0.9.0", transformers="5.0.0"),  # 6 releases: about 5 builds
+        cell(Status.FAIL, trl="1.2.0", transformers="5.1.0"),
+        cell(Status.PASS, trl="1.1.0", transformers="5.1.0"),  # adjacent: free
+    ]
+    (job,) = choose_bisects(records, budget=8, releases=releases).jobs
+    assert (job.request.good, job.request.bad, job.shared) == ("1.1.0", "1.2.0", 2)
+    assert job.immediate
+
+
+def test_the_budget_keeps_the_most_widespread_failures_and_stops_when_spent():
+    records = [
+        # sig-wide breaks two cases; sig-narrow one. Each search costs about 4 builds.
+        cell(Status.FAIL, trl="1.1.0", transformers="5.0.0", signature="sig-wide"),
+        cell(Status.PASS, trl="1.0.0", transformers="5.0.0"),
+        cell(Status.FAIL, trl="1.1.0", transformers="5.0.0", signature="sig-wide", case="t.py::w"),
+        cell(
+            Status.FAIL, trl="1.1.0", transformers="5.0.0", signature="sig-narrow", case="t.py::n"
+        ),
+        cell(Status.PASS, trl="1.0.0", transformers="5.0.0", case="t.py::n"),
+    ]
+    selection = choose_bisects(records, budget=5, releases=releases)
+    assert [j.signature for j in selection.jobs] == ["sig-wide"]
+    assert [j.signature for j in selection.over_budget] == ["sig-narrow"]
+    assert selection.estimated == 4
+    everything = choose_bisects(records, budget=8, releases=releases)
+    assert [j.signature for j in everything.jobs] == ["sig-wide", "sig-narrow"]
+    assert choose_bisects(records, budget=3, releases=releases).nothing_reason() == (
+        "none of 3 failing cases qualifies (2 over the budget)"
+    )
+
+
+def test_adjacent_releases_give_the_finding_without_a_build():
+    records = [
+        cell(Status.FAIL, trl="1.0.0", transformers="5.1.0"),
+        cell(Status.PASS, trl="1.0.0", transformers="5.0.0"),
+    ]
+    (job,) = choose_bisects(records, budget=1, releases=releases).jobs
+    assert job.immediate
+    assert job.cost == 0
+    assert job.describe().endswith("; adjacent releases: found without a build")
+    finding = immediate_finding(job)
+    assert (finding.axis, finding.last_good, finding.first_bad) == (
+        "transformers",
+        "5.0.0",
+        "5.1.0",
+    )
+    assert finding.exact
+    assert [(s.version, s.verdict.value, s.status) for s in finding.steps] == [
+        ("5.0.0", "good", "pass"),
+        ("5.1.0", "bad", "fail"),
+    ]
+
+
+def test_releases_missing_from_the_index_or_an_unreadable_index_are_reported():
+    records = [
+        cell(Status.FAIL, trl="1.0.0", transformers="5.1.0"),
+        cell(Status.PASS, trl="1.0.0", transformers="4.0.0"),
+    ]
+
+    def unreachable(package: str) -> list[str]:
+        raise ReleasesUnavailable("https://pypi.org/simple/transformers/: could not be read")
+
+    for lookup, reason in (
+        (releases, "transformers: 4.0.0 not among the releases on the index"),
+        (unreachable, "transformers: https://pypi.org/simple/transformers/: could not be read"),
+    ):
+        selection = choose_bisects(records, budget=8, releases=lookup)
+        assert [(p.kind, p.reason) for p in selection.passed] == [("no-releases", reason)]
+
+
+def test_a_budget_of_zero_is_off_and_asks_the_index_nothing():
+    def no_lookup(package: str) -> list[str]:
+        raise AssertionError("the index must not be asked")
+
+    records = [
+        cell(Status.FAIL, trl="1.1.0", transformers="5.0.0"),
+        cell(Status.PASS, trl="1.0.0", transformers="5.0.0"),
+    ]
+    selection = choose_bisects(records, budget=0, releases=no_lookup)
+    assert selection.nothing_reason() == (
+        "bisect.budget is 0 (off); set it in the matrix file, e.g. bisect: {budget: 8}"
+    )
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def cli_env(tmp_path: Path, matrix: Path) -> dict[str, str]:
+    # No UV_/PIP_ index variables: the matrix file alone says where releases come from.
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", ""),
+        "FTMATRIX_MATRIX": str(matrix),
+        "FTMATRIX_CASES": str(DATA / "bisect_cases"),
+        "FTMATRIX_OUT": str(tmp_path / "reports"),
+    }
+
+
+def test_the_cli_says_why_there_is_nothing_to_bisect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    env = cli_env(tmp_path, DATA / "bisect_matrix.yaml")
+    assert main(["autobisect", "--budget", "8"], env=env) == 0
+    assert capsys.readouterr().out == "nothing to bisect: the history has no records\n"
+    assert main(["autobisect"], env=env) == 0  # the file sets no budget: off
+    assert capsys.readouterr().out == (
+        "nothing to bisect: bisect.budget is 0 (off); set it in the matrix file, "
+        "e.g. bisect: {budget: 8}\n"
+    )
+
+
+@pytest.fixture
+def attrs_index() -> Iterator[str]:
+    """A real PEP 691 index on localhost that lists a few attrs releases."""
+    files = [f"attrs-{v}-py2.py3-none-any.whl" for v in ("21.1.0", "21.2.0", "21.3.0", "21.4.0")]
+    body = json.dumps({"meta": {"api-version": "1.1"}, "files": [{"filename": f} for f in files]})
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") != "/simple/attrs":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_cli_keeps_an_immediate_finding_and_does_not_find_it_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], attrs_index: str
+):
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        f"packages: {{attrs: ['21.3.0']}}\ninstall: {{index-url: '{attrs_index}'}}\n"
+        "bisect: {budget: 4}\n"
+    )
+    env = cli_env(tmp_path, matrix)
+    case = "test_attrs_namespace.py::test_attrs_namespace_exists"
+    for record in (
+        cell(Status.PASS, case=case, attrs="21.3.0"),
+        cell(Status.FAIL, case=case, attrs="21.2.0", signature="sig-attrs"),
+    ):
+        out = tmp_path / "reports"
+        CellRecordFile(record_path(out, record.run_id, record.cell_id)).add(record)
+    assert main(["autobisect"], env=env) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "autobisect: 1 search chosen, for 1 of 1 failing cases; about 0 of 4 cells"
+    assert lines[1].startswith(f"  bisect: {case} on cpu: attrs 21.3.0 passes")
+    assert lines[-2] == "attrs: last good 21.3.0, first bad 21.2.0; 0 cells built"
+    (finding,) = load_findings(tmp_path / "reports" / "history.sqlite")
+    assert finding["signature"] == "sig-attrs"
+    assert finding["immediate"] is True
+    assert (finding["last_good"], finding["first_bad"]) == ("21.3.0", "21.2.0")
+    (written,) = (tmp_path / "reports" / "bisect").glob("*/finding.json")
+    assert json.loads(written.read_text()) == finding
+    # The next night: the same failure is already bisected.
+    assert main(["autobisect"], env=env) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "nothing to bisect: none of 1 failing cases qualifies (1 already bisected)",
+        f"  not bisected: {case} in cpu-py3.11-attrs21.2.0: "
+        "already bisected: attrs last good 21.3.0, first bad 21.2.0",
+    ]
+
+
+@pytest.mark.slow
+def test_a_real_autobisect_builds_the_cells_and_keeps_the_finding(tmp_path: Path):
+    """The nightly's two records of attrs (21.3.0 has the namespace, 20.3.0 not; 21.1.0 is yanked)."""
+    case = "test_attrs_namespace.py::test_attrs_namespace_exists"
+    out = tmp_path / "reports"
+    for record in (
+        cell(Status.PASS, case=case, attrs="21.3.0"),
+        cell(Status.FAIL, case=case, attrs="20.3.0", signature="sig-attrs"),
+    ):
+        CellRecordFile(record_path(out, record.run_id, record.cell_id)).add(record)
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text((DATA / "bisect_matrix.yaml").read_text() + "bisect: {budget: 3}\n")
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(matrix),
+        "FTMATRIX_CASES": str(DATA / "bisect_cases"),
+        "FTMATRIX_OUT": str(out),
+    }
+    root = Path(__file__).parent.parent
+    ran = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", "autobisect"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "autobisect: 1 search chosen, for 1 of 1 failing cases; about 3 of 3 cells" in ran.stdout
+    assert "attrs: last good 21.3.0, first bad 21.2.0; 3 cells built" in ran.stdout
+    (finding,) = load_findings(out / "history.sqlite")
+    assert (finding["last_good"], finding["first_bad"], finding["exact"]) == (
+        "21.3.0",
+        "21.2.0",
+        True,
+    )
+    assert finding["signature"] == "sig-attrs"
+    assert [s["version"] for s in finding["steps"]] == ["21.3.0", "20.3.0", "21.2.0"]
