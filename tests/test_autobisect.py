@@ -251,7 +251,7 @@ def test_the_cli_says_why_there_is_nothing_to_bisect(
 ):
     env = cli_env(tmp_path, DATA / "bisect_matrix.yaml")
     assert main(["autobisect", "--budget", "8"], env=env) == 0
-    assert capsys.readouterr().out == "nothing to bisect: the history has no records\n"
+    assert capsys.readouterr().out == "nothing to bisect: no records to look at\n"
     assert main(["autobisect"], env=env) == 0  # the file sets no budget: off
     assert capsys.readouterr().out == (
         "nothing to bisect: bisect.budget is 0 (off); set it in the matrix file, "
@@ -293,6 +293,7 @@ def test_the_cli_keeps_an_immediate_finding_and_does_not_find_it_twice(
     matrix.write_text(
         f"packages: {{attrs: ['21.3.0']}}\ninstall: {{index-url: '{attrs_index}'}}\n"
         "bisect: {budget: 4}\n"
+        "hardware: {cpu: {runs-on: [ubuntu-latest]}, l4: {runs-on: [self-hosted, l4], gpus: 1}}\n"
     )
     env = cli_env(tmp_path, matrix)
     case = "test_attrs_namespace.py::test_attrs_namespace_exists"
@@ -302,8 +303,20 @@ def test_the_cli_keeps_an_immediate_finding_and_does_not_find_it_twice(
     ):
         out = tmp_path / "reports"
         CellRecordFile(record_path(out, record.run_id, record.cell_id)).add(record)
-    assert main(["autobisect"], env=env) == 0
+    # A GPU runner bisects its own class's failures: none here; a class never declared is a typo.
+    assert main(["autobisect", "--hardware", "l4"], env=env) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "autobisect: hardware class 'l4' only: 0 of 2 records",
+        "nothing to bisect: no records to look at",
+    ]
+    assert main(["autobisect", "--hardware", "a100"], env=env) == 2
+    assert capsys.readouterr().err == (
+        f"ftmatrix: --hardware 'a100': {matrix} has no such hardware class (classes: cpu, l4)\n"
+    )
+    assert main(["autobisect", "--hardware", "cpu"], env=env) == 0
     lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "autobisect: hardware class 'cpu' only: 2 of 2 records"
+    lines = lines[1:]
     assert lines[0] == "autobisect: 1 search chosen, for 1 of 1 failing cases; about 0 of 4 cells"
     assert lines[1].startswith(f"  bisect: {case} on cpu: attrs 21.3.0 passes")
     assert lines[-2] == "attrs: last good 21.3.0, first bad 21.2.0; 0 cells built"

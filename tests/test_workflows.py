@@ -134,7 +134,8 @@ def test_the_plan_output_has_the_shape_the_workflow_reads(tmp_path: Path):
         check=True,
     )
     outputs = dict(line.split("=", 1) for line in done.stdout.splitlines())
-    assert set(outputs) == {"matrix", "run-id"}
+    assert set(outputs) == {"matrix", "bisect", "run-id"}
+    assert json.loads(outputs["bisect"]) == {"include": []}  # bisect.budget is 0: no jobs
     matrix = json.loads(outputs["matrix"])
     assert [j["shard"] for j in matrix["include"]] == ["1/2", "2/2"]
     expressions = re.findall(r"\$\{\{(.*?)\}\}", (SOURCE / "nightly.yml").read_text())

@@ -115,7 +115,7 @@ class Selection:
         if self.budget <= 0:
             return "bisect.budget is 0 (off); set it in the matrix file, e.g. bisect: {budget: 8}"
         if not self.records:
-            return "the history has no records"
+            return "no records to look at"
         if not self.failures:
             return f"no failure among {self.records} records (the newest run of each cell)"
         counts: dict[str, int] = {}

@@ -30,7 +30,7 @@ from ftmatrix.config import ConfigError, InstallOptions, Limits, Matrix, load_ma
 from ftmatrix.index import IndexError_, list_releases
 from ftmatrix.known_issues import load_known_issues
 from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
-from ftmatrix.records import read_records, write_atomically
+from ftmatrix.records import Record, read_records, write_atomically
 from ftmatrix.report import write_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.runner import current_python, with_test_runners
@@ -172,6 +172,19 @@ def ci_matrix(loaded: Loaded, cells_per_shard: int) -> dict[str, Any]:
     return {"include": include}
 
 
+def bisect_jobs(loaded: Loaded, jobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The nightly's autobisect jobs: one per hardware class that runs cells, on its own
+    runners (a GPU failure is bisected on a GPU); none while bisect.budget is 0."""
+    if loaded.matrix.bisect.budget <= 0:
+        return {"include": []}
+    classes: dict[str, Any] = {}
+    for job in jobs["include"]:
+        classes.setdefault(
+            job["hardware"], {"hardware": job["hardware"], "runs_on": job["runs_on"]}
+        )
+    return {"include": list(classes.values())}
+
+
 def print_plan(
     loaded: Loaded, out: TextIO, resolutions: Sequence[Resolution] | None = None
 ) -> None:
@@ -281,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     auto.add_argument(
         "--dry-run", action="store_true", help="print what would be bisected, build nothing"
     )
+    auto.add_argument(
+        "--hardware",
+        metavar="CLASS",
+        help="only the failures of this hardware class (a runner bisects what it can build)",
+    )
     auto.add_argument("--matrix", help="matrix file (default: matrix.yaml)")
     auto.add_argument("--profile", help="profile to apply")
     ci = sub.add_parser(
@@ -321,6 +339,21 @@ def _bisect(args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now
     return ExitCode.OK
 
 
+def _of_hardware(records: list[Record], matrix: Matrix, hardware: str | None) -> list[Record]:
+    """The records of one hardware class (all of them for None); UsageError for a typo."""
+    if hardware is None:
+        return records
+    classes = sorted(h.name for h in matrix.hardware)
+    if hardware not in classes:
+        raise UsageError(
+            f"--hardware {hardware!r}: {matrix.source} has no such hardware class "
+            f"(classes: {', '.join(classes)})"
+        )
+    mine = [r for r in records if r.hardware_class == hardware]
+    print(f"autobisect: hardware class {hardware!r} only: {len(mine)} of {len(records)} records")
+    return mine
+
+
 def _autobisect(
     args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now: datetime
 ) -> int:
@@ -341,8 +374,9 @@ def _autobisect(
         except IndexError_ as exc:
             raise ReleasesUnavailable(str(exc)) from exc
 
+    records = _of_hardware(newest_records(store), matrix, args.hardware)
     selection = choose_bisects(
-        newest_records(store),
+        records,
         budget=budget,
         releases=releases,
         known=load_known_issues(known_issues_file(settings)),
@@ -477,7 +511,9 @@ def dispatch(
         return _autobisect(args, env, root=root, now=now)
     if args.command == "ci-matrix":
         loaded = load(env, root=root, now=now)
-        print(f"matrix={json.dumps(ci_matrix(loaded, args.cells_per_shard))}")
+        jobs = ci_matrix(loaded, args.cells_per_shard)
+        print(f"matrix={json.dumps(jobs)}")
+        print(f"bisect={json.dumps(bisect_jobs(loaded, jobs))}")
         print(f"run-id={loaded.settings.run_id}")
         return ExitCode.OK
     loaded = load(env, root=root, now=now, select=args.select)
