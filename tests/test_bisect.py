@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ftmatrix.bisect import BisectError, Verdict, bisect, confirm, releases_between
+from ftmatrix.bisect import BisectError, BudgetSpent, Verdict, bisect, confirm, releases_between
 
 
 @st.composite
@@ -89,3 +89,28 @@ def test_releases_between_in_either_direction():
     assert releases_between(released, "1.10", "1.0") == ["1.10", "1.2", "1.1", "1.0"]
     with pytest.raises(BisectError, match=r"1\.3 not among the releases on the index"):
         releases_between(released, "1.0", "1.3")
+
+
+@settings(max_examples=100, deadline=None)
+@given(history=histories(), budget=st.integers(min_value=0, max_value=10))
+def test_a_spent_budget_stops_the_search_with_the_range_narrowed_so_far(history, budget):
+    n, first_bad, _ = history
+    versions = [f"1.{i}.0" for i in range(n)]
+    built: list[str] = []
+
+    def capped(version: str) -> tuple[Verdict, str, str]:
+        if len(built) >= budget:
+            raise BudgetSpent(f"{len(built)} of {budget} cells built")
+        built.append(version)
+        index = versions.index(version)
+        return (Verdict.GOOD, "pass", "") if index < first_bad else (Verdict.BAD, "fail", "")
+
+    if budget < 2:
+        with pytest.raises(BisectError, match="the budget does not cover both ends"):
+            bisect("pkg", versions, capped)
+        return
+    finding = bisect("pkg", versions, capped)
+    assert len(built) <= budget
+    good, bad = versions.index(finding.last_good), versions.index(finding.first_bad)
+    assert good < first_bad <= bad  # the change lies in what is left, never outside it
+    assert finding.untested_between == tuple(versions[good + 1 : bad])

@@ -69,6 +69,10 @@ class Finding:
         }
 
 
+class BudgetSpent(Exception):
+    """The evaluator may build no more cells: the search stops where it has got to."""
+
+
 class BisectError(Exception):
     """The ends do not bracket a change: the 'good' end is not good, or the 'bad' end not bad."""
 
@@ -95,7 +99,9 @@ def bisect(
 
     ``evaluate(version)`` returns (verdict, status, detail). The ends are checked
     first; each middle release that must be skipped is replaced by the nearest
-    untried one, so a few uninstallable releases cost only their own builds.
+    untried one, so a few uninstallable releases cost only their own builds. When
+    ``evaluate`` raises BudgetSpent in the middle, the finding is the range narrowed
+    so far (``untested_between`` lists what is left); at the ends it is a BisectError.
     """
     steps: list[Step] = []
 
@@ -104,10 +110,14 @@ def bisect(
         steps.append(Step(version=versions[index], verdict=verdict, status=status, detail=detail))
         return verdict
 
-    if judge(0) is not Verdict.GOOD:
-        raise BisectError(f"{axis} {versions[0]} (the good end) is not good: {steps[-1].status}")
-    if judge(len(versions) - 1) is not Verdict.BAD:
-        raise BisectError(f"{axis} {versions[-1]} (the bad end) is not bad: {steps[-1].status}")
+    try:
+        ends = (judge(0), judge(len(versions) - 1))
+    except BudgetSpent as exc:
+        raise BisectError(f"{axis}: the budget does not cover both ends: {exc}") from exc
+    if ends[0] is not Verdict.GOOD:
+        raise BisectError(f"{axis} {versions[0]} (the good end) is not good: {steps[0].status}")
+    if ends[1] is not Verdict.BAD:
+        raise BisectError(f"{axis} {versions[-1]} (the bad end) is not bad: {steps[1].status}")
 
     good, bad = 0, len(versions) - 1
     skipped: set[int] = set()
@@ -117,7 +127,10 @@ def bisect(
             break
         middle = (good + bad) / 2
         index = min(candidates, key=lambda i: (abs(i - middle), i))
-        verdict = judge(index)
+        try:
+            verdict = judge(index)
+        except BudgetSpent:
+            break
         if verdict is Verdict.GOOD:
             good = index
         elif verdict is Verdict.BAD:

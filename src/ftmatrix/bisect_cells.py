@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ftmatrix.bisect import Finding, Verdict, bisect, confirm, releases_between
+from ftmatrix.bisect import BudgetSpent, Finding, Verdict, bisect, confirm, releases_between
 from ftmatrix.config import Matrix
 from ftmatrix.index import list_releases
 from ftmatrix.plan import Cell
@@ -64,8 +64,13 @@ def run_bisect(
     out_dir: Path,
     env: Mapping[str, str],
     log: Log = print,
+    max_cells: int | None = None,
 ) -> Finding:
-    """Search the releases of ``request.axis`` for the first one where the case breaks."""
+    """Search the releases of ``request.axis`` for the first one where the case breaks.
+
+    ``max_cells`` caps the cells built (one per release tried; a flaky one's second
+    run reuses its cell): past it the search stops with the range narrowed so far.
+    """
     released = [str(r.version) for r in list_releases(request.axis, matrix.install, env)]
     versions = releases_between(released, request.good, request.bad)
     log(
@@ -85,7 +90,12 @@ def run_bisect(
         (k, v) for k, v in request.pins if canonicalize_name(k) != canonicalize_name(request.axis)
     ]
 
+    built: set[str] = set()
+
     def once(version: str) -> tuple[Verdict, str, str, bool]:
+        if max_cells is not None and version not in built and len(built) >= max_cells:
+            raise BudgetSpent(f"{len(built)} of {max_cells} cells built")
+        built.add(version)
         cell = Cell(
             python=python,
             pins=(*((k, v) for k, v in held), (request.axis, version)),

@@ -412,7 +412,12 @@ def _autobisect(
                 immediate_finding(job)
                 if job.immediate
                 else run_bisect(
-                    job.request, matrix, cases_dir=settings.cases, out_dir=settings.out, env=env
+                    job.request,
+                    matrix,
+                    cases_dir=settings.cases,
+                    out_dir=settings.out,
+                    env=env,
+                    max_cells=left,
                 )
             )
         except BisectError as exc:
