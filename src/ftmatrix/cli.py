@@ -38,7 +38,7 @@ from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 from ftmatrix.status import Status
-from ftmatrix.store import load_findings, merge_records, newest_records, save_finding
+from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
 
 
 class ExitCode(enum.IntEnum):
@@ -361,11 +361,7 @@ def _autobisect(
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
     budget = matrix.bisect.budget if args.budget is None else args.budget
     store = settings.out / "history.sqlite"
-    # What the report would merge: tonight's records and the findings on disk.
-    if (settings.out / "records").is_dir():
-        merge_records(store, [settings.out / "records"])
-    for finding_file in sorted((settings.out / "bisect").glob("*/finding.json")):
-        save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
+    merge_outputs(settings.out)  # what the report merges: tonight's records, findings on disk
     lookup = index_releases(matrix, env)
 
     def releases(package: str) -> list[str]:

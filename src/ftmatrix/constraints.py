@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
+from ftmatrix.grid import version_order
 from ftmatrix.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.status import Status
 
@@ -349,7 +349,7 @@ def _bounds_and_excludes(
                 passed.setdefault(package, set()).add(version)
     constraints: list[Constraint] = []
     for package in sorted({p for p, _ in single}):
-        versions = sorted(tried[package], key=_version_key)
+        versions = sorted(tried[package], key=version_order)
         failing = {v for p, v in single if p == package}
         suffix = list(itertools.takewhile(failing.__contains__, reversed(versions)))[::-1]
         prefix = list(itertools.takewhile(failing.__contains__, versions))
@@ -373,7 +373,7 @@ def _bounds_and_excludes(
                 )
             )
             bounded.update(run)
-        for version in sorted(failing - bounded, key=_version_key):
+        for version in sorted(failing - bounded, key=version_order):
             constraints.append(
                 Constraint(
                     package=package,
@@ -412,13 +412,6 @@ def _evidence(records: Iterable[Record]) -> tuple[Evidence, ...]:
     return tuple(Evidence.from_record(unique[k]) for k in sorted(unique))
 
 
-def _version_key(version: str) -> tuple[int, Version | str]:
-    try:
-        return (0, Version(version))
-    except InvalidVersion:
-        return (1, version)
-
-
 def _line_order(constraint: Constraint) -> tuple[Any, ...]:
     kinds = ("above", "below", "exclude")
     when = [(k, "" if v is None else v) for k, v in constraint.when]
@@ -426,7 +419,7 @@ def _line_order(constraint: Constraint) -> tuple[Any, ...]:
         bool(constraint.when),
         canonicalize_name(constraint.package),
         kinds.index(constraint.kind),
-        _version_key(constraint.versions[0]),
+        version_order(constraint.versions[0]),
         when,
     )
 

@@ -140,12 +140,13 @@ def grid_axes(entries: Sequence[GridEntry]) -> dict[str, list[str]]:
     """Each axis (cell-level ones, pinned packages, case-level ones) -> its sorted values."""
     packages = sorted({p for e in entries for p in e.record.pins} - set(CELL_AXES) - set(CASE_AXES))
     return {
-        axis: sorted({axis_value(e, axis) for e in entries}, key=_value_order)
+        axis: sorted({axis_value(e, axis) for e in entries}, key=version_order)
         for axis in (*CELL_AXES, *packages, *CASE_AXES)
     }
 
 
-def _value_order(value: str) -> tuple[int, Version | str]:
+def version_order(value: str) -> tuple[int, Version | str]:
+    """A sort key: versions in version order (5.23.0 before 10.0.0), then other text."""
     try:
         return (0, Version(value))
     except InvalidVersion:

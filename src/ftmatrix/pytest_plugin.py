@@ -14,12 +14,9 @@ dependency), so the cell's environment holds nothing else of ours.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import subprocess
-import sys
 import sysconfig
 import time
 import types
@@ -46,6 +43,7 @@ from ftmatrix.records import (
 )
 from ftmatrix.signature import compute_signature, framework_module, innermost_framework_frame
 from ftmatrix.status import Status
+from ftmatrix.supervise import die_with_parent
 
 MARKERS = (
     "operation(name): the operation family this case reproduces (sft, grpo, lora, ...)",
@@ -57,7 +55,6 @@ MARKERS = (
     "or takes every GPU); with pytest-xdist workers it runs alone, after the others",
 )
 MESSAGE_LIMIT = 4000
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 class NotApplicable(pytest.skip.Exception):  # type: ignore[name-defined,misc]
@@ -99,10 +96,8 @@ def _die_with_controller() -> None:
     finish its case and write its record while a resumed run writes the same file.
     Linux only, like the supervisor's.
     """
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:  # the controller died before we asked
-            os._exit(1)
+    if die_with_parent() and os.getppid() == 1:  # the controller died before we asked
+        os._exit(1)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

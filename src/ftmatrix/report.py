@@ -40,13 +40,7 @@ from ftmatrix.grid import (
 from ftmatrix.known_issues import load_known_issues
 from ftmatrix.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.status import PROBLEM_STATUSES, Status
-from ftmatrix.store import (
-    load_findings,
-    merge_records,
-    newest_records,
-    pass_rate_table,
-    save_finding,
-)
+from ftmatrix.store import load_findings, merge_outputs, newest_records, pass_rate_table
 
 STATUS_COLOURS = {
     # Colour-blind-safe pairs (Okabe-Ito based); the status text is always shown too.
@@ -209,9 +203,7 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
     ``known_issues`` (a known_issues.yaml) links failure groups to upstream reports.
     """
     store = out_dir / "history.sqlite"
-    merged = merge_records(store, [out_dir / "records"])
-    for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
-        save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
+    merged = merge_outputs(out_dir)
     latest = newest_records(store)
     grid = build_grid(latest)
     known = load_known_issues(known_issues) if known_issues else ()

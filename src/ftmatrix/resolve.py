@@ -174,15 +174,19 @@ def _resolver_reason(stderr: str) -> str:
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def lock_id(lock: str) -> str:
-    """A short hash of what a lock installs: equal ids, equal environments.
+def locked_requirements(lock: str) -> list[str]:
+    """What a lock installs: its ``name==version`` lines, lower-cased, in its order.
 
-    Only the ``name==version`` lines count, sorted: uv's header, its "via" comments and
-    option lines (``--find-links PATH``) name the command, the requirers and this
-    machine's paths, which change nothing that is installed.
+    uv's header, its "via" comments and option lines (``--find-links PATH``) name the
+    command, the requirers and this machine's paths, which change nothing installed.
     """
     requirements = (line.split("#", 1)[0].strip().lower() for line in lock.splitlines())
-    lines = sorted(line for line in requirements if line and not line.startswith("-"))
+    return [line for line in requirements if line and not line.startswith("-")]
+
+
+def lock_id(lock: str) -> str:
+    """A short hash of what a lock installs, in any order: equal ids, equal environments."""
+    lines = sorted(locked_requirements(lock))
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
 
 

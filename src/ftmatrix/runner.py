@@ -42,7 +42,14 @@ from ftmatrix.records import (
     redact,
     write_atomically,
 )
-from ftmatrix.resolve import last_lines, lock_id, resolve_cell, run_uv, uv_index_args
+from ftmatrix.resolve import (
+    last_lines,
+    lock_id,
+    locked_requirements,
+    resolve_cell,
+    run_uv,
+    uv_index_args,
+)
 from ftmatrix.status import Status
 from ftmatrix.supervise import Limits as CaseLimits
 from ftmatrix.supervise import run_cases
@@ -155,7 +162,7 @@ def _run_cell(
     files.lock.write_text(resolution.lock, encoding="utf-8")
     write_atomically(files.state, json.dumps(state))
 
-    log(f"[ftmatrix] {cell.label}: installing {len(_lock_lines(resolution.lock))} packages")
+    log(f"[ftmatrix] {cell.label}: installing {len(locked_requirements(resolution.lock))} packages")
     install = _with_retries(
         lambda: run_uv(
             ["pip", "sync", "--python", str(venv_python), str(files.lock)]
@@ -447,12 +454,6 @@ def _finish_whole_cell(
         # Resume skips it; an install-error is not 'done': a later run may get through.
         write_atomically(files.done, json.dumps({"whole_cell": status.value}))
     return [record]
-
-
-def _lock_lines(lock: str) -> list[str]:
-    return [
-        line for line in lock.splitlines() if line.strip() and not line.lstrip().startswith("#")
-    ]
 
 
 def _now() -> str:

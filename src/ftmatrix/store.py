@@ -112,6 +112,16 @@ def merge_records(path: Path, sources: Sequence[Path]) -> MergeResult:
     return MergeResult(added=added, unchanged=unchanged, problems=tuple(problems))
 
 
+def merge_outputs(out_dir: Path) -> MergeResult:
+    """Merge a reports folder's record files (``records/``) and bisect findings
+    (``bisect/*/finding.json``) into its history, ``history.sqlite``."""
+    store = out_dir / "history.sqlite"
+    merged = merge_records(store, [out_dir / "records"])
+    for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
+        save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
+    return merged
+
+
 def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
     """Upsert ``records``; returns (rows added or replaced, rows unchanged)."""
     added = unchanged = 0

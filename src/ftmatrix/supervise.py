@@ -264,7 +264,7 @@ def _attempt(
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: kill takes every child with it
         # Safe here: the hook only calls prctl through a libc handle loaded beforehand.
-        preexec_fn=_die_with_parent,  # noqa: PLW1509
+        preexec_fn=die_with_parent,  # noqa: PLW1509
     )
     tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
     pump = threading.Thread(target=_pump, args=(process, tail, watcher.progress), daemon=True)
@@ -345,11 +345,10 @@ class _Workers:
             if "exit" in note:
                 code = note["exit"]
                 how = _describe_exit(int(code)) if code is not None else "exit status unknown"
-                self._conclude(note, Status.CRASH, f"the process died during the case: {how}")
+                self._conclude(note, Status.CRASH, _crash_reason(how))
             elif time.time() - float(note["started"]) > self.limits.case_seconds:
                 self.killed.update(_kill_tree(int(note["pid"]), self.pgid))
-                reason = f"the case ran past its {self.limits.case_seconds:g} s limit"
-                self._conclude(note, Status.TIMEOUT, reason)
+                self._conclude(note, Status.TIMEOUT, _case_timeout_reason(self.limits))
             else:
                 running.append(note)
         return running
@@ -362,9 +361,7 @@ class _Workers:
         table = _process_table()
         note = max(notes, key=lambda n: _tree_rss(int(n["pid"]), table))
         self.killed.update(_kill_tree(int(note["pid"]), self.pgid))
-        assert self.limits.memory_bytes is not None
-        reason = f"the case's processes used more than {self.limits.memory_bytes / 2**30:.1f} GiB"
-        self._conclude(note, Status.OOM, reason)
+        self._conclude(note, Status.OOM, _oom_reason(self.limits))
         return True
 
     def _notes(self) -> list[dict[str, Any]]:
@@ -391,13 +388,24 @@ def _verdict(attempt: Attempt, limits: Limits) -> tuple[Status, str]:
     if attempt.killed_for is Status.TIMEOUT:
         if attempt.cell_deadline_passed:
             return Status.TIMEOUT, f"the cell ran past its {limits.cell_seconds:g} s limit"
-        return Status.TIMEOUT, f"the case ran past its {limits.case_seconds:g} s limit"
+        return Status.TIMEOUT, _case_timeout_reason(limits)
     if attempt.killed_for is Status.OOM:
-        assert limits.memory_bytes is not None
-        return Status.OOM, (
-            f"the case's processes used more than {limits.memory_bytes / 2**30:.1f} GiB"
-        )
-    return Status.CRASH, f"the process died during the case: {_describe_exit(attempt.returncode)}"
+        return Status.OOM, _oom_reason(limits)
+    return Status.CRASH, _crash_reason(_describe_exit(attempt.returncode))
+
+
+# Each reason in one place: the single-process and the per-worker verdicts give the same.
+def _case_timeout_reason(limits: Limits) -> str:
+    return f"the case ran past its {limits.case_seconds:g} s limit"
+
+
+def _oom_reason(limits: Limits) -> str:
+    assert limits.memory_bytes is not None
+    return f"the case's processes used more than {limits.memory_bytes / 2**30:.1f} GiB"
+
+
+def _crash_reason(how: str) -> str:
+    return f"the process died during the case: {how}"
 
 
 def _describe_exit(returncode: int) -> str:
@@ -506,14 +514,18 @@ def _read_note(path: Path) -> dict[str, Any] | None:
     return note
 
 
-def _die_with_parent() -> None:
-    """In the child: be killed when the supervisor dies (a lost runner, ``kill -9``).
+def die_with_parent() -> bool:
+    """Be killed when the parent dies (a lost runner, ``kill -9``); False where it cannot.
 
-    Otherwise an orphaned training run would go on writing records that a
-    resumed run is also writing. Linux only; elsewhere the child outlives us.
+    The supervisor's child (pytest) and pytest-xdist's workers ask it: otherwise an
+    orphaned training run would go on writing records that a resumed run is also
+    writing. Linux only; elsewhere the child outlives its parent. Safe between fork
+    and exec: it only calls prctl through a libc handle loaded at import.
     """
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if _LIBC is None:
+        return False
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    return True
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
