@@ -24,6 +24,7 @@ MARKERS = (
     "requires_packages(**specifiers): outside them the case is n/a",
     "requires_hardware(cuda=False, gpus=0, min_compute_capability=None): else skip",
     "exclusive(reason): never beside another case (several processes, every GPU)",
+    "isolated(reason): run in a process of its own (patches on import, global state, GPU memory)",
 )
 
 
