@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,11 @@ def test_out_of_memory():
 
 def run_cases(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
     pytester.makepyfile(test_cases=CASES)
+    return run_plugin(pytester, tmp_path)
+
+
+def run_plugin(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
+    """Run pytester's case files with the results plugin; return the records by case name."""
     cell = {
         "run_id": "r1",
         "id": "cell1",
@@ -130,3 +136,38 @@ def test_hardware_gap_messages():
     assert hardware_gap({"cuda": True, "min_compute_capability": "9.0"}, one_gpu) == (
         "needs compute capability >= 9.0; this machine has 8.9"
     )
+
+
+def test_a_distribution_installed_twice_is_recorded_as_import_finds_it(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Two copies on sys.path (a user site, a system package): the first is what imports use."""
+    folders = []
+    for version in ("1.0", "2.0"):
+        folder = tmp_path / f"path-{version}"
+        info = folder / f"twice_installed-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: twice-installed\nVersion: {version}\n"
+        )
+        (folder / "twice_installed.py").write_text(f"VERSION = {version!r}\n")
+        folders.append(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(folders))
+    pytester.makepyfile(
+        test_twice="""
+import pytest
+
+@pytest.mark.requires_packages(twice_installed=">=2")
+def test_needs_the_second():
+    pass
+
+def test_imports_the_first():
+    import twice_installed
+    assert twice_installed.VERSION == "1.0"
+"""
+    )
+    out = run_plugin(pytester, tmp_path)
+    assert out["test_imports_the_first"]["status"] == "pass"
+    assert out["test_imports_the_first"]["packages"]["twice-installed"] == "1.0"
+    assert out["test_needs_the_second"]["status"] == "n/a"
+    assert out["test_needs_the_second"]["reason"] == "twice_installed 1.0 is outside >=2"

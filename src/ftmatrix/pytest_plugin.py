@@ -387,11 +387,15 @@ def _walk(tb: types.TracebackType | None) -> Iterator[types.FrameType]:
 
 
 def _installed_versions(*, by_display_name: bool = False) -> dict[str, str]:
-    versions = {}
-    for dist in metadata.distributions():
+    """Each distribution's version, as import finds it: the first copy along sys.path."""
+    versions: dict[str, str] = {}
+    seen = set()
+    for dist in metadata.distributions():  # in sys.path order
         name = dist.metadata["Name"]
-        if name:
-            versions[name if by_display_name else canonicalize_name(name)] = dist.version
+        if not name or canonicalize_name(name) in seen:
+            continue  # a later copy, shadowed by the first
+        seen.add(canonicalize_name(name))
+        versions[name if by_display_name else canonicalize_name(name)] = dist.version
     return dict(sorted(versions.items(), key=lambda kv: kv[0].lower()))
 
 
