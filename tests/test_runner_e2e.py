@@ -70,7 +70,44 @@ EXPECTED = {
     "test_f_crashes_once_then_passes": "crash",
     "test_g_slow_but_in_time": "pass",
     "test_h_last_healthy_case": "pass",
+    "test_i_fails_in_process": "fail",
+    "test_i_fails_isolated": "fail",
+    "test_j_segfaults_isolated": "crash",
+    "test_k_leaves_state_behind": "pass",
+    "test_l_finds_nothing_left_behind": "pass",
 }
+# What an isolated case's record must share with the same case's in-process one.
+SAME_WHEN_ISOLATED = (
+    "status",
+    "operation",
+    "exception_type",
+    "message",
+    "framework_frame",
+    "signature",
+    "metrics",
+    "flaky",
+)
+
+
+def assert_isolated_cases_read_as_in_process(found: dict[str, dict]) -> None:
+    """tests/data/misbehaving_cases/test_isolation.py: each isolated case against its twin."""
+    for isolated, in_process in [
+        ("test_i_fails_isolated", "test_i_fails_in_process"),
+        ("test_j_segfaults_isolated", "test_b_segfault"),
+    ]:
+        for field in SAME_WHEN_ISOLATED:
+            assert found[isolated][field] == found[in_process][field], (isolated, field)
+    failed = found["test_i_fails_isolated"]
+    assert failed["exception_type"] == "packaging.version.InvalidVersion"
+    assert failed["framework_frame"].startswith("packaging/version.py:")
+    assert failed["metrics"] == {"loss": 0.25}
+    assert "Invalid version" in failed["traceback"]
+    assert 0 < failed["duration"] < 30
+    crashed = found["test_j_segfaults_isolated"]
+    assert [a["message"] for a in crashed["attempts"]] == [
+        "the process died during the case: signal SIGSEGV"
+    ] * 2
+    assert "Fatal Python error: Segmentation fault" in crashed["traceback"]
 
 
 def test_every_bad_case_gets_its_status_and_no_other_record_is_lost(tmp_path: Path):
@@ -102,6 +139,7 @@ def test_every_bad_case_gets_its_status_and_no_other_record_is_lost(tmp_path: Pa
     )
     assert found["test_import_error.py"]["exception_type"] == "CollectionError"
     assert "a_module_that_does_not_exist" in found["test_import_error.py"]["traceback"]
+    assert_isolated_cases_read_as_in_process(found)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -258,10 +296,11 @@ def test_two_workers_give_every_bad_case_the_status_one_process_gives(tmp_path: 
         "the case's processes used more than 0.5 GiB"
     )
     assert found["test_import_error.py"]["exception_type"] == "CollectionError"
+    assert_isolated_cases_read_as_in_process(found)
     # Progress: each case counted once, though several ran at once (the flaky case's
     # line shows its second try, as with one process).
     (done,) = [line for line in ran.stdout.splitlines() if line.endswith("| cell done")]
-    assert "| 4 pass 2 crash 1 timeout 1 oom 1 error |" in done
+    assert "| 6 pass 2 fail 3 crash 1 timeout 1 oom 1 error |" in done
 
 
 def test_two_workers_run_at_once_and_an_exclusive_case_runs_alone(tmp_path: Path):

@@ -20,7 +20,7 @@ import subprocess
 import sysconfig
 import time
 import types
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +37,7 @@ from ftmatrix.records import (
     Record,
     collected_cases_path,
     current_case_path,
+    isolated_cases_path,
     operation_from_path,
     redact,
     write_atomically,
@@ -53,6 +54,8 @@ MARKERS = (
     "must have; without it the case is skipped",
     "exclusive(reason): the case must not share the machine (it starts several processes, "
     "or takes every GPU); with pytest-xdist workers it runs alone, after the others",
+    "isolated(reason): the case runs in a pytest process of its own, after the others (it "
+    "patches libraries on import, or leaves global state or GPU memory behind)",
 )
 MESSAGE_LIMIT = 4000
 
@@ -74,6 +77,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--ftmatrix-parallel",
         action="store_true",
         help="leave out the exclusive cases: this run shares the machine between workers",
+    )
+    group.addoption(
+        "--ftmatrix-alone",
+        action="store_true",
+        help="this process runs one case alone: an isolated case runs here (else it is left "
+        "out, for the supervisor to run in a process of its own)",
     )
 
 
@@ -138,6 +147,11 @@ def package_gap(package: str, spec: str, installed: Mapping[str, str]) -> str | 
     return None
 
 
+def is_isolated(item: pytest.Item) -> bool:
+    """Does the case run in a pytest process of its own?"""
+    return item.get_closest_marker("isolated") is not None
+
+
 def hardware_gap(needs: Mapping[str, Any], fingerprint: Mapping[str, Any]) -> str | None:
     """Why this machine cannot run a case needing ``needs``, or None if it can."""
     gpus = usable_gpu_count(fingerprint)
@@ -165,6 +179,7 @@ class _Recorder:
         self.worker = os.environ.get("PYTEST_XDIST_WORKER") or None
         self.current = current_case_path(path, self.worker)
         self.collected = collected_cases_path(path)
+        self.isolated = isolated_cases_path(path)
         self.packages = _installed_versions(by_display_name=True)
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}
@@ -179,6 +194,13 @@ class _Recorder:
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         self.selected = [i.nodeid for i in items]
+        if not config.getoption("--ftmatrix-alone"):
+            # The supervisor runs each of these in a pytest of its own once this one ends.
+            isolated = [i for i in items if is_isolated(i)]
+            if isolated:
+                _note_isolated(self.isolated, [i.nodeid for i in isolated])
+                config.hook.pytest_deselected(items=isolated)
+                items[:] = [i for i in items if not is_isolated(i)]
         if config.getoption("--ftmatrix-parallel"):
             # The supervisor runs these alone once the shared pass is over.
             exclusive = [i for i in items if is_exclusive(i)]
@@ -397,6 +419,16 @@ def _installed_versions(*, by_display_name: bool = False) -> dict[str, str]:
         seen.add(canonicalize_name(name))
         versions[name if by_display_name else canonicalize_name(name)] = dist.version
     return dict(sorted(versions.items(), key=lambda kv: kv[0].lower()))
+
+
+def _note_isolated(path: Path, cases: Sequence[str]) -> None:
+    """Add ``cases`` to the list of isolated cases the supervisor reads."""
+    try:
+        known = set(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        known = set()
+    if not set(cases) <= known:
+        write_atomically(path, json.dumps(sorted(known | set(cases))))
 
 
 def _fingerprint(config: pytest.Config) -> dict[str, Any]:

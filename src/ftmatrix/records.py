@@ -243,6 +243,11 @@ def first_tries_path(record_file: Path) -> Path:
     return record_file.with_name(record_file.name + ".first-tries")
 
 
+def isolated_cases_path(record_file: Path) -> Path:
+    """Where the plugin lists the isolated cases, each run in a pytest process of its own."""
+    return record_file.with_name(record_file.name + ".isolated")
+
+
 def collected_cases_path(record_file: Path) -> Path:
     """Where the plugin lists every case it collected for the cell."""
     return record_file.with_name(record_file.name + ".cases")

@@ -37,6 +37,7 @@ from ftmatrix.records import (
     Record,
     collected_cases_path,
     current_case_path,
+    isolated_cases_path,
     operation_from_path,
     record_path,
     redact,
@@ -376,6 +377,7 @@ class _CellFiles:
             self.done,
             current_case_path(self.records),
             collected_cases_path(self.records),
+            isolated_cases_path(self.records),
         ):
             path.unlink(missing_ok=True)
 

@@ -5,7 +5,9 @@ The supervisor polls it: a case past its time limit is killed and recorded as
 ``timeout``; a process tree past the memory limit is killed and the case
 recorded as ``oom``; a process that dies mid-case gets that case recorded as
 ``crash`` and the case is tried once more alone, to tell a flake from a break.
-Then pytest starts again with the cases that have no record yet.
+Then pytest starts again with the cases that have no record yet. Isolated cases
+(the plugin lists them and leaves them out) each run last in a pytest of their
+own, whose plugin writes their record as it writes any other.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ftmatrix.records import (
     collected_cases_path,
     current_case_path,
     first_tries_path,
+    isolated_cases_path,
     read_records,
     redact,
     worker_case_paths,
@@ -47,6 +50,8 @@ OUTPUT_TAIL_LINES = 60
 PYTEST_EXIT_CODES = {0, 1, 2, 3, 4, 5}
 # Those of a run that went through its cases: ok, tests failed, none collected.
 PYTEST_NORMAL_ENDS = {0, 1, 5}
+# Tells the plugin that this pytest runs one case alone, where an isolated case may run.
+ALONE_ARG = "--ftmatrix-alone"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,27 +104,30 @@ def run_cases(
     ``parallel`` (pytest-xdist's ``-n N`` and the plugin's ``--ftmatrix-parallel``) is
     added while the workers' shared pass lasts; a crashed case's second try, and the
     exclusive cases the shared pass leaves out, then run in one process, alone.
+    Each isolated case runs in a process of its own once the others are done.
     """
     collected = collected_cases_path(record_file)
     cell_deadline = time.monotonic() + limits.cell_seconds
     watcher = _RecordWatcher(record_file, progress)
     verdicts = _Verdicts(record_file, make_record, env, log, watcher, resumed=collected.exists())
     sharing = bool(parallel)
+    only_isolated = False  # the cases left that are not isolated could not be run
     while True:
         done = {r.case for r in CellRecordFile(record_file).records}
         all_cases = json.loads(collected.read_text()) if collected.exists() else None
         lone = verdicts.lone
-        shared = sharing and not lone
+        alone: str | None = None
         if all_cases is not None:
             remaining = [c for c in all_cases if c not in done]
             if not remaining:
                 break
-            run_targets = [lone.pop(0)] if lone else remaining
-            args = [str(cases_dir / case) for case in run_targets]
+            alone = _case_to_run_alone(remaining, lone, record_file, only_isolated=only_isolated)
+            args = [str(cases_dir / case) for case in ([alone] if alone else remaining)]
         else:
             args = list(targets)
+        shared = sharing and alone is None
         attempt = _attempt(
-            [*command, *(parallel if shared else ()), *args],
+            [*command, *(parallel if shared else ()), *([ALONE_ARG] if alone else ()), *args],
             env=env,
             record_file=record_file,
             limits=limits,
@@ -134,13 +142,18 @@ def run_cases(
                 PYTEST_EXIT_CODES if shared else PYTEST_NORMAL_ENDS
             )
             if collected.exists() and ended_normally:
-                if shared or lone:
+                if shared:
                     # A shared pass that lost no worker is over: what is left (the
                     # exclusive cases) runs in one process, alone.
-                    sharing = sharing and bool(lone or attempt.casualties)
+                    sharing = bool(lone or attempt.casualties)
                     continue
-                if not _progress_made(record_file, done):
+                if alone is not None:
+                    verdicts.conclude_unrecorded(alone, attempt.output_tail)
+                    continue
+                stuck = not _progress_made(record_file, done)
+                if stuck and not _isolated_cases(record_file) - _recorded(record_file):
                     break  # nothing new recorded: avoid looping on a case we cannot run
+                only_isolated = only_isolated or stuck  # the isolated ones still run, alone
                 continue
             _record_cell_problem(attempt, record_file, make_record, collected.exists())
             break
@@ -215,6 +228,15 @@ class _Verdicts:
         tries = self.first_tries.values()
         write_atomically(self.saved, "".join(json.dumps(r.to_dict()) + "\n" for r in tries))
 
+    def conclude_unrecorded(self, case: str, output: str) -> None:
+        """A case that ran alone and ended normally, yet left no record: ours, once.
+
+        Never expected; concluded so that the supervisor cannot run it forever.
+        """
+        if case not in _recorded(self.record_file):
+            reason = "the case ran in a process of its own and left no record"
+            self.conclude({"case": case}, Status.ERROR, reason, output)
+
     def conclude(self, note: Mapping[str, Any], status: Status, reason: str, output: str) -> None:
         case = str(note["case"])
         record = self.make_record(
@@ -242,6 +264,22 @@ class _Verdicts:
         self.log(f"[ftmatrix] {case}: {status.value}: {reason}")
         if self.watcher.progress:
             self.watcher.progress.case_finished(case, status)
+
+
+def _case_to_run_alone(
+    remaining: Sequence[str], lone: list[str], record_file: Path, *, only_isolated: bool
+) -> str | None:
+    """The case the next pytest runs alone, if any (taken from ``lone`` if from there).
+
+    A crashed case's second try first; then, once only isolated cases are left (or
+    only they can still run), each of them in turn.
+    """
+    if lone:
+        return lone.pop(0)
+    isolated = [c for c in remaining if c in _isolated_cases(record_file)]
+    if isolated and (only_isolated or len(isolated) == len(remaining)):
+        return isolated[0]
+    return None
 
 
 def _attempt(
@@ -458,7 +496,19 @@ def _record_unrun(
 
 
 def _progress_made(record_file: Path, before: set[str]) -> bool:
-    return bool({r.case for r in CellRecordFile(record_file).records} - before)
+    return bool(_recorded(record_file) - before)
+
+
+def _recorded(record_file: Path) -> set[str]:
+    return {r.case for r in CellRecordFile(record_file).records}
+
+
+def _isolated_cases(record_file: Path) -> set[str]:
+    """The cases the plugin left out to run each in a process of its own."""
+    try:
+        return set(json.loads(isolated_cases_path(record_file).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return set()
 
 
 class _RecordWatcher:
