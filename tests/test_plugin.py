@@ -138,6 +138,22 @@ def test_hardware_gap_messages():
     )
 
 
+def test_gpus_n_is_checked_against_the_cell_s_lease_not_the_one_gpu_the_case_sees():
+    one_gpu = {"gpu_count": 4, "torch": {"cuda_device_count": 1}}
+    assert hardware_gap({"cuda": True, "gpus": 2}, one_gpu, lease=("2", "3")) is None
+    assert hardware_gap({"gpus": 3}, one_gpu, lease=("2", "3")) == (
+        "needs 3 CUDA GPUs; the cell leased 2 CUDA GPUs (FTMATRIX_GPU_LEASE)"
+    )
+    assert hardware_gap({"gpus": 2}, {"gpu_count": 0}, lease=()) == (
+        "needs 2 CUDA GPUs; this machine has no CUDA GPU"
+    )
+    # Without torch, the driver lists every GPU: CUDA_VISIBLE_DEVICES caps its count.
+    driver_only = {"gpu_count": 4, "cuda_visible_devices": "2"}
+    assert hardware_gap({"gpus": 2}, driver_only) == (
+        "needs 2 CUDA GPUs; this machine has 1 CUDA GPU"
+    )
+
+
 def test_a_distribution_installed_twice_is_recorded_as_import_finds_it(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

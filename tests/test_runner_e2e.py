@@ -327,3 +327,77 @@ def test_two_workers_run_at_once_and_an_exclusive_case_runs_alone(tmp_path: Path
     starts = (tmp_path / "state" / "starts-u").read_text().splitlines()
     assert starts == ["started"]
     assert len(record_lines(tmp_path)) == 5
+
+
+# GPU leases and working directories: what a cell's case processes receive.
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# Stands in for the driver's tool: four GPUs, none of them there.
+for gpu in 0 1 2 3; do echo "NVIDIA H100 80GB HBM3, 81559, 550.54.15, 9.0"; done
+"""
+
+
+def test_a_case_process_sees_one_gpu_its_children_the_lease_and_a_folder_of_its_own(
+    tmp_path: Path,
+):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = environment(
+        tmp_path,
+        FTMATRIX_MATRIX=str(DATA / "lease_matrix.yaml"),
+        FTMATRIX_CASES=str(DATA / "lease_cases"),
+        FTMATRIX_LEASE_DIR=str(tmp_path / "leases"),
+        CUDA_VISIBLE_DEVICES="2,3",  # the runner's own share of the machine's four
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    )
+    ran = subprocess.run(
+        nox_command(tmp_path, "-s", "matrix"),
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    found = {(r["hardware_class"], r["case"].split("::")[-1]): r for r in record_list(tmp_path)}
+    assert {key: r["status"] for key, r in found.items()} == {
+        ("cpu", "test_in_process"): "pass",
+        ("cpu", "test_two_gpus"): "skip",
+        ("cpu", "test_three_gpus"): "skip",
+        ("gpu2", "test_in_process"): "pass",
+        ("gpu2", "test_two_gpus"): "pass",
+        ("gpu2", "test_three_gpus"): "skip",
+    }
+    assert found["gpu2", "test_three_gpus"]["reason"] == (
+        "needs 3 CUDA GPUs; the cell leased 2 CUDA GPUs (FTMATRIX_GPU_LEASE)"
+    )
+    assert found["cpu", "test_two_gpus"]["reason"] == (
+        "needs 2 CUDA GPUs; this machine has no CUDA GPU"
+    )
+    state = tmp_path / "state"
+    seen = {p.stem: json.loads(p.read_text()) for p in state.glob("*.json")}
+    gpu_case, cpu_case = seen["2,3-in-process"], seen["no-lease-in-process"]
+    # The case's own process: one GPU (transformers' Trainer would wrap two in
+    # DataParallel); the lease named; what a gpus=2 case starts sees the whole lease.
+    assert (gpu_case["CUDA_VISIBLE_DEVICES"], gpu_case["FTMATRIX_GPU_LEASE"]) == ("2", "2,3")
+    assert seen["2,3-two-gpus-child"]["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert (cpu_case["CUDA_VISIBLE_DEVICES"], cpu_case["FTMATRIX_GPU_LEASE"]) == ("", "")
+    assert found["gpu2", "test_in_process"]["hardware"]["gpu_lease"] == "2,3"
+    # Each cell ran in a working directory of its own, under the run's out folder.
+    work = tmp_path / "out" / "work" / RUN_ID
+    assert Path(gpu_case["cwd"]) == work / found["gpu2", "test_in_process"]["cell_id"]
+    assert Path(cpu_case["cwd"]) == work / found["cpu", "test_in_process"]["cell_id"]
+    assert not gpu_case["found_a_file_left_behind"]
+    assert not cpu_case["found_a_file_left_behind"]
+    assert not (tmp_path / "left-behind-by-a-case.txt").exists()
+    assert not (ROOT / "left-behind-by-a-case.txt").exists()
+
+
+def record_list(tmp_path: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in (tmp_path / "out" / "records").rglob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]

@@ -29,6 +29,7 @@ def probe_hardware(env: Mapping[str, str], *, with_torch: bool = False) -> dict[
         "memory_gib": _memory_gib(),
         "gpus": _nvidia_gpus(),
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "gpu_lease": env.get("FTMATRIX_GPU_LEASE"),
     }
     fingerprint["gpu_count"] = len(fingerprint["gpus"])
     if with_torch:
@@ -37,11 +38,19 @@ def probe_hardware(env: Mapping[str, str], *, with_torch: bool = False) -> dict[
 
 
 def usable_gpu_count(fingerprint: Mapping[str, Any]) -> int:
-    """GPUs the cases can use: torch's count when known, else the driver's."""
+    """GPUs this process can use: torch's count when known, else the driver's.
+
+    The driver (nvidia-smi) lists every GPU whatever CUDA_VISIBLE_DEVICES hides,
+    so without torch's view the visible list caps the driver's count.
+    """
     torch_view = fingerprint.get("torch") or {}
     if "cuda_device_count" in torch_view:
         return int(torch_view["cuda_device_count"])
-    return int(fingerprint.get("gpu_count", 0))
+    count = int(fingerprint.get("gpu_count", 0))
+    visible = fingerprint.get("cuda_visible_devices")
+    if visible is not None:
+        count = min(count, len([d for d in str(visible).split(",") if d.strip()]))
+    return count
 
 
 def _cpu_model() -> str:

@@ -1,9 +1,16 @@
 """GPU leases: parallel cells on one machine never share a device.
 
 Each device has a lock file; a cell holds an exclusive ``flock`` on the files of
-the devices it uses for as long as it runs, and sees only those devices through
-CUDA_VISIBLE_DEVICES. The kernel drops a lock when its holder dies, so a killed
-cell never leaves a device leased.
+the devices it uses for as long as it runs. The kernel drops a lock when its
+holder dies, so a killed cell never leaves a device leased.
+
+What a cell's cases see of its lease: the pytest process sees only the first
+leased GPU (CUDA_VISIBLE_DEVICES), since with several visible, transformers'
+Trainer wraps the model in DataParallel, which no in-process case asks for;
+the whole lease is named in FTMATRIX_GPU_LEASE, for the cases that declare
+``gpus=N`` and start their own processes on it. A cell without a lease sees no
+GPU. Runs inside cells too (the results plugin reads the lease): standard
+library only.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 POLL_SECONDS = 1.0
+LEASE_VARIABLE = "FTMATRIX_GPU_LEASE"
 
 
 class LeaseError(Exception):
@@ -71,9 +79,20 @@ def lease_devices(
         _release(held)
 
 
-def visible_devices_env(devices: Sequence[str]) -> dict[str, str]:
-    """The environment that shows a cell only its leased devices."""
-    return {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+def lease_env(devices: Sequence[str]) -> dict[str, str]:
+    """The environment of a cell's pytest: its first leased GPU visible, the lease named.
+
+    No devices (a CPU cell, even on a GPU machine): no GPU visible, none leased.
+    """
+    return {"CUDA_VISIBLE_DEVICES": ",".join(devices[:1]), LEASE_VARIABLE: ",".join(devices)}
+
+
+def leased_devices(env: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The cell's leased GPUs from ``env``; None when no runner set a lease."""
+    lease = env.get(LEASE_VARIABLE)
+    if lease is None:
+        return None
+    return tuple(d.strip() for d in lease.split(",") if d.strip())
 
 
 def default_lock_dir(env: Mapping[str, str]) -> Path:

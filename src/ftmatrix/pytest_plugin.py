@@ -21,6 +21,7 @@ import sysconfig
 import time
 import types
 from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -32,6 +33,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ftmatrix.hardware import probe_hardware, usable_gpu_count
+from ftmatrix.lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.records import (
     CellRecordFile,
     Record,
@@ -67,6 +69,35 @@ class NotApplicable(pytest.skip.Exception):  # type: ignore[name-defined,misc]
 def not_applicable(reason: str) -> None:
     """Stop the running case and record it as ``n/a`` with ``reason``."""
     raise NotApplicable(msg=reason, pytrace=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuLease:
+    """The GPUs the cell leased; an in-process case sees only the first of them.
+
+    ``devices`` is None when no runner leased any (pytest started by hand): the
+    children then see what this process sees.
+    """
+
+    devices: tuple[str, ...] | None
+
+    def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment for processes the case starts: every leased GPU visible."""
+        env = dict(os.environ if base is None else base)
+        if self.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
+        return env
+
+
+def cpu_only_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for processes of a CPU case: no GPU visible, whatever the runner has."""
+    return {**(os.environ if base is None else base), "CUDA_VISIBLE_DEVICES": ""}
+
+
+@pytest.fixture
+def gpu_lease() -> GpuLease:
+    """The cell's whole GPU lease, for a case that declares ``gpus=N`` and starts its processes."""
+    return GpuLease(devices=leased_devices(os.environ))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -118,7 +149,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             if reason:
                 not_applicable(reason)
     for marker in item.iter_markers("requires_hardware"):
-        reason = hardware_gap(marker.kwargs, _fingerprint(item.config))
+        reason = hardware_gap(
+            marker.kwargs, _fingerprint(item.config), lease=leased_devices(os.environ)
+        )
         if reason:
             pytest.skip(reason)
 
@@ -152,13 +185,26 @@ def is_isolated(item: pytest.Item) -> bool:
     return item.get_closest_marker("isolated") is not None
 
 
-def hardware_gap(needs: Mapping[str, Any], fingerprint: Mapping[str, Any]) -> str | None:
-    """Why this machine cannot run a case needing ``needs``, or None if it can."""
-    gpus = usable_gpu_count(fingerprint)
+def hardware_gap(
+    needs: Mapping[str, Any],
+    fingerprint: Mapping[str, Any],
+    *,
+    lease: Sequence[str] | None = None,
+) -> str | None:
+    """Why this machine cannot run a case needing ``needs``, or None if it can.
+
+    ``lease``: the GPUs the runner leased the cell. The case's own process sees one
+    of them; a case wanting ``gpus=N`` starts processes that see the whole lease,
+    so N is checked against the lease, not against what this process sees.
+    """
+    visible = usable_gpu_count(fingerprint)
     wanted = int(needs.get("gpus", 1 if needs.get("cuda") else 0))
-    if wanted and gpus < wanted:
-        have = "no CUDA GPU" if gpus == 0 else f"{gpus} CUDA GPU{'s' if gpus > 1 else ''}"
-        return f"needs {wanted} CUDA GPU{'s' if wanted > 1 else ''}; this machine has {have}"
+    if wanted and visible == 0:
+        return f"needs {_gpus(wanted)}; this machine has no CUDA GPU"
+    if wanted and lease is None and visible < wanted:
+        return f"needs {_gpus(wanted)}; this machine has {_gpus(visible)}"
+    if wanted and lease is not None and len(lease) < wanted:
+        return f"needs {_gpus(wanted)}; the cell leased {_gpus(len(lease))} ({LEASE_VARIABLE})"
     minimum = needs.get("min_compute_capability")
     if minimum is not None:
         devices = (fingerprint.get("torch") or {}).get("devices") or fingerprint.get("gpus", [])
@@ -167,6 +213,10 @@ def hardware_gap(needs: Mapping[str, Any], fingerprint: Mapping[str, Any]) -> st
             have = ", ".join(str(c) for c in caps) or "none"
             return f"needs compute capability >= {minimum}; this machine has {have}"
     return None
+
+
+def _gpus(count: int) -> str:
+    return f"{count} CUDA GPU{'s' if count != 1 else ''}"
 
 
 class _Recorder:

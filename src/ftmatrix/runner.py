@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -28,7 +29,7 @@ from typing import Any, TypeVar
 
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
 from ftmatrix.hardware import probe_hardware
-from ftmatrix.lease import default_lock_dir, lease_devices, visible_devices_env
+from ftmatrix.lease import default_lock_dir, lease_devices, lease_env
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
 from ftmatrix.records import (
@@ -200,12 +201,16 @@ def _run_cell(
             log(f"[ftmatrix] {cell.label}: leased GPU(s) {','.join(devices)}")
         log(f"[ftmatrix] {cell.label}: running cases in {ctx.cases_dir}")
         begin = time.monotonic()
+        workdir = cell_workdir(ctx.out_dir, ctx.run_id, cell.id)
+        shutil.rmtree(workdir, ignore_errors=True)  # what a killed run left there
+        workdir.mkdir(parents=True)
         records = run_cases(
             command,
             targets,
             record_file=path,
             cases_dir=ctx.cases_dir.resolve(),
-            env={**cell_env(ctx.env), **(visible_devices_env(devices) if devices else {})},
+            env={**cell_env(ctx.env), **lease_env(devices)},
+            cwd=workdir,
             limits=CaseLimits(
                 case_seconds=ctx.timeouts.case,
                 cell_seconds=ctx.timeouts.cell,
@@ -218,7 +223,18 @@ def _run_cell(
         )
     log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
     write_atomically(files.done, json.dumps(state))
+    shutil.rmtree(workdir, ignore_errors=True)
     return records
+
+
+def cell_workdir(out_dir: Path, run_id: str, cell_id: str) -> Path:
+    """The working directory of a cell's pytest, its own: what cases write there stays apart.
+
+    unsloth, for one, writes ``unsloth_compiled_cache/`` into the working directory;
+    two cells sharing one would share (and race on) it. Outside ``records/``, whose
+    ``*.jsonl`` files are all read as records. Removed once the cell is done.
+    """
+    return (out_dir / "work" / run_id / cell_id).resolve()
 
 
 def _complete_with_its_lock(files: _CellFiles, ctx: CellContext) -> bool:
@@ -265,7 +281,9 @@ def pytest_command(
     venv_python: Path, cell_file: Path, record_file: Path, ctx: CellContext
 ) -> tuple[list[str], list[str]]:
     """The pytest command line (without targets) and the default case targets."""
+    # Absolute paths: the cell's pytest runs in a working directory of its own.
     cases_dir = ctx.cases_dir.resolve()
+    cell_file, record_file = cell_file.resolve(), record_file.resolve()
     ini = next((cases_dir / n for n in PYTEST_INI_NAMES if (cases_dir / n).is_file()), None)
     targets = [str(cases_dir / s) for s in ctx.case_selection] or [str(cases_dir)]
     command = [

@@ -95,6 +95,7 @@ def run_cases(
     log: Log,
     progress: Progress | None = None,
     parallel: Sequence[str] = (),
+    cwd: Path | None = None,
 ) -> list[Record]:
     """Run pytest (``command`` + case ``targets``) until every collected case has a record.
 
@@ -105,6 +106,7 @@ def run_cases(
     added while the workers' shared pass lasts; a crashed case's second try, and the
     exclusive cases the shared pass leaves out, then run in one process, alone.
     Each isolated case runs in a process of its own once the others are done.
+    ``cwd``: pytest's working directory.
     """
     collected = collected_cases_path(record_file)
     cell_deadline = time.monotonic() + limits.cell_seconds
@@ -129,6 +131,7 @@ def run_cases(
         attempt = _attempt(
             [*command, *(parallel if shared else ()), *([ALONE_ARG] if alone else ()), *args],
             env=env,
+            cwd=cwd,
             record_file=record_file,
             limits=limits,
             cell_deadline=cell_deadline,
@@ -286,6 +289,7 @@ def _attempt(
     command: Sequence[str],
     *,
     env: Mapping[str, str],
+    cwd: Path | None,
     record_file: Path,
     limits: Limits,
     cell_deadline: float,
@@ -298,6 +302,7 @@ def _attempt(
     process = subprocess.Popen(
         list(command),
         env=dict(env),
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: kill takes every child with it
