@@ -154,6 +154,37 @@ def test_gpus_n_is_checked_against_the_cell_s_lease_not_the_one_gpu_the_case_see
     )
 
 
+VLLM_STARTUP = (
+    "Free memory on device cuda:0 (7.34/79.19 GiB) on startup is less than desired GPU memory "
+    "utilization (0.9, 71.27 GiB). Decrease GPU memory utilization or reduce GPU memory used by "
+    "other processes."
+)
+
+
+def test_vllm_s_start_up_memory_check_is_oom(pytester: pytest.Pytester, tmp_path: Path):
+    """vLLM raises it in the case's process (ValueError) or logs it from its engine's process."""
+    pytester.makepyfile(
+        test_vllm_memory=f"""
+import subprocess, sys
+
+def test_raised_here():
+    raise ValueError({VLLM_STARTUP!r})
+
+def test_raised_by_the_engine_process():
+    subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write({VLLM_STARTUP!r})"])
+    raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {{}}")
+
+def test_an_engine_failure_for_another_cause():
+    raise RuntimeError("Engine core initialization failed. See root cause above.")
+"""
+    )
+    out = run_plugin(pytester, tmp_path)
+    assert out["test_raised_here"]["status"] == "oom"
+    assert out["test_raised_here"]["exception_type"] == "ValueError"
+    assert out["test_raised_by_the_engine_process"]["status"] == "oom"
+    assert out["test_an_engine_failure_for_another_cause"]["status"] == "error"
+
+
 def test_a_distribution_installed_twice_is_recorded_as_import_finds_it(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

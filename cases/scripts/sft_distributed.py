@@ -2,8 +2,9 @@
 
 Run by cases/test_multiprocess.py under `accelerate launch` (or torchrun, or plain
 python): argv is the tiny model's folder, the folder to write rank reports into,
-and the operation (sft or grpo). Without CUDA the run asks for the CPU, which
-accelerate turns into gloo across the processes.
+and the operation (sft, sft-lora-packed or grpo). Without CUDA the run asks for
+the CPU, which accelerate turns into gloo across the processes. A rank that
+raises leaves its exception (type, message, frames, traceback) for the case.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +45,36 @@ def build_trainer(operation: str, model_dir: str) -> object:
         )
     from trl import SFTTrainer
 
+    dataset = Dataset.from_list([{"text": line} for line in CORPUS * 4])
+    if operation == "sft-lora-packed":
+        # huggingface/trl#3392's shape: packed sequences into a LoRA adapter, with
+        # gradient checkpointing and accumulation.
+        from peft import LoraConfig
+
+        args = sft_config(
+            tempfile.mkdtemp(),
+            max_length=32,
+            max_steps=2,
+            packing=True,
+            gradient_checkpointing=True,
+            gradient_accumulation_steps=2,
+            **on_cpu,
+        )
+        if not getattr(args, "packing", False):
+            raise RuntimeError("this trl's SFTConfig has no packing")  # the case relies on it
+        return SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            peft_config=LoraConfig(
+                r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+            ),
+            **tokenizer_argument(SFTTrainer, tokenizer),
+        )
     return SFTTrainer(
         model=model,
         args=sft_config(tempfile.mkdtemp(), max_length=32, max_steps=2, **on_cpu),
-        train_dataset=Dataset.from_list([{"text": line} for line in CORPUS * 4]),
+        train_dataset=dataset,
         **tokenizer_argument(SFTTrainer, tokenizer),
     )
 
@@ -72,29 +100,37 @@ def main(model_dir: str, out_dir: str, operation: str) -> None:
 
 
 def report_error(out_dir: str, error: BaseException) -> None:
-    """Leave this rank's exception for the case, with where it was raised.
+    """Leave this rank's exception for the case, as the results plugin would record it.
 
-    The case blames it as the results plugin would in-process: raised inside an
-    installed package (the frameworks) or by this script (ours).
+    Type (named as the plugin names it: ``RuntimeError``, ``torch.OutOfMemoryError``),
+    message, every frame (file, function) and the formatted traceback: the case
+    raises them again, so the record blames and signs the rank's own exception.
     """
     frames = traceback.extract_tb(error.__traceback__)
-    innermost = next((f.filename for f in reversed(frames) if not f.filename.startswith("<")), "")
+    module, name = type(error).__module__, type(error).__qualname__
     rank = int(os.environ.get("RANK", "0"))
     Path(out_dir, f"rank{rank}.error.json").write_text(
         json.dumps(
             {
-                "type": f"{type(error).__module__}.{type(error).__qualname__}",
+                "type": name if module == "builtins" else f"{module}.{name}",
                 "message": str(error),
-                "framework": "site-packages" in innermost or "dist-packages" in innermost,
-                "frame": innermost,
+                "frames": [[f.filename, f.name] for f in frames],
+                "traceback": "".join(
+                    traceback.format_exception(type(error), error, error.__traceback__)
+                ),
             }
         )
     )
 
 
-if __name__ == "__main__":
+def run_reporting_errors(out_dir: str, body: Callable[[], None]) -> None:
+    """Run ``body``; if it raises, leave the exception for the case and raise it on."""
     try:
-        main(sys.argv[1], sys.argv[2], sys.argv[3])
+        body()
     except Exception as error:
-        report_error(sys.argv[2], error)
+        report_error(out_dir, error)
         raise
+
+
+if __name__ == "__main__":
+    run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2], sys.argv[3]))

@@ -62,6 +62,13 @@ MARKERS = (
 MESSAGE_LIMIT = 4000
 
 
+# vLLM's start-up check of free GPU memory (vllm/v1/worker/gpu_worker.py, and in
+# vllm/utils/mem_utils.py later): a ValueError, but the device is out of memory.
+VLLM_STARTUP_MEMORY = "is less than desired GPU memory utilization"
+# What vLLM's LLM raises when its engine process (which logged the cause) failed to start.
+VLLM_ENGINE_FAILED = "Engine core initialization failed"
+
+
 class NotApplicable(pytest.skip.Exception):  # type: ignore[name-defined,misc]
     """Raised to record ``n/a``: this version set does not have the feature."""
 
@@ -69,6 +76,31 @@ class NotApplicable(pytest.skip.Exception):  # type: ignore[name-defined,misc]
 def not_applicable(reason: str) -> None:
     """Stop the running case and record it as ``n/a`` with ``reason``."""
     raise NotApplicable(msg=reason, pytrace=False)
+
+
+class ChildProcessFailure(Exception):
+    """A process the case started (a training rank, a launcher) failed: record the child's error.
+
+    The case's record then carries the child's exception type, message, frames and
+    traceback, blamed as if raised in the case's own process; ``crashed`` (how the
+    child died, e.g. ``signal SIGKILL``) makes it a ``crash`` instead.
+    """
+
+    def __init__(
+        self,
+        *,
+        exception_type: str | None = None,
+        message: str,
+        frames: Sequence[tuple[str, str]] = (),
+        traceback: str | None = None,
+        crashed: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.exception_type = exception_type
+        self.message = message
+        self.frames = tuple(frames)
+        self.child_traceback = traceback
+        self.crashed = crashed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,18 +357,20 @@ class _Recorder:
             )
 
     def _record(self, state: _CaseState) -> Record:
-        status, reason, exc = state.verdict()
+        status, reason, failure = state.verdict()
         fields: dict[str, Any] = {"reason": reason}
-        if exc is not None:
-            exc_type = _qualified_name(type(exc.value))
-            message = redact(str(exc.value)[:MESSAGE_LIMIT], os.environ) or ""
-            frame = innermost_framework_frame(*_frames(exc.tb))
+        if failure is not None and failure.crashed is not None:
+            # As the supervisor records a process that died: how, and no exception.
+            fields.update(message=reason, traceback=redact(failure.traceback, os.environ))
+        elif failure is not None:
+            message = redact(failure.message[:MESSAGE_LIMIT], os.environ) or ""
+            frame = innermost_framework_frame(failure.filenames, failure.functions)
             fields.update(
-                exception_type=exc_type,
+                exception_type=failure.exception_type,
                 message=message,
                 framework_frame=frame,
-                signature=compute_signature(exc_type, message, frame),
-                traceback=redact(state.longrepr, os.environ),
+                signature=compute_signature(failure.exception_type, message, frame),
+                traceback=redact(failure.traceback, os.environ),
             )
         return self._base_record(
             case=state.item.nodeid,
@@ -368,6 +402,45 @@ class _Recorder:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """An exception as a record tells it: raised in the case's process or in a child of it."""
+
+    exception_type: str
+    message: str
+    filenames: tuple[str, ...]  # the traceback's frames, outermost first
+    functions: tuple[str, ...]
+    traceback: str | None
+    memory_error: bool = False  # a MemoryError (or subclass) in this process
+    causes: str = ""  # the messages of the exceptions it was raised from
+    crashed: str | None = None  # how a child process died, when it did not raise
+
+    @classmethod
+    def from_exception(
+        cls, error: BaseException, tb: types.TracebackType | None, longrepr: str | None
+    ) -> Failure:
+        """The failure a case raised; a :class:`ChildProcessFailure` tells its child's."""
+        if isinstance(error, ChildProcessFailure):
+            return cls(
+                exception_type=error.exception_type or "",
+                message=error.message,
+                filenames=tuple(f for f, _ in error.frames),
+                functions=tuple(f for _, f in error.frames),
+                traceback="\n".join(t for t in (error.child_traceback, longrepr) if t) or None,
+                crashed=error.crashed,
+            )
+        filenames, functions = _frames(tb)
+        return cls(
+            exception_type=_qualified_name(type(error)),
+            message=str(error),
+            filenames=tuple(filenames),
+            functions=tuple(functions),
+            traceback=longrepr,
+            memory_error=isinstance(error, MemoryError),
+            causes="\n".join(str(e) for e in _causes(error)),
+        )
+
+
 class _CaseState:
     """What the setup, call and teardown phases of one case did."""
 
@@ -376,9 +449,9 @@ class _CaseState:
         self.operation = _operation(item)
         self.started_at = _now()
         self.duration = 0.0
-        self.failure: tuple[str, pytest.ExceptionInfo[BaseException]] | None = None
+        self.failure: Failure | None = None
         self.skip: BaseException | None = None
-        self.longrepr: str | None = None
+        self.output = ""
 
     def observe(self, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         self.duration += report.duration
@@ -388,13 +461,15 @@ class _CaseState:
         if isinstance(excinfo.value, pytest.skip.Exception):
             self.skip = excinfo.value
             return
-        self.failure = (call.when, excinfo)
-        self.longrepr = str(report.longreprtext)
+        self.failure = Failure.from_exception(excinfo.value, excinfo.tb, str(report.longreprtext))
+        # What the case and its children printed: vLLM's engine process logs its cause there.
+        self.output = report.capstdout + report.capstderr
 
-    def verdict(self) -> tuple[Status, str | None, pytest.ExceptionInfo[BaseException] | None]:
+    def verdict(self) -> tuple[Status, str | None, Failure | None]:
         if self.failure is not None:
-            _, excinfo = self.failure
-            return classify_exception(excinfo.value, excinfo.tb), None, excinfo
+            if self.failure.crashed is not None:
+                return Status.CRASH, self.failure.crashed, self.failure
+            return classify_failure(self.failure, self.output), None, self.failure
         if self.skip is not None:
             status = Status.NOT_APPLICABLE if isinstance(self.skip, NotApplicable) else Status.SKIP
             return status, str(getattr(self.skip, "msg", self.skip)), None
@@ -409,28 +484,51 @@ class _CaseState:
         return values
 
 
-def classify_exception(error: BaseException, tb: types.TracebackType | None) -> Status:
-    """``fail`` when the frameworks are to blame, ``oom`` for memory, else our ``error``."""
-    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+def classify_failure(failure: Failure, output: str = "") -> Status:
+    """``fail`` when the frameworks are to blame, ``oom`` for memory, else our ``error``.
+
+    ``output``: what the case printed, where a framework's child process may have
+    logged the cause of the exception the case saw.
+    """
+    name = failure.exception_type.rsplit(".", 1)[-1]
+    if _out_of_memory(failure, name, output):
         return Status.OOM
-    if "CUDA out of memory" in str(error):
-        return Status.OOM
-    origin = _innermost_origin(tb)
+    origin = _innermost_origin(failure.filenames)
     if origin == "framework":
         return Status.FAIL
-    if origin == "case" and isinstance(error, AssertionError):
+    if origin == "case" and name == "AssertionError":
         return Status.FAIL  # our check of the frameworks' result did not hold
     return Status.ERROR
 
 
-def _innermost_origin(tb: types.TracebackType | None) -> str | None:
+def _out_of_memory(failure: Failure, name: str, output: str) -> bool:
+    if failure.memory_error or name in ("MemoryError", "OutOfMemoryError"):
+        return True
+    if "CUDA out of memory" in failure.message:
+        return True
+    if VLLM_STARTUP_MEMORY in failure.message or VLLM_STARTUP_MEMORY in failure.causes:
+        return True
+    # vLLM's LLM saw its engine's process fail; that process printed the cause.
+    return VLLM_ENGINE_FAILED in failure.message and VLLM_STARTUP_MEMORY in output
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    seen = {id(error)}
+    current = error.__cause__ or error.__context__
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _innermost_origin(filenames: Sequence[str]) -> str | None:
     """Where the deepest frame that is neither stdlib nor the test runner lies.
 
     'framework' (an installed package), 'case' (our code) or None (no such frame).
     """
     stdlib = sysconfig.get_paths()["stdlib"]
     origin = None
-    for filename in _frames(tb)[0]:
+    for filename in filenames:
         if framework_module(filename) is not None:
             origin = "framework"
         elif filename.startswith((stdlib, "<")) or _is_runner_file(filename):
