@@ -22,7 +22,8 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 MARKERS = (
     "operation(name): the operation family this case reproduces",
     "requires_packages(**specifiers): outside them the case is n/a",
-    "requires_hardware(cuda=False, gpus=0, min_compute_capability=None): else skip",
+    "requires_hardware(cuda=False, gpus=0, min_compute_capability=None): else skip; "
+    "gpus=N counts the cell's lease (the gpu_lease fixture), not this process's one GPU",
     "exclusive(reason): never beside another case (several processes, every GPU)",
     "isolated(reason): run in a process of its own (patches on import, global state, GPU memory)",
 )
