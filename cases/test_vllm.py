@@ -171,6 +171,7 @@ def test_grpo_vllm_in_process_on_a_second_gpu(
         sys.executable,
         "-m",
         "torch.distributed.run",  # one process, as `accelerate launch --num_processes 1`
+        "--standalone",  # a free port of its own: cells on one machine run side by side
         "--nproc_per_node",
         "1",
         str(SCRIPTS / "grpo_vllm_device.py"),
