@@ -284,11 +284,16 @@ def test_the_seeds_profile_plans_one_cell_per_seed():
 @pytest.mark.slow
 def test_every_seed_cell_installs_on_linux_x86_64_with_cuda(tmp_path: Path):
     """Real uv, frozen in time: each seed cell's pins resolve for manylinux x86-64, with
-    PyPI's CUDA build of torch (its nvidia-* libraries in the lock)."""
-    from ftmatrix.resolve import RUNNER_REQUIREMENTS, run_uv
+    PyPI's CUDA build of torch (its nvidia-* libraries in the lock); and the plan's own
+    resolver calls every seed cell installable."""
+    from ftmatrix.config import InstallOptions
+    from ftmatrix.resolve import RUNNER_REQUIREMENTS, resolve_cell, run_uv
 
     env = {**os.environ, "UV_EXCLUDE_NEWER": "2026-11-01T00:00:00Z"}
+    env["FTMATRIX_CACHE_DIR"] = str(tmp_path / "resolutions")
     for cell in seed_cells():
+        resolution = resolve_cell(cell, InstallOptions(), env)
+        assert resolution.lock is not None, (cell.label, resolution.reason)
         requirements = "\n".join([*cell.requirements(), *RUNNER_REQUIREMENTS]) + "\n"
         args = ["pip", "compile", "-", "--python-version", cell.python, "--no-header"]
         args += ["--quiet", "--python-platform", "x86_64-manylinux_2_28"]
