@@ -89,3 +89,39 @@ def build_model(family: str, tokenizer: Any, *, seed: int = 0) -> Any:
     )
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config)
+
+
+# What vLLM's production attention backends (FlashAttention, FlashInfer) accept: a
+# head size they have kernels for. Smaller heads only run on FlexAttention, a path
+# nobody serves with; 64 is in every backend's list.
+VLLM_HEAD_DIM = 64
+
+
+def build_vllm_model(tokenizer: Any, *, family: str = "llama", seed: int = 0) -> Any:
+    """A 2-layer causal LM vLLM serves as it serves real ones: head_dim 64, bfloat16 weights.
+
+    Saved with ``save_pretrained`` it records bfloat16 as its dtype, so ``dtype="auto"``
+    loads it in bfloat16 (fp32 would push vLLM off its production kernels).
+    """
+    import torch
+    import transformers
+
+    spec = FAMILIES[family]
+    heads = 2
+    config = getattr(transformers, spec.config_class)(
+        vocab_size=len(tokenizer),
+        hidden_size=heads * VLLM_HEAD_DIM,
+        intermediate_size=4 * heads * VLLM_HEAD_DIM,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=1,
+        head_dim=VLLM_HEAD_DIM,
+        max_position_embeddings=128,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **{k: v for k, v in spec.extra if k != "head_dim"},
+    )
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    return model.to(torch.bfloat16)

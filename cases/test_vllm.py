@@ -1,28 +1,62 @@
-"""vLLM: generation from the tiny model, and GRPO generating with vLLM (colocated, server)."""
+"""vLLM: generation from a tiny model, and GRPO generating with vLLM (colocated, server, and
+trl 0.14/0.15's in-process vLLM on a second GPU).
+
+The model is one vLLM serves on its production attention backends (head_dim 64, bfloat16
+weights, ``dtype="auto"``), not a toy only FlexAttention accepts. Each case runs in a
+process of its own: vLLM keeps GPU memory and torch.distributed state after it returns.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+pytestmark = pytest.mark.isolated("vLLM keeps GPU memory and torch.distributed state")
+
+
+@pytest.fixture(scope="module")
+def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Path:
+    """A tiny Llama vLLM serves as it serves real ones, saved with its tokenizer."""
+    from _tiny import build_vllm_model
+
+    path = tmp_path_factory.mktemp("tiny-vllm")
+    build_vllm_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def load_case_processes() -> ModuleType:
+    """cases/scripts/case_processes.py, imported by path (no 'scripts' package to shadow)."""
+    name = "ftmatrix_case_processes"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS / "case_processes.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 @pytest.mark.operation("vllm-generate")
 @pytest.mark.requires_packages(vllm=">=0.4")
 @pytest.mark.requires_hardware(cuda=True)
-def test_vllm_generates(tiny_model_dir: Path, record_property: Any):
+def test_vllm_generates(vllm_model_dir: Path, record_property: Any):
     from vllm import LLM, SamplingParams
 
     llm = LLM(
-        model=str(tiny_model_dir),
-        dtype="float32",
+        model=str(vllm_model_dir),
+        dtype="auto",  # the saved bfloat16, as users load their checkpoints
         gpu_memory_utilization=0.3,
         enforce_eager=True,
         max_model_len=64,
@@ -66,9 +100,9 @@ def grpo_with_vllm(model_dir: Path, tmp_path: Path, **vllm_options: Any) -> Any:
 @pytest.mark.operation("grpo-vllm")
 @pytest.mark.requires_packages(trl=">=0.18", vllm=">=0.8")  # vllm_mode="colocate": trl 0.18
 @pytest.mark.requires_hardware(cuda=True)
-def test_grpo_vllm_colocate(tiny_model_dir: Path, tmp_path: Path, record_property: Any):
+def test_grpo_vllm_colocate(vllm_model_dir: Path, tmp_path: Path, record_property: Any):
     logs = grpo_with_vllm(
-        tiny_model_dir, tmp_path, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3
+        vllm_model_dir, tmp_path, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3
     )
     record_property("loss", float(logs[-1]["loss"]))
 
@@ -82,31 +116,26 @@ def free_port() -> int:
 @pytest.mark.operation("grpo-vllm")
 @pytest.mark.requires_packages(trl=">=0.17", vllm=">=0.8")  # `trl vllm-serve`: trl 0.17
 @pytest.mark.requires_hardware(cuda=True, gpus=2)
+@pytest.mark.exclusive("a vLLM server on the lease's second GPU")
 def test_grpo_vllm_server_on_a_second_gpu(
-    tiny_model_dir: Path, tmp_path: Path, record_property: Any
+    vllm_model_dir: Path, tmp_path: Path, record_property: Any
 ):
-    """Server mode: vLLM on GPU 1, training on GPU 0 (device placement across two GPUs)."""
+    """Server mode: vLLM on the lease's second GPU, training here on the first.
+
+    The server is stopped whatever the case did, and stopping it never replaces the
+    case's own result (a failure stays that failure; a server that will not stop is killed).
+    """
+    processes = load_case_processes()
+    gpus = processes.leased_gpus(os.environ) or ["0", "1"]
     port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trl.scripts.vllm_serve",
-            "--model",
-            str(tiny_model_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--gpu_memory_utilization",
-            "0.3",
-        ],
-        env={
-            **os.environ,
-            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0,1").split(",")[-1],
-        },
-    )
-    try:
+    command = [
+        sys.executable,
+        "-m",
+        "trl.scripts.vllm_serve",
+        *("--model", str(vllm_model_dir), "--host", "127.0.0.1", "--port", str(port)),
+        *("--gpu_memory_utilization", "0.3"),
+    ]
+    with processes.serving(command, env=processes.lease_env(os.environ, gpus[-1:])) as server:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with socket.socket() as probe:
@@ -115,13 +144,41 @@ def test_grpo_vllm_server_on_a_second_gpu(
             assert server.poll() is None, "trl vllm-serve exited before listening"
             time.sleep(1)
         logs = grpo_with_vllm(
-            tiny_model_dir,
+            vllm_model_dir,
             tmp_path,
             vllm_mode="server",
             vllm_server_host="127.0.0.1",
             vllm_server_port=port,
         )
-        record_property("loss", float(logs[-1]["loss"]))
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+    record_property("loss", float(logs[-1]["loss"]))
+
+
+@pytest.mark.operation("grpo-vllm")
+# `vllm_device`: trl 0.14 and 0.15 run vLLM inside the training process on the GPU it
+# names; 0.16 deprecated it for `trl vllm-serve` (and ignores it), 0.18 removed it.
+@pytest.mark.requires_packages(trl=">=0.14,<0.16", vllm=">=0.6")
+@pytest.mark.requires_hardware(cuda=True, gpus=2)
+@pytest.mark.exclusive("training on the lease's first GPU, vLLM on its second")
+def test_grpo_vllm_in_process_on_a_second_gpu(
+    vllm_model_dir: Path, tmp_path: Path, record_property: Any
+):
+    """One training process on cuda:0, its vLLM engine on ``vllm_device="cuda:1"``: seed
+    (d), `Expected all tensors to be on the same device ... cuda:1 and cuda:0` with
+    vLLM before 0.7.1 (huggingface/trl#2851, #2766). The child's exception is this case's."""
+    processes = load_case_processes()
+    out = tmp_path / "child"
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",  # one process, as `accelerate launch --num_processes 1`
+        "--standalone",  # a free port of its own: cells on one machine run side by side
+        "--nproc_per_node",
+        "1",
+        str(SCRIPTS / "grpo_vllm_device.py"),
+        str(vllm_model_dir),
+        str(out),
+    ]
+    report = processes.run_script(command, out, env=processes.lease_env(os.environ))
+    record_property("loss", report["loss"])
+    assert report["steps"] == 2, report
+    assert math.isfinite(report["loss"]), report

@@ -1,0 +1,51 @@
+"""trl 0.14/0.15 GRPO with vLLM inside the training process, on ``vllm_device="cuda:1"``.
+
+Run by cases/test_vllm.py under torchrun with one process and the cell's two leased
+GPUs visible: training on cuda:0, vLLM's engine on cuda:1, the setting of seed (d)
+(huggingface/trl#2851). argv: the tiny model's folder, the folder to report into.
+Reports like cases/scripts/sft_distributed.py: report.json, or rank0.error.json.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # cases/: _compat, test_grpo
+sys.path.insert(0, str(HERE))  # sft_distributed (its report_error), case_processes
+
+
+def main(model_dir: str, out_dir: str) -> None:
+    from _compat import grpo_config, tokenizer_argument
+    from case_processes import write_report
+    from datasets import Dataset
+    from test_grpo import PROMPTS, reward_distinct_words
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=reward_distinct_words,
+        args=grpo_config(
+            tempfile.mkdtemp(),
+            use_vllm=True,
+            vllm_device="cuda:1",
+            vllm_gpu_memory_utilization=0.3,
+        ),
+        train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * 2]),
+        **tokenizer_argument(GRPOTrainer, AutoTokenizer.from_pretrained(model_dir)),
+    )
+    result = trainer.train()
+    write_report(out_dir, {"loss": float(result.training_loss), "steps": trainer.state.global_step})
+
+
+if __name__ == "__main__":
+    from sft_distributed import report_error
+
+    try:
+        main(sys.argv[1], sys.argv[2])
+    except Exception as error:
+        report_error(sys.argv[2], error)
+        raise
