@@ -116,7 +116,9 @@ def family_param(family: str, *values: Any, **param: Any) -> Any:
     return pytest.param(*values, marks=marks, **param)
 
 
-def split_settings(values: dict[str, Any], accepted: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_settings(
+    values: dict[str, Any], accepted: set[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``values`` split into those ``accepted`` names and the rest."""
     inside = {k: v for k, v in values.items() if k in accepted}
     return inside, {k: v for k, v in values.items() if k not in accepted}
@@ -165,7 +167,7 @@ def sft_config_fields() -> set[str]:
 
 
 def dpo_arguments(output_dir: str, **overrides: Any) -> dict[str, Any]:
-    """DPOTrainer's keyword arguments: DPOConfig, or before trl 0.9 TrainingArguments + ``beta=`` etc."""
+    """DPOTrainer's keyword arguments: DPOConfig, or (trl < 0.9) TrainingArguments + ``beta=``."""
     from trl import DPOTrainer
 
     settings = {"max_steps": 2, "max_length": 48, "max_prompt_length": 24, "beta": 0.1}
@@ -191,7 +193,9 @@ def completion_only_sft(
     if collator_class is None:
         from ftmatrix.pytest_plugin import not_applicable
 
-        not_applicable("this trl has neither completion_only_loss nor DataCollatorForCompletionOnlyLM")
+        not_applicable(
+            "this trl has neither completion_only_loss nor DataCollatorForCompletionOnlyLM"
+        )
     template = rows[0][0].split()[-1]
     collator = collator_class(template, tokenizer=tokenizer)
     return [{"text": p + c} for p, c in rows], {}, {"data_collator": collator}
@@ -209,10 +213,20 @@ def grpo_logps_method(trainer: Any) -> str | None:
     return next((name for name in GRPO_LOGPS_METHODS if hasattr(trainer, name)), None)
 
 
-def grpo_logps_call(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of one call of the log-prob method, by name, whatever order the release used."""
-    bound = inspect.signature(method).bind(*args, **kwargs)
-    named = dict(bound.arguments)
+def grpo_logps_call(
+    trainer: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """One call's arguments by name, in whatever order the release passed them.
+
+    The names come from the first class in the trainer's MRO that spells them out
+    (a subclass may override the method with ``*args, **kwargs``).
+    """
+    signature = next(
+        inspect.signature(vars(cls)[name])
+        for cls in type(trainer).__mro__
+        if name in vars(cls) and "input_ids" in inspect.signature(vars(cls)[name]).parameters
+    )
+    named = dict(signature.bind(trainer, *args, **kwargs).arguments)
     keep = named.get("logits_to_keep", named.get("num_logits_to_keep"))
     return {
         "model": named["model"],
@@ -223,7 +237,7 @@ def grpo_logps_call(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 def grpo_logps_result(result: Any) -> Any:
-    """The per-token log-probs out of what the method returned (a tensor, or a tuple with entropies)."""
+    """The per-token log-probs out of what the method returned (a tensor, or a tuple)."""
     return result[0] if isinstance(result, tuple) else result
 
 
@@ -238,7 +252,10 @@ def preference_sequences(row: dict[str, Any], side: str) -> tuple[list[int], int
         ids = list(row[f"{side}_input_ids"])
         start = next(i for i, label in enumerate(row[f"{side}_labels"]) if label != -100)
         return ids, start
-    for prompt_key, side_key in (("prompt_input_ids", f"{side}_input_ids"), ("prompt_ids", f"{side}_ids")):
+    for prompt_key, side_key in (
+        ("prompt_input_ids", f"{side}_input_ids"),
+        ("prompt_ids", f"{side}_ids"),
+    ):
         if prompt_key in row and side_key in row:
             prompt = list(row[prompt_key])
             return prompt + list(row[side_key]), len(prompt)

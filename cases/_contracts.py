@@ -42,9 +42,7 @@ def check_tensors_close(quantity: str, trainer: Any, reference: Any, tolerance: 
 
     if tuple(trainer.shape) != tuple(reference.shape):
         raise ContractError(
-            contract_message(
-                f"{quantity} shape", tuple(trainer.shape), tuple(reference.shape), 0
-            )
+            contract_message(f"{quantity} shape", tuple(trainer.shape), tuple(reference.shape), 0)
         )
     trainer = trainer.detach().float().cpu()
     reference = reference.detach().float().cpu()
@@ -109,7 +107,9 @@ def expected_completion_mask(completion_ids: Any, eos_token_id: int) -> Any:
     is_eos = completion_ids == eos_token_id
     length = completion_ids.size(1)
     first_eos = torch.where(
-        is_eos.any(dim=1), is_eos.int().argmax(dim=1), torch.full_like(is_eos[:, 0], length - 1, dtype=torch.long)
+        is_eos.any(dim=1),
+        is_eos.int().argmax(dim=1),
+        torch.full_like(is_eos[:, 0], length - 1, dtype=torch.long),
     )
     positions = torch.arange(length).unsqueeze(0)
     return (positions <= first_eos.unsqueeze(1)).int()
@@ -121,7 +121,9 @@ def check_completion_mask(trainer_mask: Any, completion_ids: Any, eos_token_id: 
     got = (trainer_mask.detach().cpu() != 0).int()
     if tuple(got.shape) != tuple(expected.shape) or not bool((got == expected).all()):
         rows = [
-            i for i in range(min(got.size(0), expected.size(0))) if not bool((got[i] == expected[i]).all())
+            i
+            for i in range(min(got.size(0), expected.size(0)))
+            if not bool((got[i] == expected[i]).all())
         ] or [0]
         raise ContractError(
             contract_message(

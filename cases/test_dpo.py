@@ -40,7 +40,7 @@ def reference_logps(trainer: Any, model: Any, tokenizer: Any) -> dict[str, float
     eos = tokenizer.eos_token_id
     sums: dict[str, list[float]] = {"chosen": [], "rejected": []}
     for row, raw in zip(trainer.eval_dataset, PREFERENCES, strict=True):
-        for side in sums:
+        for side, values in sums.items():
             ids, start = preference_sequences(row, side)
             text_ids = tokenizer(raw[side], add_special_tokens=False)["input_ids"]
             completion = ids[start:]
@@ -48,7 +48,7 @@ def reference_logps(trainer: Any, model: Any, tokenizer: Any) -> dict[str, float
                 raise ContractError(
                     contract_message(f"DPO {side} completion tokens", completion, text_ids, 0)
                 )
-            sums[side].append(sequence_log_prob(model, ids, start))
+            values.append(sequence_log_prob(model, ids, start))
     return {side: sum(values) / len(values) for side, values in sums.items()}
 
 

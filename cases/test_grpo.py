@@ -55,6 +55,7 @@ class LogpsWatch:
         self.largest_gap = 0.0
         self.logits_gap: float | None = None
         self.generated_tokens = 0
+        self.trainer = trainer
         self.name = grpo_logps_method(trainer)
         self.logits = LogitsWatch(trainer.model)
         if self.name is not None:
@@ -70,7 +71,11 @@ class LogpsWatch:
         returned = list(self.logits.seen)
         if len(returned) > 1 and len({tuple(t.shape[1:]) for t in returned}) == 1:
             returned = [torch.cat(returned)]  # a release that scores the batch in chunks
-        self.check(grpo_logps_call(self.original, args, kwargs), grpo_logps_result(result), returned)
+        self.check(
+            grpo_logps_call(self.trainer, self.name, args, kwargs),
+            grpo_logps_result(result),
+            returned,
+        )
         return result
 
     def check(self, call: dict[str, Any], trainer_logps: Any, returned_logits: list[Any]) -> None:
@@ -80,13 +85,18 @@ class LogpsWatch:
         keep = call["logits_to_keep"]
         input_ids, attention_mask = call["input_ids"], call["attention_mask"]
         completion_ids, completion_mask = input_ids[:, -keep:], attention_mask[:, -keep:]
-        self.generated_tokens = check_completion_mask(completion_mask, completion_ids, self.eos_token_id)
+        self.generated_tokens = check_completion_mask(
+            completion_mask, completion_ids, self.eos_token_id
+        )
         with torch.no_grad():
             full = call["model"](input_ids=input_ids, attention_mask=attention_mask).logits
         for logits in returned_logits:
             if logits.size(0) == full.size(0) and logits.size(1) <= full.size(1):
                 gap = check_tensors_close(
-                    "GRPO logits of prompt + completion", logits, full[:, -logits.size(1) :, :], LOGPS_TOLERANCE
+                    "GRPO logits of prompt + completion",
+                    logits,
+                    full[:, -logits.size(1) :, :],
+                    LOGPS_TOLERANCE,
                 )
                 self.logits_gap = max(self.logits_gap or 0.0, gap)
         reference = token_log_probs(full[:, -keep - 1 : -1, :], completion_ids)
@@ -94,7 +104,9 @@ class LogpsWatch:
         generated = completion_mask.bool().cpu()
         got = torch.where(generated, trainer_logps.detach().float().cpu(), 0.0)
         want = torch.where(generated, reference.cpu(), 0.0)
-        gap = check_tensors_close("GRPO per-token log-prob of the completion", got, want, LOGPS_TOLERANCE)
+        gap = check_tensors_close(
+            "GRPO per-token log-prob of the completion", got, want, LOGPS_TOLERANCE
+        )
         self.largest_gap = max(self.largest_gap, gap)
         self.calls += 1
 

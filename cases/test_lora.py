@@ -93,17 +93,21 @@ def test_lora_save_reload_and_merge(
     from _contracts import check_tensors_close
 
     record_property(
-        "max_reload_diff", check_tensors_close("LoRA logits after save and reload", reloaded_logits, reference, 1e-5)
+        "max_reload_diff",
+        check_tensors_close("LoRA logits after save and reload", reloaded_logits, reference, 1e-5),
     )
     record_property(
-        "max_merge_diff", check_tensors_close("LoRA logits after merge_and_unload", merged_logits, reference, 1e-4)
+        "max_merge_diff",
+        check_tensors_close("LoRA logits after merge_and_unload", merged_logits, reference, 1e-4),
     )
     assert not any("lora_" in n for n, _ in merged.named_parameters())
 
 
 @pytest.mark.operation("lora")
 @pytest.mark.requires_packages(peft=">=0.4")
-def test_lora_fresh_adapter_keeps_base_logits(tiny_model: Any, tokenizer: Any, record_property: Any):
+def test_lora_fresh_adapter_keeps_base_logits(
+    tiny_model: Any, tokenizer: Any, record_property: Any
+):
     run_fresh_adapter(lora_model, tiny_model, tokenizer, record_property)
 
 
@@ -124,5 +128,7 @@ def run_fresh_adapter(make_adapter: Any, model: Any, tokenizer: Any, record_prop
     check_close("largest |B| of a fresh LoRA adapter", largest_b, 0.0, 0.0)
     record_property(
         "max_fresh_diff",
-        check_tensors_close("logits with a fresh LoRA adapter vs the base model", adapted_logits, base_logits, 1e-6),
+        check_tensors_close(
+            "logits with a fresh LoRA adapter vs the base model", adapted_logits, base_logits, 1e-6
+        ),
     )

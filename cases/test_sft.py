@@ -53,12 +53,12 @@ def check_batch_labels(batch: Any, tokenizer: Any, prompts: list[str]) -> dict[s
     positions = batch["position_ids"].tolist() if "position_ids" in batch else None
     checked = ignored = 0
     for row, (ids, row_labels) in enumerate(zip(input_ids, labels, strict=True)):
-        held = [
-            p for p in prompt_ids if any(find_prefix(ids, p, i) for i in range(len(ids)))
-        ]
+        held = [p for p in prompt_ids if any(find_prefix(ids, p, i) for i in range(len(ids)))]
         expected = expected_labels(ids, pad_token_id=tokenizer.pad_token_id, prompts=held[:1])
         starts = [i for i, p in enumerate(positions[row]) if p == 0] if positions else []
-        ignored += check_labels(f"labels of batch row {row}", row_labels, expected, may_ignore=starts)
+        ignored += check_labels(
+            f"labels of batch row {row}", row_labels, expected, may_ignore=starts
+        )
         checked += len(ids)
     return {"label_positions": checked, "label_positions_ignored": ignored}
 
@@ -81,11 +81,24 @@ VARIANTS = {
 def test_sft_two_steps(
     variant: str, family: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
 ):
+    from trl import SFTTrainer
+
+    run_sft_two_steps(SFTTrainer, variant, tiny_model, tokenizer, tmp_path, record_property)
+
+
+def run_sft_two_steps(
+    trainer_class: type,
+    variant: str,
+    model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    record_property: Any,
+) -> None:
+    """The case: the label contract, the loss contract (plain), two steps that move weights."""
     import torch
     from _compat import completion_only_sft, sft_arguments, tokenizer_argument
     from _tiny import CORPUS
     from datasets import Dataset
-    from trl import SFTTrainer
 
     rows: list[dict[str, str]] = [{"text": line} for line in CORPUS * 4]
     settings: dict[str, Any] = dict(VARIANTS[variant])
@@ -94,13 +107,13 @@ def test_sft_two_steps(
     if variant == "completion-only":
         rows, settings, extra = completion_only_sft(tokenizer, PROMPT_COMPLETIONS * 2)
         prompts = [p for p, _ in PROMPT_COMPLETIONS]
-    before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
-    trainer = SFTTrainer(
-        model=tiny_model,
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = trainer_class(
+        model=model,
         train_dataset=Dataset.from_list(rows),
         **sft_arguments(str(tmp_path), max_length=32, max_steps=2, **settings),
         **extra,
-        **tokenizer_argument(SFTTrainer, tokenizer),
+        **tokenizer_argument(trainer_class, tokenizer),
     )
     batch = next(iter(trainer.get_train_dataloader()))
     # Silent breakage: a prompt trained on, padding learned, a label shift.
