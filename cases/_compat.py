@@ -227,12 +227,11 @@ def grpo_logps_call(
         if name in vars(cls) and "input_ids" in inspect.signature(vars(cls)[name]).parameters
     )
     named = dict(signature.bind(trainer, *args, **kwargs).arguments)
-    keep = named.get("logits_to_keep", named.get("num_logits_to_keep"))
     return {
         "model": named["model"],
         "input_ids": named["input_ids"],
         "attention_mask": named["attention_mask"],
-        "logits_to_keep": int(keep),
+        "logits_to_keep": int(named["logits_to_keep"]),
     }
 
 

@@ -144,6 +144,18 @@ def run_grpo_two_steps(
         trainer.train()
     finally:
         logps.logits.handle.remove()
+        # The contract's numbers so far, also when a check failed mid-training.
+        if logps.name is None:
+            # trl 0.14 computed log-probs in a closure inside compute_loss: nothing to observe.
+            record_property("logps_contract", "not observable in this trl")
+        else:
+            record_property("logps_calls", logps.calls)
+            record_property("logps_max_gap", logps.largest_gap)
+            record_property("completion_tokens", logps.generated_tokens)
+            gap = logps.logits_gap
+            record_property(
+                "logits_max_gap", gap if gap is not None else "not returned by the model"
+            )
 
     logs = [e for e in trainer.state.log_history if "loss" in e]
     assert trainer.state.global_step == 2
@@ -152,16 +164,8 @@ def run_grpo_two_steps(
     spread = [float(e.get("reward_std", 0.0)) for e in logs]
     record_property("loss", float(logs[-1]["loss"]))
     record_property("reward", rewards[-1] if rewards else float("nan"))
-    if logps.name is None:
-        # trl 0.14 computed log-probs in a closure inside compute_loss: nothing to observe.
-        record_property("logps_contract", "not observable in this trl")
-    else:
+    if logps.name is not None:
         assert logps.calls, f"the trainer never called {logps.name}"
-        record_property("logps_calls", logps.calls)
-        record_property("logps_max_gap", logps.largest_gap)
-        record_property("completion_tokens", logps.generated_tokens)
-        gap = logps.logits_gap
-        record_property("logits_max_gap", gap if gap is not None else "not returned by the model")
     assert rewards and all(math.isfinite(r) for r in rewards), logs
     if any(s > 0 for s in spread):
         # Rewards that differ within a group give non-zero advantages: weights must move.

@@ -54,7 +54,10 @@ def check_batch_labels(batch: Any, tokenizer: Any, prompts: list[str]) -> dict[s
     checked = ignored = 0
     for row, (ids, row_labels) in enumerate(zip(input_ids, labels, strict=True)):
         held = [p for p in prompt_ids if any(find_prefix(ids, p, i) for i in range(len(ids)))]
-        expected = expected_labels(ids, pad_token_id=tokenizer.pad_token_id, prompts=held[:1])
+        # A row that holds none of the prompts fails, naming the row and the first prompt.
+        expected = expected_labels(
+            ids, pad_token_id=tokenizer.pad_token_id, prompts=held[:1] or prompt_ids[:1]
+        )
         starts = [i for i, p in enumerate(positions[row]) if p == 0] if positions else []
         ignored += check_labels(
             f"labels of batch row {row}", row_labels, expected, may_ignore=starts
