@@ -179,7 +179,7 @@ def completion_only_sft(
 ) -> tuple[list[dict[str, str]], dict[str, Any], dict[str, Any]]:
     """How this trl trains on completions only: (dataset rows, config settings, trainer arguments).
 
-    trl >= 0.19 masks the prompt of a prompt-completion dataset itself
+    trl >= 0.17 masks the prompt of a prompt-completion dataset itself
     (``completion_only_loss``); earlier releases through a collator that masks
     everything up to a response template (``DataCollatorForCompletionOnlyLM``).
     Each row of ``rows`` is (prompt, completion); prompts end with the template.
@@ -245,7 +245,7 @@ def preference_sequences(row: dict[str, Any], side: str) -> tuple[list[int], int
 
     ``side`` is ``chosen`` or ``rejected``. DPOTrainer's tokenized rows, by release:
     up to trl 0.11 the whole sequence with labels (-100 over the prompt); trl 0.12 to
-    0.29 ``prompt_input_ids`` + ``{side}_input_ids``; later ``prompt_ids`` + ``{side}_ids``.
+    0.28 ``prompt_input_ids`` + ``{side}_input_ids``; from 0.29 ``prompt_ids`` + ``{side}_ids``.
     """
     if f"{side}_labels" in row:
         ids = list(row[f"{side}_input_ids"])

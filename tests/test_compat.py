@@ -32,9 +32,9 @@ compat = load_compat()
     [
         # trl <= 0.11: the whole sequence, the prompt's labels -100.
         {"chosen_input_ids": [1, 7, 8, 4, 5, 2], "chosen_labels": [-100, -100, -100, 4, 5, 2]},
-        # trl 0.12 to 0.29: the prompt and the completion apart.
+        # trl 0.12 to 0.28: the prompt and the completion apart.
         {"prompt_input_ids": [1, 7, 8], "chosen_input_ids": [4, 5, 2]},
-        # later trl.
+        # trl 0.29 and later.
         {"prompt_ids": [1, 7, 8], "chosen_ids": [4, 5, 2]},
     ],
     ids=["labels", "prompt_input_ids", "prompt_ids"],
