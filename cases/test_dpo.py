@@ -1,4 +1,10 @@
-"""DPO: trl's DPOTrainer steps on a tiny preference set."""
+"""DPO: trl's DPOTrainer steps on a tiny preference set.
+
+Contracts, on the evaluation set before any step (policy equals reference): the
+loss is log 2, and the mean chosen and rejected log-probs the trainer reports equal
+the summed token log-probs of the completions from our own forward pass over the
+tokens the trainer prepared (whose completion part must be the completion's text).
+"""
 
 from __future__ import annotations
 
@@ -14,30 +20,85 @@ PREFERENCES = [
     {"prompt": "one two three", "chosen": " four five six", "rejected": " nine ten"},
     {"prompt": "the quick brown", "chosen": " fox jumps", "rejected": " answer is"},
 ]
+LOGPS_TOLERANCE = 1e-3  # a mean of sums of a handful of float32 log-probs
+
+
+def eval_metric(trainer: Any, metrics: dict[str, Any], name: str) -> float:
+    """An evaluation metric, from what evaluate() returned or, failing that, the log."""
+    if name in metrics:
+        return float(metrics[name])
+    logged = [e[name] for e in trainer.state.log_history if name in e]
+    assert logged, f"the trainer reported no {name} (reported: {sorted(metrics)})"
+    return float(logged[-1])
+
+
+def reference_logps(trainer: Any, model: Any, tokenizer: Any) -> dict[str, float]:
+    """Mean summed log-prob of the chosen and of the rejected completions, by our own forward."""
+    from _compat import preference_sequences
+    from _contracts import ContractError, contract_message, sequence_log_prob
+
+    eos = tokenizer.eos_token_id
+    sums: dict[str, list[float]] = {"chosen": [], "rejected": []}
+    for row, raw in zip(trainer.eval_dataset, PREFERENCES, strict=True):
+        for side, values in sums.items():
+            ids, start = preference_sequences(row, side)
+            text_ids = tokenizer(raw[side], add_special_tokens=False)["input_ids"]
+            completion = ids[start:]
+            if completion not in (text_ids, [*text_ids, eos]):
+                raise ContractError(
+                    contract_message(f"DPO {side} completion tokens", completion, text_ids, 0)
+                )
+            values.append(sequence_log_prob(model, ids, start))
+    return {side: sum(values) / len(values) for side, values in sums.items()}
 
 
 @pytest.mark.operation("dpo")
-@pytest.mark.requires_packages(trl=">=0.9")  # DPOConfig as a TrainingArguments: trl 0.9
+@pytest.mark.requires_packages(trl=">=0.7")  # before DPOConfig (0.9): TrainingArguments + beta=
 def test_dpo_two_steps(tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any):
-    import torch
-    from _compat import dpo_config, tokenizer_argument
-    from datasets import Dataset
     from trl import DPOTrainer
 
-    before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
-    trainer = DPOTrainer(
-        model=tiny_model,
-        args=dpo_config(str(tmp_path)),
+    run_dpo_two_steps(DPOTrainer, tiny_model, tokenizer, tmp_path, record_property)
+
+
+def run_dpo_two_steps(
+    trainer_class: type, model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    """The case: the evaluation contracts, then two DPO steps that move the weights."""
+    import torch
+    from _compat import dpo_arguments, tokenizer_argument
+    from _contracts import check_close
+    from datasets import Dataset
+
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = trainer_class(
+        model=model,
         train_dataset=Dataset.from_list(PREFERENCES * 2),
-        **tokenizer_argument(DPOTrainer, tokenizer),
+        # The whole evaluation set in one batch: the reported means are over every row.
+        eval_dataset=Dataset.from_list(PREFERENCES),
+        **dpo_arguments(str(tmp_path), per_device_eval_batch_size=len(PREFERENCES)),
+        **tokenizer_argument(trainer_class, tokenizer),
     )
+    metrics = trainer.evaluate()
+    trainer.model.eval()
+    reference = reference_logps(trainer, trainer.model, tokenizer)
+    eval_loss = eval_metric(trainer, metrics, "eval_loss")
+    record_property("eval_loss", eval_loss)
+    # Before any step the policy equals the reference: the DPO loss is log(2).
+    check_close("DPO loss before any step", eval_loss, math.log(2), 1e-3)
+    for side in ("chosen", "rejected"):
+        trainer_value = eval_metric(trainer, metrics, f"eval_logps/{side}")
+        record_property(f"logps_{side}", trainer_value)
+        record_property(f"reference_logps_{side}", reference[side])
+        check_close(f"DPO mean {side} log-prob", trainer_value, reference[side], LOGPS_TOLERANCE)
+    trainer.model.train()
+
     trainer.train()
 
     logs = [e for e in trainer.state.log_history if "loss" in e]
     assert trainer.state.global_step == 2
     assert logs and all(math.isfinite(float(e["loss"])) for e in logs), logs
     # Before any step the policy equals the reference: the first DPO loss is log(2).
-    assert abs(float(logs[0]["loss"]) - math.log(2)) < 1e-3, logs[0]
+    check_close("DPO loss of the first step", float(logs[0]["loss"]), math.log(2), 1e-3)
     record_property("loss", float(logs[-1]["loss"]))
     moved = any(not torch.equal(before[n], p.detach()) for n, p in trainer.model.named_parameters())
     assert moved, "no weight changed after two DPO steps"

@@ -164,7 +164,7 @@ def test_one_real_cell_runs_the_whole_case_library(tmp_path: Path):
         assert by_operation[operation] <= {"skip", "n/a"}, (operation, statuses)
     assert statuses["test_import.py::test_imports[vllm]"] == "n/a"
     sft = [r for r in records if r["operation"] == "sft"]
-    assert len(sft) == 7  # five families plain, plus packing and gradient checkpointing
+    assert len(sft) == 8  # five families plain, packing, gradient checkpointing, completion-only
     for record in sft:
         assert record["packages"]["trl"] == "1.16.0"
         assert record["packages"]["torch"].startswith("2.13.0")

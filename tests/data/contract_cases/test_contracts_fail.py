@@ -1,0 +1,134 @@
+"""Each numeric contract against a deliberately wrong trainer (it must fail) and the real one.
+
+Written against the default matrix's releases (trl 1.16, transformers 5, peft 0.18):
+the wrong trainers override what those releases compute.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def grpo_shifted_logps() -> type:
+    """GRPOTrainer whose per-token log-probs are one position late."""
+    import torch
+    from trl import GRPOTrainer
+
+    class ShiftedLogps(GRPOTrainer):  # type: ignore[misc]
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            logps, *rest = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            return (torch.roll(logps, shifts=1, dims=1), *rest)
+
+    return ShiftedLogps
+
+
+def grpo_mask_without_first_token() -> type:
+    """GRPOTrainer whose completion mask leaves out the first generated token."""
+    from trl import GRPOTrainer
+
+    class MaskDropsFirstToken(GRPOTrainer):  # type: ignore[misc]
+        def _generate_and_score_completions(self, *args: Any, **kwargs: Any) -> Any:
+            output = super()._generate_and_score_completions(*args, **kwargs)
+            mask = output["completion_mask"].clone()
+            mask[:, 0] = 0
+            output["completion_mask"] = mask
+            return output
+
+    return MaskDropsFirstToken
+
+
+def dpo_shifted_mask() -> type:
+    """DPOTrainer that scores each completion one token late (its mask moved right by one)."""
+    import torch
+    from trl import DPOTrainer
+
+    class ShiftedMask(DPOTrainer):  # type: ignore[misc]
+        def _compute_loss(self, model: Any, inputs: Any, return_outputs: Any) -> Any:
+            moved = torch.roll(inputs["completion_mask"], shifts=1, dims=1)
+            return super()._compute_loss(
+                model, {**inputs, "completion_mask": moved}, return_outputs
+            )
+
+    return ShiftedMask
+
+
+def sft_prompt_trained_on() -> type:
+    """SFTTrainer whose batches keep the prompt in the labels (completion-only lost)."""
+    from trl import SFTTrainer
+
+    class PromptInLabels(SFTTrainer):  # type: ignore[misc]
+        def get_train_dataloader(self) -> Any:
+            for batch in super().get_train_dataloader():
+                batch["labels"] = batch["input_ids"].clone()
+                yield batch
+
+    return PromptInLabels
+
+
+def lora_nonzero_b(model: Any, *, fresh: bool = False) -> Any:
+    """A 'fresh' adapter whose B is not zero: it changes the logits before any training."""
+    import torch
+    from test_lora import lora_model
+
+    adapted = lora_model(model, fresh=fresh)
+    with torch.no_grad():
+        for name, parameter in adapted.named_parameters():
+            if "lora_B" in name:
+                parameter.fill_(0.05)
+    return adapted
+
+
+@pytest.mark.operation("grpo")
+@pytest.mark.parametrize("broken", ["real", "shifted-logps", "mask-drops-first-token"])
+def test_grpo_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_grpo import run_grpo_two_steps
+    from trl import GRPOTrainer
+
+    trainer_class = {
+        "real": lambda: GRPOTrainer,
+        "shifted-logps": grpo_shifted_logps,
+        "mask-drops-first-token": grpo_mask_without_first_token,
+    }[broken]()
+    run_grpo_two_steps(trainer_class, tiny_model, tokenizer, tmp_path, record_property)
+
+
+@pytest.mark.operation("dpo")
+@pytest.mark.parametrize("broken", ["real", "shifted-mask"])
+def test_dpo_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_dpo import run_dpo_two_steps
+    from trl import DPOTrainer
+
+    trainer_class = DPOTrainer if broken == "real" else dpo_shifted_mask()
+    run_dpo_two_steps(trainer_class, tiny_model, tokenizer, tmp_path, record_property)
+
+
+@pytest.mark.operation("sft")
+@pytest.mark.parametrize("broken", ["real", "prompt-in-labels"])
+def test_sft_completion_only_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_sft import run_sft_two_steps
+    from trl import SFTTrainer
+
+    trainer_class = SFTTrainer if broken == "real" else sft_prompt_trained_on()
+    run_sft_two_steps(
+        trainer_class, "completion-only", tiny_model, tokenizer, tmp_path, record_property
+    )
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.parametrize("broken", ["real", "nonzero-b"])
+def test_lora_fresh_adapter_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, record_property: Any
+) -> None:
+    from test_lora import lora_model, run_fresh_adapter
+
+    make = lora_model if broken == "real" else lora_nonzero_b
+    run_fresh_adapter(make, tiny_model, tokenizer, record_property)

@@ -1,0 +1,141 @@
+"""The cases' numeric contracts can fail, and say what failed.
+
+Fast tier: the torch-free parts of cases/_contracts.py (the message, scalar and
+label checks). Slow tier: the product's case logic, through the real runner in one
+cell at the default pins, against the real trainers (pass) and against deliberately
+wrong ones (fail, with the quantity, both values and the tolerance in the message).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+DATA = Path(__file__).parent / "data"
+
+
+def load_contracts() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_contracts", ROOT / "cases" / "_contracts.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+contracts = load_contracts()
+
+
+def test_a_contract_error_is_an_assertion_so_the_plugin_records_fail() -> None:
+    assert issubclass(contracts.ContractError, AssertionError)
+
+
+def test_close_scalars_pass_and_return_their_gap() -> None:
+    assert contracts.check_close("loss", 0.5, 0.50005, 1e-4) == pytest.approx(5e-5)
+
+
+@pytest.mark.parametrize("trainer", [0.6, float("nan")])
+def test_scalars_apart_fail_naming_the_quantity_both_values_and_the_tolerance(
+    trainer: float,
+) -> None:
+    with pytest.raises(contracts.ContractError) as caught:
+        contracts.check_close("DPO loss before any step", trainer, 0.6931, 1e-3)
+    assert str(caught.value) == (
+        f"DPO loss before any step: trainer {trainer} != reference 0.6931 (tolerance 0.001)"
+    )
+
+
+def test_expected_labels_mask_padding_and_the_prompt() -> None:
+    pad = 0
+    row = [7, 8, 9, 4, 5, 0, 0]  # prompt 7 8 9, completion 4 5, two pads
+    assert contracts.expected_labels(row, pad_token_id=pad, prompts=[[7, 8, 9]]) == [
+        -100, -100, -100, 4, 5, -100, -100,
+    ]  # fmt: skip
+    assert contracts.expected_labels(row, pad_token_id=pad) == [7, 8, 9, 4, 5, -100, -100]
+
+
+def test_a_prompt_missing_from_the_row_fails() -> None:
+    with pytest.raises(contracts.ContractError, match="prompt tokens in the batch row"):
+        contracts.expected_labels([1, 2, 3], pad_token_id=0, prompts=[[4]])
+
+
+def test_labels_that_keep_the_prompt_fail_at_its_first_position() -> None:
+    expected = [-100, -100, 4, 5]
+    assert contracts.check_labels("labels", [-100, -100, 4, 5], expected) == 2
+    with pytest.raises(contracts.ContractError) as caught:
+        contracts.check_labels("labels of batch row 0", [7, -100, 4, 5], expected)
+    assert str(caught.value) == (
+        "labels of batch row 0 at position 0: trainer 7 != reference -100 (tolerance 0)"
+    )
+
+
+def test_labels_shifted_by_one_fail() -> None:
+    with pytest.raises(contracts.ContractError, match="at position 2: trainer 5 != reference 4"):
+        contracts.check_labels("labels", [-100, -100, 5, -100], [-100, -100, 4, 5])
+
+
+def test_a_packed_sequence_start_may_be_either() -> None:
+    expected = [1, 2, 3, 4]
+    assert contracts.check_labels("labels", [-100, 2, -100, 4], expected, may_ignore=[0, 2]) == 2
+    with pytest.raises(contracts.ContractError):
+        contracts.check_labels("labels", [-100, 2, 9, 4], expected, may_ignore=[0, 2])
+
+
+@pytest.mark.slow
+def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real_one(
+    tmp_path: Path,
+) -> None:
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(DATA / "contracts_matrix.yaml"),
+        "FTMATRIX_CASES": str(DATA / "contract_cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+    }
+    ran = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(tmp_path / "envs"),
+         "-s", "matrix"],
+        env=env, cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    records = {
+        json.loads(line)["case"].split("::")[-1]: json.loads(line)
+        for path in (tmp_path / "out" / "records").rglob("*.jsonl")
+        for line in path.read_text().splitlines()
+    }
+    outcome = {case: (r["status"], r.get("message") or "") for case, r in records.items()}
+    for case in (
+        "test_grpo_contract[real]",
+        "test_dpo_contract[real]",
+        "test_sft_completion_only_contract[real]",
+        "test_lora_fresh_adapter_contract[real]",
+    ):
+        assert outcome[case][0] == "pass", (case, outcome[case])
+    expected_failures = {
+        "test_grpo_contract[shifted-logps]": r"GRPO per-token log-prob of the completion at \[\d+, \d+\] "
+        r"\(largest gap [\d.e+-]+\): trainer -?[\d.e+-]+ != reference -?[\d.e+-]+ \(tolerance 0\.0001\)",
+        "test_grpo_contract[mask-drops-first-token]": r"completion mask row \d+: trainer \[0, .*\] "
+        r"!= reference \[1, .*\] \(tolerance 0\)",
+        "test_dpo_contract[shifted-mask]": r"DPO mean chosen log-prob: trainer -?[\d.]+ "
+        r"!= reference -?[\d.]+ \(tolerance 0\.001\)",
+        "test_sft_completion_only_contract[prompt-in-labels]": r"labels of batch row 0 at position 0: "
+        r"trainer \d+ != reference -100 \(tolerance 0\)",
+        "test_lora_fresh_adapter_contract[nonzero-b]": r"largest \|B\| of a fresh LoRA adapter: "
+        r"trainer 0\.05\d* != reference 0\.0 \(tolerance 0\)",
+    }
+    import re
+
+    for case, pattern in expected_failures.items():
+        status, message = outcome[case]
+        assert status == "fail", (case, status, message)
+        assert re.search(pattern, message), (case, message)
+    # Each contract's numbers land in the record's metrics.
+    assert records["test_grpo_contract[real]"]["metrics"]["logps_max_gap"] < 1e-4
+    assert records["test_dpo_contract[real]"]["metrics"]["reference_logps_chosen"] < 0
+    assert records["test_lora_fresh_adapter_contract[real]"]["metrics"]["max_fresh_diff"] == 0.0
