@@ -210,16 +210,12 @@ def installability_problems(draw):
         for n, size in zip(names, sizes, strict=True)
     }
     items = [(n, v) for n in names for v in values[n] if v is not None]
-    pairs = [
-        (x, y) for x, y in itertools.combinations(items, 2) if x[0] != y[0]
-    ]
+    pairs = [(x, y) for x, y in itertools.combinations(items, 2) if x[0] != y[0]]
     share = draw(st.sampled_from([0.0, 0.1, 0.3, 0.5]))
     rng = draw(st.randoms(use_true_random=False))
     bad_pairs = [p for p in pairs if rng.random() < share]
     bad_values = [i for i in items if rng.random() < share / 4]
-    triples = [
-        t for t in itertools.combinations(items, 3) if len({x[0] for x in t}) == 3
-    ]
+    triples = [t for t in itertools.combinations(items, 3) if len({x[0] for x in t}) == 3]
     bad_triples = [t for t in triples if rng.random() < share / 10]
     return names, values, TableOracle(bad_values, bad_pairs, bad_triples)
 
@@ -228,9 +224,7 @@ def installability_problems(draw):
 @given(problem=installability_problems())
 def test_every_pair_that_can_install_is_covered_by_an_installable_cell(problem):
     names, values, oracle = problem
-    combos = [
-        dict(zip(names, combo, strict=True)) for combo in itertools.product(*values.values())
-    ]
+    combos = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values.values())]
     covering = cover_installable(combos, names, oracle)
     cells = [dict(c) for c in covering.cells]
     varying = [n for n in names if len(values[n]) > 1]
@@ -259,11 +253,9 @@ def test_every_pair_that_can_install_is_covered_by_an_installable_cell(problem):
                 pair = (a, va, b, vb)
                 if pair in covered:
                     continue
-                assert (
-                    ((a, va), (b, vb)) in found
-                    or ((a, va),) in found
-                    or ((b, vb),) in found
-                ), pair
+                assert ((a, va), (b, vb)) in found or ((a, va),) in found or ((b, vb),) in found, (
+                    pair
+                )
     assert covering.pairs_covered == len(covered)
     assert covering.resolutions <= oracle.asked
 
@@ -290,9 +282,7 @@ def test_an_impossible_pair_is_a_finding_and_none_pairs_with_what_installs():
 
 
 def test_a_conflict_of_three_pins_is_covered_around():
-    combos = [
-        {"a": a, "b": b, "c": c} for a in ("1", "2") for b in ("1", "2") for c in ("1", "2")
-    ]
+    combos = [{"a": a, "b": b, "c": c} for a in ("1", "2") for b in ("1", "2") for c in ("1", "2")]
     oracle = TableOracle(bad_triples=[(("a", "1"), ("b", "1"), ("c", "1"))])
     covering = cover_installable(combos, ["a", "b", "c"], oracle)
     assert not covering.findings

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,6 +27,7 @@ from packaging.version import Version
 from ftmatrix.autobisect import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.bisect import BisectError
 from ftmatrix.bisect_cells import BisectRequest, finding_document, run_bisect
+from ftmatrix.caps import RequiresLookup, plan_probes
 from ftmatrix.config import ConfigError, InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.index import IndexError_, list_releases
 from ftmatrix.known_issues import load_known_issues
@@ -44,7 +45,7 @@ from ftmatrix.plan import (
     select_cells,
 )
 from ftmatrix.records import Record, read_records, write_atomically
-from ftmatrix.report import write_report
+from ftmatrix.report import INSTALLABILITY_FILE, write_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.runner import RETRY_DELAYS, TRANSIENT, current_python, with_test_runners
 from ftmatrix.selectors import check_released, resolve_selectors
@@ -98,6 +99,13 @@ def load(
         check_released(matrix, index_releases(matrix, env))
     oracle = uv_oracle(matrix, env) if resolve and matrix.strategy == "pairwise" else None
     plan = plan_cells(matrix, oracle)
+    if resolve and matrix.probe_caps:
+        probes = plan_probes(
+            plan,
+            RequiresLookup(matrix.install, env),
+            lambda cells: resolve_cells(cells, matrix.install, env, matrix.limits),
+        )
+        plan = replace(plan, cells=(*plan.cells, *probes))
     selected = select_cells(plan.cells, [*settings.select, *select])
     if settings.shard is not None:
         costs = cell_costs(read_records(settings.out / "records").records)
@@ -240,6 +248,7 @@ def installability_json(plan: Plan) -> dict[str, Any]:
         "uninstallable_values": of(CANNOT_INSTALL),
         "uncovered_pairs": of(NO_CELL),
         "unresolved": of(UNRESOLVED),
+        "pairs": [[*pair, ok] for pair, ok in covering.pair_table],
         "covering": {
             "pairs_needed": covering.pairs_needed,
             "pairs_possible": covering.pairs_possible,
@@ -325,6 +334,8 @@ def print_plan(
     verdicts: Counter[str] = Counter()
     for index, cell in enumerate(loaded.selected):
         pins = " ".join(f"{k}=={v}" if v else f"{k}:none" for k, v in cell.pins)
+        if cell.beyond_cap:
+            pins += f" (probe past {cell.beyond_cap})"
         line = f"  {cell.label:<{width}}  {cell.id}  {pins}"
         if resolutions is not None:
             resolution = resolutions[index]
@@ -344,6 +355,15 @@ def print_plan(
         f"{matrix.strategy}; the full product has {loaded.plan.full_size}){counts}\n"
     )
     print_findings(loaded.plan, out)
+
+
+def write_installability(out: Path, run_id: str, plan: Plan) -> None:
+    """Keep the plan's installability findings beside the run's records, for the report."""
+    if plan.covering is not None:
+        document = {"matrix": plan.matrix.source, **installability_json(plan)}
+        write_atomically(
+            out / "records" / run_id / INSTALLABILITY_FILE, json.dumps(document, indent=1)
+        )
 
 
 # How the plan table heads each kind of finding.

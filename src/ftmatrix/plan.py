@@ -13,7 +13,7 @@ import itertools
 import json
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.utils import canonicalize_name
@@ -407,29 +407,69 @@ def cover_installable(
     tests). Pairs that cannot co-install are findings, never cells; so are values that
     install with nothing, and pairs that co-install but in no combination that does.
     """
-    counted = _Counted(oracle, {})
     values: dict[str, list[Value]] = {n: list(dict.fromkeys(c[n] for c in combos)) for n in names}
     # Axes with one value are in every cell: they are asked with every query.
     fixed = {n: v[0] for n, v in values.items() if len(v) == 1}
     varying = [n for n in names if n not in fixed]
-    counted.context = fixed
-    findings: list[Finding] = []
-
+    counted = _Counted(oracle, fixed)
     if not varying:
         return _one_combination(combos, counted)
-    singles = [(n, v) for n in varying for v in values[n] if v is not None]
+    singles: list[tuple[str, Value]] = [(n, v) for n in varying for v in values[n] if v is not None]
     singles_ok = dict(zip(singles, counted.ask([{n: v} for n, v in singles]), strict=True))
-    for (n, v), verdict in singles_ok.items():
-        if not verdict.installable:
-            kind = CANNOT_INSTALL if verdict.proven else UNRESOLVED
-            findings.append(Finding(kind=kind, pins=((n, v),), reason=verdict.reason))
-
-    def alone(name: str, value: Value) -> bool:
-        return value is None or singles_ok[(name, value)].installable
-
+    findings = [
+        Finding(
+            kind=CANNOT_INSTALL if verdict.proven else UNRESOLVED,
+            pins=((n, v),),
+            reason=verdict.reason,
+        )
+        for (n, v), verdict in singles_ok.items()
+        if not verdict.installable
+    ]
     needed = sorted(
         {p for c in combos for p in _pairs(c, varying)}, key=lambda p: tuple(map(str, p))
     )
+    status, pair_findings = _classify_pairs(needed, singles_ok, counted)
+    findings += pair_findings
+    chosen, failed, uncovered = _cover_with_cells(combos, varying, status, counted, restarts)
+    for pair in sorted(uncovered, key=lambda p: tuple(map(str, p))):
+        reasons = [r for c, r in failed if _has_pair(c, pair)]
+        findings.append(
+            Finding(
+                kind=NO_CELL,
+                pins=((pair[0], pair[1]), (pair[2], pair[3])),
+                reason=reasons[0]
+                if reasons
+                else "no allowed combination holds it with values that co-install with it",
+            )
+        )
+    possible = sum(1 for ok in status.values() if ok)
+    installable_counts = sorted(
+        (sum(1 for v in values[n] if v is None or singles_ok[(n, v)].installable) for n in varying),
+        reverse=True,
+    ) + [1, 1]
+    return Covering(
+        cells=tuple(combos[i] for i in sorted(chosen)),
+        findings=tuple(findings),
+        failed=tuple(failed),
+        pairs_needed=len(needed),
+        pairs_possible=possible,
+        pairs_covered=possible - len(uncovered),
+        resolutions=len(counted.answers),
+        lower_bound=installable_counts[0] * installable_counts[1],
+        pair_table=tuple(sorted(status.items(), key=lambda item: tuple(map(str, item[0])))),
+    )
+
+
+def _classify_pairs(
+    needed: Sequence[_Pair],
+    singles: Mapping[tuple[str, Value], Verdict],
+    counted: _Counted,
+) -> tuple[dict[_Pair, bool], list[Finding]]:
+    """Which pairs co-install: asked of the oracle only where neither part settles it."""
+
+    def alone(name: str, value: Value) -> bool:
+        return value is None or singles[(name, value)].installable
+
     status: dict[_Pair, bool] = {}
     ask: list[_Pair] = []
     for pair in needed:
@@ -437,23 +477,39 @@ def cover_installable(
         if not (alone(a, va) and alone(b, vb)):
             status[pair] = False  # a finding already: the value that installs with nothing
         elif va is None or vb is None:
-            status[pair] = True
+            status[pair] = True  # not installing a package constrains nothing
         else:
             ask.append(pair)
-    for pair, verdict in zip(
-        ask, counted.ask([{p[0]: p[1], p[2]: p[3]} for p in ask]), strict=True
-    ):
+    findings = []
+    verdicts = counted.ask([{p[0]: p[1], p[2]: p[3]} for p in ask])
+    for pair, verdict in zip(ask, verdicts, strict=True):
         status[pair] = verdict.installable
         if not verdict.installable:
-            kind = IMPOSSIBLE if verdict.proven else UNRESOLVED
             findings.append(
                 Finding(
-                    kind=kind, pins=((pair[0], pair[1]), (pair[2], pair[3])), reason=verdict.reason
+                    kind=IMPOSSIBLE if verdict.proven else UNRESOLVED,
+                    pins=((pair[0], pair[1]), (pair[2], pair[3])),
+                    reason=verdict.reason,
                 )
             )
+    return status, findings
 
-    feasible = [i for i, c in enumerate(combos) if all(status[p] for p in _pairs(c, varying))]
-    pair_sets = {i: frozenset(_pairs(combos[i], varying)) for i in feasible}
+
+def _cover_with_cells(
+    combos: Sequence[Mapping[str, Value]],
+    varying: Sequence[str],
+    status: Mapping[_Pair, bool],
+    counted: _Counted,
+    restarts: int,
+) -> tuple[list[int], list[tuple[Mapping[str, Value], str | None]], set[_Pair]]:
+    """Greedy covering over the combinations whose pairs all co-install, each chosen cell
+    asked; one that fails anyway is never chosen again and its pairs are covered anew.
+    Returns the chosen cells, the failed ones with their reasons, and what stays uncovered."""
+    pair_sets = {
+        i: frozenset(_pairs(c, varying))
+        for i, c in enumerate(combos)
+        if all(status[p] for p in _pairs(c, varying))
+    }
     uncovered = {p for p, ok in status.items() if ok}
     chosen: list[int] = []
     failed: list[tuple[Mapping[str, Value], str | None]] = []
@@ -471,39 +527,13 @@ def cover_installable(
                 uncovered -= _pair_set(combos[i], varying)
             else:
                 failed.append((combos[i], verdict.reason))
-    for pair in sorted(uncovered, key=lambda p: tuple(map(str, p))):
-        reasons = [r for c, r in failed if _has_pair(c, pair)]
-        findings.append(
-            Finding(
-                kind=NO_CELL,
-                pins=((pair[0], pair[1]), (pair[2], pair[3])),
-                reason=reasons[0]
-                if reasons
-                else "no allowed combination holds it with "
-                "values that co-install with every other value chosen",
-            )
-        )
-    possible = sum(1 for ok in status.values() if ok)
-    installable_counts = sorted(
-        (sum(1 for v in values[n] if alone(n, v)) for n in varying), reverse=True
-    ) + [1, 1]
-    return Covering(
-        cells=tuple(combos[i] for i in sorted(chosen)),
-        findings=tuple(findings),
-        failed=tuple(failed),
-        pairs_needed=len(needed),
-        pairs_possible=possible,
-        pairs_covered=possible - len(uncovered),
-        resolutions=len(counted.answers),
-        lower_bound=installable_counts[0] * installable_counts[1],
-        pair_table=tuple(sorted(status.items(), key=lambda item: tuple(map(str, item[0])))),
-    )
+    return chosen, failed, uncovered
 
 
 def _one_combination(combos: Sequence[Mapping[str, Value]], counted: _Counted) -> Covering:
     """Every axis has one value: the one combination, if it installs."""
     (verdict,) = counted.ask([{}]) if combos else [Verdict(installable=False, reason=None)]
-    findings = ()
+    findings: tuple[Finding, ...] = ()
     if combos and not verdict.installable:
         kind = CANNOT_INSTALL if verdict.proven else UNRESOLVED
         pins = tuple((k, v) for k, v in combos[0].items() if v is not None)
