@@ -379,19 +379,19 @@ class _Counted:
     def __init__(self, oracle: Oracle, context: Mapping[str, Value]) -> None:
         self.oracle = oracle
         self.context = dict(context)
-        self.answers: dict[tuple[tuple[str, Value], ...], Verdict] = {}
+        self.answers: dict[tuple[tuple[str, str], ...], Verdict] = {}
 
     def ask(self, queries: Sequence[Mapping[str, Value]]) -> list[Verdict]:
-        keys = [tuple(sorted({**self.context, **q}.items(), key=_item_order)) for q in queries]
+        # 'none' pins nothing: a cell without vllm asks what its installed values ask.
+        keys = [
+            tuple(sorted((k, v) for k, v in {**self.context, **q}.items() if v is not None))
+            for q in queries
+        ]
         fresh = list(dict.fromkeys(k for k in keys if k not in self.answers))
         if fresh:
             verdicts = self.oracle([dict(k) for k in fresh])
             self.answers.update(zip(fresh, verdicts, strict=True))
         return [self.answers[k] for k in keys]
-
-
-def _item_order(item: tuple[str, Value]) -> tuple[str, str]:
-    return item[0], item[1] or ""
 
 
 def cover_installable(
