@@ -21,6 +21,7 @@ import functools
 import io
 import json
 import urllib.parse
+import urllib.request
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -35,13 +36,18 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix.config import InstallOptions
-from ftmatrix.index import JSON_ACCEPT, IndexError_, _fetch, find_links, index_urls
+from ftmatrix.index import (
+    JSON_ACCEPT,
+    TIMEOUT_SECONDS,
+    IndexError_,
+    _fetch,
+    find_links,
+    index_urls,
+)
 from ftmatrix.plan import IMPOSSIBLE, Cell, Plan
 from ftmatrix.resolve import Resolution
 from ftmatrix.status import Status
 
-# A wheel without separate metadata is downloaded whole only below this size.
-SMALL_WHEEL_BYTES = 8 * 2**20
 # Operators whose violation by a newer version is a cap.
 CAP_OPERATORS = ("<", "<=", "!=")
 
@@ -180,7 +186,7 @@ def requires_dist(
     return None
 
 
-def _wheel_requires(path: Path | io.BytesIO) -> tuple[str, ...] | None:
+def _wheel_requires(path: Path | io.RawIOBase) -> tuple[str, ...] | None:
     with zipfile.ZipFile(path) as wheel:
         metadata = next((n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")), None)
         if metadata is None:
@@ -207,13 +213,69 @@ def _index_requires(url: str, name: str, wanted: Version) -> tuple[str, ...] | N
             metadata, _ = _fetch(urllib.parse.urljoin(page, entry["url"]) + ".metadata", "*/*")
             if metadata is not None:
                 return _parse_requires(metadata.decode("utf-8", "replace"))
-    # Older uploads have no PEP 658 metadata: a small wheel is read whole.
-    for entry in sorted(wheels, key=lambda e: e.get("size") or SMALL_WHEEL_BYTES):
-        if (entry.get("size") or SMALL_WHEEL_BYTES) < SMALL_WHEEL_BYTES:
-            data, _ = _fetch(urllib.parse.urljoin(page, entry["url"]), "*/*")
-            if data is not None:
-                return _wheel_requires(io.BytesIO(data))
+    # Older uploads have no PEP 658 metadata: the wheel's METADATA is read from the zip
+    # with HTTP range requests (its end, the central directory, one member), as pip does.
+    for entry in sorted(wheels, key=lambda e: e.get("size") or 0):
+        try:
+            with _RangeFile(urllib.parse.urljoin(page, entry["url"])) as remote:
+                return _wheel_requires(remote)
+        except (OSError, ValueError, zipfile.BadZipFile):
+            continue
     return None
+
+
+class _RangeFile(io.RawIOBase):
+    """A remote file, read in blocks by HTTP range requests (enough for zipfile)."""
+
+    BLOCK = 256 * 1024
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.position = 0
+        self.blocks: dict[int, bytes] = {}
+        request = urllib.request.Request(url, method="HEAD")
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+            self.size = int(response.headers["Content-Length"])
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def read(self, size: int = -1) -> bytes:
+        end = self.size if size is None or size < 0 else min(self.size, self.position + size)
+        chunks = []
+        while self.position < end:
+            index = self.position // self.BLOCK
+            block = self._block(index)
+            start = self.position - index * self.BLOCK
+            piece = block[start : start + end - self.position]
+            if not piece:
+                break
+            chunks.append(piece)
+            self.position += len(piece)
+        return b"".join(chunks)
+
+    def _block(self, index: int) -> bytes:
+        if index not in self.blocks:
+            first = index * self.BLOCK
+            last = min(self.size, first + self.BLOCK) - 1
+            request = urllib.request.Request(self.url, headers={"Range": f"bytes={first}-{last}"})
+            with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+                if response.status != 206:
+                    raise OSError(f"{self.url}: no range requests (HTTP {response.status})")
+                self.blocks[index] = response.read()
+        return self.blocks[index]
 
 
 def _parse_requires(metadata: str) -> tuple[str, ...]:
@@ -275,7 +337,7 @@ def _probes_from_bases(
         if pins.get(cap.declarer) == cap.declarer_version and not cell.overrides:
             by_pins.setdefault((cell.python, cell.pins), []).append(cell)
     candidates = []
-    for group in list(by_pins.values())[:PROBE_BASES]:
+    for group in by_pins.values():
         probes = []
         for base in group:
             pins = {**dict(base.pins), **{c.package: c.version for c in declared}}
@@ -284,7 +346,11 @@ def _probes_from_bases(
                 probes.append(probe)
         if probes:
             candidates.append(tuple(probes))
-    return candidates
+    # Bases that bring no cap of their own first: a probe should lift only the one it is for.
+    candidates.sort(
+        key=lambda probes: len(probes[0].overrides) + (probes[0].beyond_cap or "").count(";")
+    )
+    return candidates[:PROBE_BASES]
 
 
 def _probe(

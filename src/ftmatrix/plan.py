@@ -407,7 +407,8 @@ def cover_installable(
     tests). Pairs that cannot co-install are findings, never cells; so are values that
     install with nothing, and pairs that co-install but in no combination that does.
     """
-    values: dict[str, list[Value]] = {n: list(dict.fromkeys(c[n] for c in combos)) for n in names}
+    columns = {n: [c[n] for c in combos] for n in names}
+    values: dict[str, list[Value]] = {n: list(dict.fromkeys(columns[n])) for n in names}
     # Axes with one value are in every cell: they are asked with every query.
     fixed = {n: v[0] for n, v in values.items() if len(v) == 1}
     varying = [n for n in names if n not in fixed]
@@ -426,11 +427,18 @@ def cover_installable(
         if not verdict.installable
     ]
     needed = sorted(
-        {p for c in combos for p in _pairs(c, varying)}, key=lambda p: tuple(map(str, p))
+        {
+            (a, x, b, y)
+            for a, b in itertools.combinations(varying, 2)
+            for x, y in set(zip(columns[a], columns[b], strict=True))
+        },
+        key=lambda p: tuple(map(str, p)),
     )
     status, pair_findings = _classify_pairs(needed, singles_ok, counted)
     findings += pair_findings
-    chosen, failed, uncovered = _cover_with_cells(combos, varying, status, counted, restarts)
+    chosen, failed, uncovered = _cover_with_cells(
+        combos, columns, varying, status, counted, restarts=restarts
+    )
     for pair in sorted(uncovered, key=lambda p: tuple(map(str, p))):
         reasons = [r for c, r in failed if _has_pair(c, pair)]
         findings.append(
@@ -497,20 +505,28 @@ def _classify_pairs(
 
 def _cover_with_cells(
     combos: Sequence[Mapping[str, Value]],
+    columns: Mapping[str, Sequence[Value]],
     varying: Sequence[str],
     status: Mapping[_Pair, bool],
     counted: _Counted,
+    *,
     restarts: int,
 ) -> tuple[list[int], list[tuple[Mapping[str, Value], str | None]], set[_Pair]]:
     """Greedy covering over the combinations whose pairs all co-install, each chosen cell
     asked; one that fails anyway is never chosen again and its pairs are covered anew.
     Returns the chosen cells, the failed ones with their reasons, and what stays uncovered."""
+    rows: Sequence[int] = range(len(combos))
+    axis_pairs = list(itertools.combinations(varying, 2))
+    for a, b in axis_pairs:  # drop combinations holding a pair that cannot co-install
+        bad = {(x, y) for (pa, x, pb, y), ok in status.items() if not ok and (pa, pb) == (a, b)}
+        if bad:
+            rows = [i for i in rows if (columns[a][i], columns[b][i]) not in bad]
+    # Pairs as small integers: the greedy step intersects many sets of them.
+    ids = {pair: n for n, pair in enumerate(status)}
     pair_sets = {
-        i: frozenset(_pairs(c, varying))
-        for i, c in enumerate(combos)
-        if all(status[p] for p in _pairs(c, varying))
+        i: frozenset(ids[(a, columns[a][i], b, columns[b][i])] for a, b in axis_pairs) for i in rows
     }
-    uncovered = {p for p, ok in status.items() if ok}
+    uncovered = {ids[p] for p, ok in status.items() if ok}
     chosen: list[int] = []
     failed: list[tuple[Mapping[str, Value], str | None]] = []
     while uncovered:
@@ -518,16 +534,19 @@ def _cover_with_cells(
         open_ = {i: pairs for i, pairs in open_.items() if pairs}
         if not open_:
             break
-        picks = _cover(open_, uncovered, restarts if len(open_) <= 5000 else 0)
+        # Restarts cost a greedy pass each: fewer where the candidates are many.
+        tries = restarts if len(open_) <= 500 else restarts // 4 if len(open_) <= 5000 else 0
+        picks = _cover(open_, uncovered, tries)
         verdicts = counted.ask([combos[i] for i in picks])
         for i, verdict in zip(picks, verdicts, strict=True):
-            del pair_sets[i]  # asked once: installable and chosen, or never again
             if verdict.installable:
                 chosen.append(i)
-                uncovered -= _pair_set(combos[i], varying)
+                uncovered -= pair_sets[i]
             else:
                 failed.append((combos[i], verdict.reason))
-    return chosen, failed, uncovered
+            del pair_sets[i]  # asked once: installable and chosen, or never again
+    pairs = {n: pair for pair, n in ids.items()}
+    return chosen, failed, {pairs[n] for n in uncovered}
 
 
 def _one_combination(combos: Sequence[Mapping[str, Value]], counted: _Counted) -> Covering:
