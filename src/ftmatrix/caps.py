@@ -17,6 +17,7 @@ folder) is :func:`requires_dist`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -45,7 +46,8 @@ from ftmatrix.index import (
     index_urls,
 )
 from ftmatrix.plan import IMPOSSIBLE, Cell, Plan
-from ftmatrix.resolve import Resolution
+from ftmatrix.records import write_atomically
+from ftmatrix.resolve import Resolution, cache_dir
 from ftmatrix.status import Status
 
 # Operators whose violation by a newer version is a cap.
@@ -92,9 +94,8 @@ def blocking_caps(
     wanted = {canonicalize_name(k): (k, v) for k, v in pins.items()}
     caps = []
     for text in requirements:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
+        requirement = _requirement(text)
+        if requirement is None:
             continue
         name = canonicalize_name(requirement.name)
         if name == canonicalize_name(declarer) or name not in wanted:
@@ -118,6 +119,15 @@ def blocking_caps(
                 )
             )
     return caps
+
+
+@functools.cache
+def _requirement(text: str) -> Requirement | None:
+    """Parsed once: a package like vllm declares hundreds, asked of for every probe."""
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        return None
 
 
 def _is_cap(specifier: Specifier, version: Version) -> bool:
@@ -158,7 +168,15 @@ class RequiresLookup:
 
     @functools.cache  # noqa: B019 -- one lookup object per plan; it lives as long
     def __call__(self, package: str, version: str) -> tuple[str, ...] | None:
-        return requires_dist(package, version, self.install, self.env)
+        # A release's metadata never changes: kept on disk beside the resolutions.
+        path = cache_dir(self.env) / "requires" / f"{canonicalize_name(package)}-{version}.json"
+        with contextlib.suppress(OSError, ValueError):
+            return tuple(json.loads(path.read_text(encoding="utf-8")))
+        found = requires_dist(package, version, self.install, self.env)
+        if found is not None:
+            with contextlib.suppress(OSError):
+                write_atomically(path, json.dumps(list(found)))
+        return found
 
 
 def requires_dist(

@@ -218,6 +218,7 @@ def _greedy_cover(
     uncovered: set[Any] | None = None,
 ) -> list[int]:
     uncovered = set().union(*pair_sets) if uncovered is None else set(uncovered)
+    wanted = set(uncovered)
     chosen: list[int] = []
     taken = [False] * len(pair_sets)
     while uncovered:
@@ -235,7 +236,26 @@ def _greedy_cover(
         taken[pick] = True
         chosen.append(pick)
         uncovered -= pair_sets[pick]
-    return chosen
+    return _drop_redundant(chosen, pair_sets, wanted)
+
+
+def _drop_redundant(
+    chosen: list[int], pair_sets: Sequence[frozenset[Any]], wanted: set[Any]
+) -> list[int]:
+    """Greedy's early picks can end up covering nothing the later ones do not: drop them."""
+    counts: dict[Any, int] = {}
+    for i in chosen:
+        for pair in pair_sets[i] & wanted:
+            counts[pair] = counts.get(pair, 0) + 1
+    kept = []
+    for i in chosen:
+        mine = pair_sets[i] & wanted
+        if all(counts[pair] > 1 for pair in mine):
+            for pair in mine:
+                counts[pair] -= 1
+        else:
+            kept.append(i)
+    return kept
 
 
 def _pairs(combo: Mapping[str, Any], names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
