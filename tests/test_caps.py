@@ -108,3 +108,49 @@ def test_a_cell_blocked_by_a_cap_is_probed_past_it_and_shown_apart(tmp_path: Pat
     # The plain constraints never count the probe.
     for path in (tmp_path / "out" / "constraints").glob("idna-*.json"):
         assert "pastcap" not in path.read_text()
+
+
+def test_a_probe_is_kept_only_where_it_installs_past_the_cap():
+    from ftmatrix.caps import plan_probes
+    from ftmatrix.config import parse_matrix
+    from ftmatrix.plan import plan_cells
+    from ftmatrix.resolve import Resolution
+    from ftmatrix.status import Status
+
+    plan = plan_cells(
+        parse_matrix(
+            "packages: {unsloth: ['2026.10.7'], trl: ['1.13.0', '1.16.0']}\n",
+            source="m.yaml",
+            default_python="3.11",
+        )
+    )
+    requires = {("unsloth", "2026.10.7"): UNSLOTH}
+
+    def lookup(package, version):
+        return requires.get((package, version))
+
+    def resolver(installs_past_the_cap):
+        def resolve(cells):
+            answers = []
+            for cell in cells:
+                blocked = cell.pin("trl") == "1.16.0" and not (
+                    cell.overrides and installs_past_the_cap
+                )
+                answers.append(
+                    Resolution(lock=None, status=Status.UNINSTALLABLE, reason="cap")
+                    if blocked
+                    else Resolution(lock="trl==1.16.0\n", status=None, reason=None)
+                )
+            return answers
+
+        return resolve
+
+    (probe,) = plan_probes(plan, lookup, resolver(installs_past_the_cap=True))
+    assert probe.label == "cpu-py3.11-unsloth2026.10.7-trl1.16.0-pastcap"
+    assert probe.overrides == ("trl==1.16.0",)
+    assert probe.beyond_cap == "unsloth 2026.10.7: trl<=1.15.0"
+    assert probe.id != plan.cells[1].id
+    # Still refused with the cap lifted: some other conflict, never probed.
+    assert plan_probes(plan, lookup, resolver(installs_past_the_cap=False)) == []
+    # No cap declared (a lower bound, or metadata nowhere to be read): nothing to probe.
+    assert plan_probes(plan, lambda p, v: None, resolver(installs_past_the_cap=True)) == []
