@@ -435,7 +435,10 @@ def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path
         "trl&lt;=1.15.0); past it: grpo fail"
     ) in page
     assert "<h2 id=installability>What cannot co-install</h2>" in page
-    assert "<code>trl 1.16.0</code>: unsloth==2026.10.7 depends on trl&lt;=1.15.0" in page
+    assert (
+        "<code>trl 1.16.0</code> (installs with nothing): unsloth==2026.10.7 depends on "
+        "trl&lt;=1.15.0"
+    ) in page
     summary = (tmp_path / "summary.md").read_text()
     assert "- cpu: installs only past unsloth's cap trl<=1.15.0; past it: grpo fail" in summary
     caps = (tmp_path / "constraints" / "caps.txt").read_text()

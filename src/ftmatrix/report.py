@@ -246,6 +246,13 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
 
 
 INSTALLABILITY_FILE = "installability.json"
+# How the report words each kind of the plan's findings (ftmatrix.plan).
+FINDING_WORDS = {
+    "cannot-install": "installs with nothing",
+    "impossible": "cannot co-install",
+    "no-cell": "co-install alone, in no combination that installs",
+    "unresolved": "the resolver gave no answer",
+}
 
 
 def read_installability(out_dir: Path) -> dict[str, Any] | None:
@@ -331,8 +338,8 @@ def _installability_html(data: dict[str, Any] | None) -> str:
     parts = [
         "<h2 id=installability>What cannot co-install</h2>",
         "<p>Pairs of axis values the resolver proved cannot be installed together: findings "
-        "of the plan, not cells. Every other pair of values is covered by a cell that "
-        "installs.</p>",
+        "of the plan, not cells. Each pair of axes with such a pair is shown; every pair "
+        "marked co-install that occurs in an installable combination runs in a cell.</p>",
     ]
     for (a, b), pairs in tables.items():
         if all(pairs.values()):
@@ -361,10 +368,16 @@ def _installability_html(data: dict[str, Any] | None) -> str:
                 tds.append(f"<td class={css} title='{escape(why)}'>{mark}</td>")
             body.append(f"<tr><th>{escape(a)} {escape(row)}</th>{''.join(tds)}</tr>")
         parts.append(f"<table class=installability><tr><th></th>{head}</tr>{''.join(body)}</table>")
-    impossible = data.get("impossible_pairs", []) + data.get("uninstallable_values", [])
+    impossible = [
+        *data.get("uninstallable_values", []),
+        *data.get("impossible_pairs", []),
+        *data.get("uncovered_pairs", []),
+        *data.get("unresolved", []),
+    ]
     if impossible:
         items = "".join(
-            f"<li><code>{escape(' x '.join(f'{k} {v}' for k, v in f['pins'].items()))}</code>: "
+            f"<li><code>{escape(' x '.join(f'{k} {v}' for k, v in f['pins'].items()))}</code> "
+            f"({escape(FINDING_WORDS.get(f.get('kind', ''), ''))}): "
             f"{escape(conflict_summary(f.get('reason') or ''))}</li>"
             for f in impossible
         )
