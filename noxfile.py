@@ -16,12 +16,22 @@ from pathlib import Path
 
 import nox
 
-from ftmatrix.cli import Loaded, load, main, plan_json, print_plan, resolve_cells
+from ftmatrix.cli import (
+    Loaded,
+    index_releases,
+    load,
+    main,
+    plan_json,
+    print_plan,
+    resolve_cells,
+    write_installability,
+)
 from ftmatrix.config import ConfigError
 from ftmatrix.plan import Cell, PlanError
 from ftmatrix.progress import Progress
 from ftmatrix.report import write_report
 from ftmatrix.runner import CellContext, current_python, run_cell
+from ftmatrix.selectors import check_released
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 
 nox.needs_version = ">=2025.2.9"
@@ -86,6 +96,7 @@ def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
         resume=loaded.settings.resume,
     )
     venv_python = Path(session.bin) / "python"
+    write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)
     records = run_cell(cell, venv_python, context, log=session.log, progress=PROGRESS)
     PROGRESS.close()
     counts: dict[str, int] = {}
@@ -105,6 +116,12 @@ def plan(session: nox.Session) -> None:
     """Print the cells and whether each installs; ``-- --json`` for machines, ``--no-resolve``."""
     if LOADED is None:
         session.error(PROBLEM)
+    if "--no-resolve" not in session.posargs:
+        # As `python -m ftmatrix plan`: a pin the index never had is a config error.
+        try:
+            check_released(LOADED.matrix, index_releases(LOADED.matrix, os.environ))
+        except ConfigError as exc:
+            session.error(f"ftmatrix: {exc}")
     if "--json" in session.posargs:
         print(json.dumps(plan_json(LOADED, os.environ), indent=2))
     elif "--no-resolve" in session.posargs:

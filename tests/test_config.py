@@ -66,7 +66,8 @@ def _messages(name: str) -> list[str]:
 def test_unknown_keys_suggest_the_closest_name():
     assert _messages("unknown_keys.yaml") == [
         "F: stratgy: unknown key; allowed: packages, python, support, strategy, exclude, "
-        "include, cases, timeouts, limits, install, hardware, bisect, profiles, default-profile. "
+        "include, cases, timeouts, limits, install, hardware, bisect, probe-caps, profiles, "
+        "default-profile. "
         "Perhaps you meant 'strategy'?",
         "F: install.find-link: unknown key; allowed: find-links, index-url, extra-index-urls. "
         "Perhaps you meant 'find-links'?",
@@ -159,3 +160,11 @@ def test_bad_bisect_settings_name_the_key_the_value_and_what_is_allowed():
     with pytest.raises(ConfigError) as caught:
         parse("packages: {trl: ['1.16.0']}\nprofiles: {nightly: {bisekt: {budget: 8}}}\n")
     assert caught.value.problems[0].endswith("Perhaps you meant 'bisect'?")
+
+
+def test_probe_caps_is_off_by_default_and_a_boolean():
+    assert parse("packages: {trl: ['1.16.0']}\n").probe_caps is False
+    assert parse("packages: {trl: ['1.16.0']}\nprobe-caps: true\n").probe_caps is True
+    with pytest.raises(ConfigError) as caught:
+        parse("packages: {trl: ['1.16.0']}\nprobe-caps: sometimes\n")
+    assert caught.value.problems[-1].endswith("probe-caps: must be true or false, got 'sometimes'")

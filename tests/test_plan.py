@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ftmatrix.config import parse_matrix
-from ftmatrix.plan import Cell, PlanError, cover_pairs, plan_cells, select_cells
+from ftmatrix.plan import (
+    Cell,
+    PlanError,
+    Verdict,
+    cover_installable,
+    cover_pairs,
+    plan_cells,
+    select_cells,
+)
 
 
 def plan(text: str):
@@ -166,3 +174,118 @@ def test_excluded_combinations_never_appear_and_full_has_all_others(sizes, data)
             for k, v in axes.items():
                 total *= len(v) - (1 if k == excluded_axis else 0)
             assert len(cells) == total == len({c.id for c in cells})
+
+
+# -- Covering what installs, with an oracle in place of uv -------------------------------
+
+
+class TableOracle:
+    """Installability from a table: values that install with nothing, impossible pairs and
+    triples (a conflict only three pins make); counts what it is asked."""
+
+    def __init__(self, bad_values=(), bad_pairs=(), bad_triples=()):
+        self.bad_values = set(bad_values)
+        self.bad_sets = [frozenset(p) for p in bad_pairs] + [frozenset(t) for t in bad_triples]
+        self.asked = 0
+
+    def installs(self, pins) -> bool:
+        items = {(k, v) for k, v in pins.items() if v is not None}
+        return not (items & self.bad_values) and not any(s <= items for s in self.bad_sets)
+
+    def __call__(self, queries):
+        self.asked += len(queries)
+        return [
+            Verdict(installable=ok, reason=None if ok else f"conflict in {sorted(q.items())}")
+            for q in queries
+            for ok in [self.installs(q)]
+        ]
+
+
+@st.composite
+def installability_problems(draw):
+    sizes = draw(st.lists(st.integers(min_value=1, max_value=4), min_size=2, max_size=5))
+    names = [f"p{i}" for i in range(len(sizes))]
+    values = {
+        n: ([None] if draw(st.booleans()) else []) + [f"{k}.0" for k in range(size)]
+        for n, size in zip(names, sizes, strict=True)
+    }
+    items = [(n, v) for n in names for v in values[n] if v is not None]
+    pairs = [(x, y) for x, y in itertools.combinations(items, 2) if x[0] != y[0]]
+    share = draw(st.sampled_from([0.0, 0.1, 0.3, 0.5]))
+    rng = draw(st.randoms(use_true_random=False))
+    bad_pairs = [p for p in pairs if rng.random() < share]
+    bad_values = [i for i in items if rng.random() < share / 4]
+    triples = [t for t in itertools.combinations(items, 3) if len({x[0] for x in t}) == 3]
+    bad_triples = [t for t in triples if rng.random() < share / 10]
+    return names, values, TableOracle(bad_values, bad_pairs, bad_triples)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=installability_problems())
+def test_every_pair_that_can_install_is_covered_by_an_installable_cell(problem):
+    names, values, oracle = problem
+    combos = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values.values())]
+    covering = cover_installable(combos, names, oracle)
+    cells = [dict(c) for c in covering.cells]
+    varying = [n for n in names if len(values[n]) > 1]
+    # Every cell installs, and holds no pair the oracle refuses.
+    for cell in cells:
+        assert oracle.installs(cell)
+        for a, b in itertools.combinations(names, 2):
+            assert oracle.installs({a: cell[a], b: cell[b]})
+    if not varying:
+        return
+    # The pairs that occur in some installable combination: exactly those covered.
+    reachable = {
+        (a, c[a], b, c[b])
+        for c in combos
+        if oracle.installs(c)
+        for a, b in itertools.combinations(varying, 2)
+    }
+    covered = {(a, c[a], b, c[b]) for c in cells for a, b in itertools.combinations(varying, 2)}
+    assert covered == reachable
+    # Every pair left out is a finding: impossible alone, a value that installs with
+    # nothing, or one that co-installs in no combination that installs.
+    found = {f.pins for f in covering.findings}
+    for a, b in itertools.combinations(varying, 2):
+        for va in values[a]:
+            for vb in values[b]:
+                pair = (a, va, b, vb)
+                if pair in covered:
+                    continue
+                assert ((a, va), (b, vb)) in found or ((a, va),) in found or ((b, vb),) in found, (
+                    pair
+                )
+    assert covering.pairs_covered == len(covered)
+    assert covering.resolutions <= oracle.asked
+
+
+def test_an_impossible_pair_is_a_finding_and_none_pairs_with_what_installs():
+    combos = [
+        {"torch": t, "vllm": v, "trl": r}
+        for t in ("2.13.0", "2.14.1")
+        for v in (None, "0.32.0")
+        for r in ("1.0", "2.0")
+    ]
+    oracle = TableOracle(bad_pairs=[(("vllm", "0.32.0"), ("torch", "2.14.1"))])
+    covering = cover_installable(combos, ["torch", "vllm", "trl"], oracle)
+    assert [(f.kind, f.describe()) for f in covering.findings] == [
+        ("impossible", "torch 2.14.1 x vllm 0.32.0")
+    ]
+    assert {c["vllm"] for c in covering.cells} == {None, "0.32.0"}
+    assert all(oracle.installs(c) for c in covering.cells)
+    # 5 values alone (none is never asked), 8 pairs of installed values, then the
+    # cells: 5, the fewest (vllm 0.32.0 only with torch 2.13.0, and torch 2.13.0 without
+    # it); the 3 cells without vllm ask what a pair asked (none pins nothing).
+    assert len(covering.cells) == 5
+    assert covering.resolutions == 5 + 8 + 2
+    assert (covering.pairs_possible, covering.pairs_covered) == (11, 11)
+
+
+def test_a_conflict_of_three_pins_is_covered_around():
+    combos = [{"a": a, "b": b, "c": c} for a in ("1", "2") for b in ("1", "2") for c in ("1", "2")]
+    oracle = TableOracle(bad_triples=[(("a", "1"), ("b", "1"), ("c", "1"))])
+    covering = cover_installable(combos, ["a", "b", "c"], oracle)
+    assert not covering.findings
+    assert covering.pairs_covered == covering.pairs_possible == 12
+    assert all(oracle.installs(c) for c in covering.cells)

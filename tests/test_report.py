@@ -391,3 +391,60 @@ def test_axis_values_and_cases_from_records_stay_inert_in_the_pivot():
     assert "</script><script>alert(3)</script>" in data["values"][data["axes"].index("trl")]
     assert f"test_x.py::test[{XSS}]" in data["values"][-1]
     assert f'data-name="{escape(XSS)}"' in page
+
+
+def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path):
+    from ftmatrix.cli import write_installability
+    from ftmatrix.config import parse_matrix
+    from ftmatrix.plan import Verdict, plan_cells
+
+    matrix = parse_matrix(
+        "packages: {unsloth: ['2026.10.7'], trl: ['1.13.0', '1.16.0'], vllm: [none, '0.32.0']}\n"
+        "strategy: pairwise\n",
+        source="m.yaml",
+        default_python="3.11",
+    )
+    reason = "Because unsloth==2026.10.7 depends on trl<=1.15.0 and you require trl==1.16.0"
+
+    def oracle(queries):
+        return [
+            Verdict(installable=False, reason=reason)
+            if q.get("trl") == "1.16.0"
+            else Verdict(installable=True)
+            for q in queries
+        ]
+
+    write_installability(tmp_path, "r1", plan_cells(matrix, oracle))
+    plain = make_record(pins={"unsloth": "2026.10.7", "trl": "1.13.0"})
+    probe = make_record(
+        cell_id="probe0000000",
+        cell_label="cpu-py3.11-unsloth2026.10.7-trl1.16.0-pastcap",
+        pins={"unsloth": "2026.10.7", "trl": "1.16.0"},
+        beyond_cap="unsloth 2026.10.7: trl<=1.15.0",
+        status=Status.FAIL,
+        operation="grpo",
+        case="test_grpo.py::test_grpo",
+    )
+    CellRecordFile(record_path(tmp_path, "r1", plain.cell_id)).add(plain)
+    CellRecordFile(record_path(tmp_path, "r1", probe.cell_id)).add(probe)
+    grid = write_report(tmp_path, now=NOW)
+    assert grid.rows == ("cpu-py3.11-trl1.16.0",)  # the probe is not a row of the grid
+    page = (tmp_path / "index.html").read_text()
+    assert (
+        "installs only past unsloth&#x27;s cap trl&lt;=1.15.0 (unsloth 2026.10.7: "
+        "trl&lt;=1.15.0); past it: grpo fail"
+    ) in page
+    assert "<h2 id=installability>What cannot co-install</h2>" in page
+    assert (
+        "<code>trl 1.16.0</code> (installs with nothing): unsloth==2026.10.7 depends on "
+        "trl&lt;=1.15.0"
+    ) in page
+    summary = (tmp_path / "summary.md").read_text()
+    assert "- cpu: installs only past unsloth's cap trl<=1.15.0; past it: grpo fail" in summary
+    caps = (tmp_path / "constraints" / "caps.txt").read_text()
+    assert "# unsloth 2026.10.7: trl<=1.15.0  # cap justified; past it: grpo fail" in caps
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["probes"] == [
+        {"cap": "unsloth 2026.10.7: trl<=1.15.0", "hardware": "cpu", "outcome": "grpo fail"}
+    ]
+    assert results["installability"]["uninstallable_values"][0]["pins"] == {"trl": "1.16.0"}

@@ -13,10 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,14 +27,27 @@ from packaging.version import Version
 from ftmatrix.autobisect import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.bisect import BisectError
 from ftmatrix.bisect_cells import BisectRequest, finding_document, run_bisect
+from ftmatrix.caps import RequiresLookup, plan_probes
 from ftmatrix.config import ConfigError, InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.index import IndexError_, list_releases
 from ftmatrix.known_issues import load_known_issues
-from ftmatrix.plan import Cell, Plan, PlanError, plan_cells, select_cells
+from ftmatrix.plan import (
+    CANNOT_INSTALL,
+    IMPOSSIBLE,
+    NO_CELL,
+    UNRESOLVED,
+    Cell,
+    Oracle,
+    Plan,
+    PlanError,
+    Verdict,
+    plan_cells,
+    select_cells,
+)
 from ftmatrix.records import Record, read_records, write_atomically
-from ftmatrix.report import write_report
+from ftmatrix.report import INSTALLABILITY_FILE, write_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
-from ftmatrix.runner import current_python, with_test_runners
+from ftmatrix.runner import RETRY_DELAYS, TRANSIENT, current_python, with_test_runners
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
@@ -63,19 +77,113 @@ class Loaded:
 
 
 def load(
-    env: Mapping[str, str], *, root: Path, now: datetime, select: Sequence[str] = ()
+    env: Mapping[str, str],
+    *,
+    root: Path,
+    now: datetime,
+    select: Sequence[str] = (),
+    resolve: bool = True,
+    check: bool = False,
 ) -> Loaded:
-    """Settings from ``env``, the matrix file they name, its plan, the selected cells."""
+    """Settings from ``env``, the matrix file they name, its plan, the selected cells.
+
+    With ``resolve`` (the default), ``strategy: pairwise`` asks uv which pairs co-install
+    and covers them with cells that install; without, it covers every pair blindly.
+    With ``check``, a pin the index never had is a ConfigError first, never a cell.
+    """
     settings = Settings.from_env(env, root=root, now=now)
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
     if any(axis.selector for axis in matrix.packages):
         matrix = resolve_selectors(matrix, index_releases(matrix, env))
-    plan = plan_cells(matrix)
+    if check:
+        check_released(matrix, index_releases(matrix, env))
+    oracle = uv_oracle(matrix, env) if resolve and matrix.strategy == "pairwise" else None
+    plan = plan_cells(matrix, oracle)
+    if resolve and matrix.probe_caps:
+        probes = plan_probes(
+            plan,
+            RequiresLookup(matrix.install, env),
+            lambda cells: resolve_cells(cells, matrix.install, env, matrix.limits),
+        )
+        plan = replace(plan, cells=(*plan.cells, *probes))
     selected = select_cells(plan.cells, [*settings.select, *select])
     if settings.shard is not None:
         costs = cell_costs(read_records(settings.out / "records").records)
         selected = shard_cells(selected, *settings.shard, costs)
     return Loaded(settings=settings, matrix=matrix, plan=plan, selected=tuple(selected))
+
+
+def uv_oracle(
+    matrix: Matrix, env: Mapping[str, str], *, sleep: Callable[[float], None] = time.sleep
+) -> Oracle:
+    """The planner's installability oracle: uv, for the matrix's Python and support packages.
+
+    Each set of pins is resolved as a cell holding only those pins (plus the support
+    packages and the test runners, as the runner installs them), in parallel and through
+    the resolution cache. Answers that are no proof (network, index) are asked again
+    after a pause, then given back unproven: reported, never a crash.
+    """
+
+    def cell_of(pins: Mapping[str, str | None], python: str) -> Cell:
+        order = [a.package for a in matrix.packages]
+        return Cell(
+            python=python,
+            pins=tuple((name, pins[name]) for name in order if name in pins),
+            hardware=matrix.hardware[0].name if matrix.hardware else "cpu",
+            support=matrix.support,
+        )
+
+    def answer(queries: Sequence[Mapping[str, str | None]]) -> list[Verdict]:
+        verdicts: list[Verdict | None] = [None] * len(queries)
+        # Pins without a Python install if they do on any of the matrix's Pythons.
+        for python in matrix.python:
+            todo = [
+                i
+                for i, q in enumerate(queries)
+                if (verdicts[i] is None or not verdicts[i].installable)  # type: ignore[union-attr]
+                and str(q.get("python", python)) == python
+            ]
+            cells = [cell_of(queries[i], python) for i in todo]
+            for i, resolution in zip(
+                todo, _resolve_with_retries(cells, matrix, env, sleep), strict=True
+            ):
+                if verdicts[i] is None or resolution.lock is not None:
+                    verdicts[i] = _verdict(resolution)
+        return [v or Verdict(installable=False, reason="no Python of the matrix") for v in verdicts]
+
+    return answer
+
+
+def _verdict(resolution: Resolution) -> Verdict:
+    if resolution.lock is not None:
+        return Verdict(installable=True)
+    return Verdict(
+        installable=False,
+        reason=resolution.reason,
+        proven=resolution.status is Status.UNINSTALLABLE,
+    )
+
+
+def _resolve_with_retries(
+    cells: Sequence[Cell],
+    matrix: Matrix,
+    env: Mapping[str, str],
+    sleep: Callable[[float], None],
+) -> list[Resolution]:
+    answers = resolve_cells(cells, matrix.install, env, matrix.limits)
+    for delay in RETRY_DELAYS:
+        again = [
+            i
+            for i, a in enumerate(answers)
+            if a.status is Status.INSTALL_ERROR and TRANSIENT.search(a.reason or "")
+        ]
+        if not again:
+            break
+        sleep(delay)
+        retried = resolve_cells([cells[i] for i in again], matrix.install, env, matrix.limits)
+        for i, resolution in zip(again, retried, strict=True):
+            answers[i] = resolution
+    return answers
 
 
 def index_releases(matrix: Matrix, env: Mapping[str, str]) -> Any:
@@ -121,6 +229,36 @@ def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
             }
             for cell, resolution in zip(loaded.selected, resolutions, strict=True)
         ],
+        **installability_json(loaded.plan),
+    }
+
+
+def installability_json(plan: Plan) -> dict[str, Any]:
+    """What the installability-aware covering found: pairs that cannot co-install (with
+    uv's reason), values that install with nothing, and how much of the pairs is covered."""
+    covering = plan.covering
+    if covering is None:
+        return {"impossible_pairs": []}
+
+    def of(kind: str) -> list[dict[str, Any]]:
+        return [f.to_dict() for f in covering.of_kind(kind)]
+
+    return {
+        "impossible_pairs": of(IMPOSSIBLE),
+        "uninstallable_values": of(CANNOT_INSTALL),
+        "uncovered_pairs": of(NO_CELL),
+        "unresolved": of(UNRESOLVED),
+        "pairs": [[*pair, ok] for pair, ok in covering.pair_table],
+        "covering": {
+            "pairs_needed": covering.pairs_needed,
+            "pairs_possible": covering.pairs_possible,
+            "pairs_covered": covering.pairs_covered,
+            "resolutions": covering.resolutions,
+            "lower_bound": covering.lower_bound,
+            "failed_cells": [
+                {"pins": dict(combo), "reason": reason} for combo, reason in covering.failed
+            ],
+        },
     }
 
 
@@ -196,6 +334,8 @@ def print_plan(
     verdicts: Counter[str] = Counter()
     for index, cell in enumerate(loaded.selected):
         pins = " ".join(f"{k}=={v}" if v else f"{k}:none" for k, v in cell.pins)
+        if cell.beyond_cap:
+            pins += f" (probe past {cell.beyond_cap})"
         line = f"  {cell.label:<{width}}  {cell.id}  {pins}"
         if resolutions is not None:
             resolution = resolutions[index]
@@ -214,6 +354,47 @@ def print_plan(
         f"{len(loaded.selected)} cells selected (of {total} planned with strategy "
         f"{matrix.strategy}; the full product has {loaded.plan.full_size}){counts}\n"
     )
+    print_findings(loaded.plan, out)
+
+
+def write_installability(out: Path, run_id: str, plan: Plan) -> None:
+    """Keep the plan's installability findings beside the run's records, for the report."""
+    if plan.covering is not None:
+        document = {"matrix": plan.matrix.source, **installability_json(plan)}
+        write_atomically(
+            out / "records" / run_id / INSTALLABILITY_FILE, json.dumps(document, indent=1)
+        )
+
+
+# How the plan table heads each kind of finding.
+FINDING_HEADINGS = (
+    (CANNOT_INSTALL, "installs with nothing (a finding, not a cell)"),
+    (IMPOSSIBLE, "cannot co-install, whatever else is chosen (findings, not cells)"),
+    (NO_CELL, "co-install alone, but in no combination that installs"),
+    (UNRESOLVED, "the resolver gave no answer, after retries"),
+)
+
+
+def print_findings(plan: Plan, out: TextIO) -> None:
+    """The installability-aware covering's findings, after the cells: one line each."""
+    covering = plan.covering
+    if covering is None:
+        return
+    out.write(
+        f"pairs covered: {covering.pairs_covered} of {covering.pairs_possible} that co-install "
+        f"({covering.pairs_needed} pairs in all); {covering.resolutions} resolutions\n"
+    )
+    for kind, heading in FINDING_HEADINGS:
+        found = covering.of_kind(kind)
+        if not found:
+            continue
+        out.write(
+            f"{len(found)} {'value' if kind == CANNOT_INSTALL else 'pair'}"
+            f"{'s' if len(found) != 1 else ''} {heading}:\n"
+        )
+        for finding in found:
+            why = conflict_summary(finding.reason) if finding.reason else ""
+            out.write(f"  {finding.describe()}" + (f": {why}" if why else "") + "\n")
 
 
 def _hardware(matrix: Matrix, name: str) -> Any:
@@ -517,11 +698,10 @@ def dispatch(
         print(f"bisect={json.dumps(bisect_jobs(loaded, jobs))}")
         print(f"run-id={loaded.settings.run_id}")
         return ExitCode.OK
-    loaded = load(env, root=root, now=now, select=args.select)
     if args.command == "plan":
-        if not args.no_resolve:
-            # The plan asks the index anyway: a pin it never had is a config error here.
-            check_released(loaded.matrix, index_releases(loaded.matrix, env))
+        # The plan asks the index anyway: a pin it never had is a config error here.
+        resolve = not args.no_resolve
+        loaded = load(env, root=root, now=now, select=args.select, resolve=resolve, check=resolve)
         if args.json:
             print(json.dumps(plan_json(loaded, env), indent=2))
         else:
@@ -534,6 +714,7 @@ def dispatch(
             )
             print_plan(loaded, sys.stdout, resolutions)
         return ExitCode.OK
+    loaded = load(env, root=root, now=now, select=args.select)
     if extra and extra[0] == "--":
         extra = extra[1:]
     print_plan(loaded, sys.stdout)

@@ -35,6 +35,7 @@ TOP_LEVEL_KEYS = (
     "install",
     "hardware",
     "bisect",
+    "probe-caps",
     "profiles",
     "default-profile",
 )
@@ -187,6 +188,9 @@ class Matrix:
     install: InstallOptions = field(default_factory=InstallOptions)
     hardware: tuple[HardwareClass, ...] = ()
     bisect: BisectOptions = field(default_factory=BisectOptions)
+    # Cells that cannot install only because of a declared cap also run past it, as
+    # probes installed with uv's overrides (ftmatrix.caps).
+    probe_caps: bool = False
 
 
 def load_matrix(path: Path, *, profile: str | None = None, default_python: str) -> Matrix:
@@ -298,6 +302,9 @@ def _build(
     limits = _limits(checker, raw.get("limits", {}))
     install = _install(checker, raw.get("install", {}))
     bisect = _bisect(checker, raw.get("bisect", {}))
+    probe_caps = raw.get("probe-caps", False)
+    if not isinstance(probe_caps, bool):
+        checker.add("probe-caps", f"must be true or false, got {probe_caps!r}")
     if checker.problems:
         return None
     return Matrix(
@@ -315,6 +322,7 @@ def _build(
         install=install,
         hardware=hardware,
         bisect=bisect,
+        probe_caps=probe_caps,
     )
 
 

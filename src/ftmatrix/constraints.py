@@ -220,8 +220,8 @@ def derive_constraints(records: Iterable[Record]) -> list[ConstraintSet]:
     """
     newest: dict[tuple[str, str], Record] = {}
     for record in records:
-        if record.case == WHOLE_CELL or record.flaky:
-            continue
+        if record.case == WHOLE_CELL or record.flaky or record.beyond_cap:
+            continue  # cap probes are judged apart (derive_cap_verdicts)
         if record.status not in BREAKS and record.status is not Status.PASS:
             continue
         key = (record.cell_id, record.case)
@@ -238,13 +238,24 @@ def derive_constraints(records: Iterable[Record]) -> list[ConstraintSet]:
 
 
 def write_constraints(folder: Path, records: Iterable[Record]) -> list[Path]:
-    """Write ``<operation>-<hardware>.txt`` and ``.json`` under ``folder``; drop stale ones."""
+    """Write ``<operation>-<hardware>.txt`` and ``.json`` under ``folder``; drop stale ones.
+
+    The cap probes' verdicts go to ``caps.txt`` and ``caps.json`` beside them.
+    """
+    records = list(records)
     written: list[Path] = []
     for found in derive_constraints(records):
         text_file = folder / f"{found.stem}.txt"
         json_file = folder / f"{found.stem}.json"
         write_atomically(text_file, found.render_text())
         write_atomically(json_file, json.dumps(found.to_dict(), indent=1, sort_keys=True) + "\n")
+        written += [text_file, json_file]
+    verdicts = derive_cap_verdicts(records)
+    if verdicts:
+        text_file, json_file = folder / "caps.txt", folder / "caps.json"
+        write_atomically(text_file, render_caps_text(verdicts))
+        payload = [v.to_dict() for v in verdicts]
+        write_atomically(json_file, json.dumps(payload, indent=1, sort_keys=True) + "\n")
         written += [text_file, json_file]
     if folder.exists():
         for old in [*folder.glob("*.txt"), *folder.glob("*.json")]:
@@ -449,3 +460,112 @@ def _cells_text(evidence: Sequence[Evidence]) -> str:
 
 def _file_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text)
+
+
+# -- Cap probes: is a declared cap justified? -------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapVerdict:
+    """What the cap probes past one declared requirement show, per hardware class.
+
+    ``justified``: some case breaks past the cap (a break, as above); ``raise_to``: every
+    case judged passes past it, up to that version; neither: the probes gave no verdict
+    (they did not install, or every case was skipped).
+    """
+
+    cap: str
+    hardware: str
+    justified: bool
+    raise_to: str | None
+    outcomes: tuple[tuple[str, str], ...]  # (operation, worst status) past the cap
+    evidence: tuple[Evidence, ...]
+
+    def render(self) -> str:
+        past = ", ".join(f"{op} {status}" for op, status in self.outcomes) or "nothing ran"
+        if self.justified:
+            verdict = "cap justified"
+        elif self.raise_to is not None:
+            verdict = f"cap could be raised to {self.raise_to} (all cases pass)"
+        else:
+            verdict = "no verdict"
+        return f"# {self.cap}  # {verdict}; past it: {past}; in {_cells_text(self.evidence)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cap": self.cap,
+            "hardware": self.hardware,
+            "justified": self.justified,
+            "raise_to": self.raise_to,
+            "outcomes": dict(self.outcomes),
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
+
+
+def derive_cap_verdicts(records: Iterable[Record]) -> list[CapVerdict]:
+    """Per declared cap (a probe record's ``beyond_cap``) and hardware class, its verdict."""
+    groups: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        if record.beyond_cap:
+            groups.setdefault((record.beyond_cap, record.hardware_class), []).append(record)
+    verdicts = []
+    for (cap, hardware), probes in sorted(groups.items()):
+        judged = [r for r in probes if r.case != WHOLE_CELL and not r.flaky]
+        broke = [r for r in judged if r.status in BREAKS]
+        passed = [r for r in judged if r.status is Status.PASS]
+        worst: dict[str, Status] = {}
+        for record in probes:
+            held = worst.get(record.operation)
+            if held is None or _severity(record.status) > _severity(held):
+                worst[record.operation] = record.status
+        raise_to = None
+        if passed and not broke:
+            raise_to = ", ".join(
+                sorted({f"{name} {version}" for r in passed for name, version in _capped(r)})
+            )
+        verdicts.append(
+            CapVerdict(
+                cap=cap,
+                hardware=hardware,
+                justified=bool(broke),
+                raise_to=raise_to or None,
+                outcomes=tuple(sorted((op, s.value) for op, s in worst.items())),
+                evidence=_evidence(broke or passed or probes),
+            )
+        )
+    return verdicts
+
+
+def render_caps_text(verdicts: Sequence[CapVerdict]) -> str:
+    """caps.txt: one commented line per cap, never a constraint (the cap is already one)."""
+    header = [
+        "# ftmatrix cap probes: cells installed past a declared requirement with uv's",
+        "# overrides (matrix.yaml: probe-caps). Each line: the package that declares the cap,",
+        "# whether the cases past it break (cap justified) or all pass (it could be raised).",
+        "",
+    ]
+    return "\n".join([*header, *(v.render() for v in verdicts)]) + "\n"
+
+
+def _capped(record: Record) -> list[tuple[str, str]]:
+    """(package, version) overridden in a probe: named in its beyond_cap, pinned in its cell."""
+    pins = {canonicalize_name(k): (k, v) for k, v in record.pins.items() if v is not None}
+    found = []
+    for part in (record.beyond_cap or "").split(";"):
+        requirement = part.partition(":")[2].strip()
+        name = canonicalize_name(_leading_name(requirement))
+        if name in pins:
+            found.append(pins[name])
+    return found
+
+
+def _leading_name(requirement: str) -> str:
+    end = 0
+    while end < len(requirement) and (requirement[end].isalnum() or requirement[end] in "-_."):
+        end += 1
+    return requirement[:end]
+
+
+def _severity(status: Status) -> int:
+    order = [Status.NOT_APPLICABLE, Status.SKIP, Status.PASS, *sorted(BREAKS, key=str)]
+    return order.index(status) if status in order else len(order)

@@ -398,6 +398,7 @@ class _Recorder:
             runner_labels=tuple(self.cell.get("runner_labels", ())),
             packages=self.packages,
             hardware=self.hardware,
+            beyond_cap=self.cell.get("beyond_cap"),
             **fields,
         )
 

@@ -60,6 +60,11 @@ FIELDS: dict[str, tuple[str | list[str], str]] = {
     "traceback": (["string", "null"], "Full traceback (secrets redacted)."),
     "metrics": ("object", "Numbers the case recorded (loss, grad norm, ...)."),
     "flaky": ("boolean", "True when two tries of the case disagreed."),
+    "beyond_cap": (
+        ["string", "null"],
+        "A cap probe: the declared requirement its install overrode ('unsloth 2026.10.7: "
+        "trl<=1.15.0'); null for a plain cell.",
+    ),
     "attempts": ("array", "Each try of a retried case: status, reason, message."),
     "duration": ("number", "Seconds the case took."),
     "started_at": ("string", "UTC ISO-8601 start time."),
@@ -96,6 +101,7 @@ class Record:
     metrics: Mapping[str, Any] = field(default_factory=dict)
     flaky: bool = False
     attempts: tuple[Mapping[str, Any], ...] = ()
+    beyond_cap: str | None = None
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,6 +148,7 @@ _OPTIONAL_FIELDS = frozenset(
         "metrics",
         "flaky",
         "attempts",
+        "beyond_cap",
     }
 )
 

@@ -39,6 +39,7 @@ from ftmatrix.grid import (
 )
 from ftmatrix.known_issues import load_known_issues
 from ftmatrix.records import WHOLE_CELL, Record, write_atomically
+from ftmatrix.resolve import conflict_summary
 from ftmatrix.status import PROBLEM_STATUSES, Status
 from ftmatrix.store import load_findings, merge_outputs, newest_records, pass_rate_table
 
@@ -205,10 +206,16 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
     store = out_dir / "history.sqlite"
     merged = merge_outputs(out_dir)
     latest = newest_records(store)
-    grid = build_grid(latest)
+    # Cap probes ran past a declared requirement: shown apart, never in the grid.
+    probes = [r for r in latest if r.beyond_cap]
+    plain = [r for r in latest if not r.beyond_cap]
+    grid = build_grid(plain)
     known = load_known_issues(known_issues) if known_issues else ()
     groups = failure_groups(grid.records, known, load_findings(store))
-    changes = changes_since_previous([*newest_records(store, back=1), *latest])
+    changes = changes_since_previous(
+        [r for r in [*newest_records(store, back=1), *latest] if not r.beyond_cap]
+    )
+    installability = read_installability(out_dir)
     html = render_html(
         grid,
         generated_at=now,
@@ -217,12 +224,165 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
         changes=changes,
         trend=pass_rate_table(store),
     )
+    extra = _probes_html(probes) + _installability_html(installability)
+    html = html.replace("<script>", extra + "<script>", 1) if extra else html
+    markdown = render_markdown(grid, groups, changes) + probes_markdown(probes)
+    payload = json.loads(render_json(grid, groups, changes))
+    payload["probes"] = [
+        {"cap": cap, "hardware": hw, "outcome": text}
+        for (cap, hw), text in probe_summaries(probes).items()
+    ]
+    payload["probe_records"] = [r.to_dict() for r in probes]
+    payload["installability"] = installability
     write_atomically(out_dir / "index.html", html)
-    write_atomically(out_dir / "summary.md", render_markdown(grid, groups, changes))
-    write_atomically(out_dir / "results.json", render_json(grid, groups, changes))
+    write_atomically(out_dir / "summary.md", markdown)
+    write_atomically(
+        out_dir / "results.json",
+        json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n",
+    )
     write_badges(out_dir / "badges", grid)
     write_constraints(out_dir / "constraints", latest)
     return grid
+
+
+INSTALLABILITY_FILE = "installability.json"
+# How the report words each kind of the plan's findings (ftmatrix.plan).
+FINDING_WORDS = {
+    "cannot-install": "installs with nothing",
+    "impossible": "cannot co-install",
+    "no-cell": "co-install alone, in no combination that installs",
+    "unresolved": "the resolver gave no answer",
+}
+
+
+def read_installability(out_dir: Path) -> dict[str, Any] | None:
+    """The newest run's installability findings (what its plan could not make a cell of)."""
+    files = sorted((out_dir / "records").glob(f"*/{INSTALLABILITY_FILE}"))
+    if not files:
+        return None
+    try:
+        data = json.loads(files[-1].read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def probe_summaries(probes: Sequence[Record]) -> dict[tuple[str, str], str]:
+    """Per (cap, hardware class): "past it: sft pass, grpo fail", the worst of each operation."""
+    worst: dict[tuple[str, str], dict[str, Status]] = {}
+    for record in probes:
+        per = worst.setdefault((record.beyond_cap or "", record.hardware_class), {})
+        per[record.operation] = worst_of(
+            [*(x for x in [per.get(record.operation)] if x), record.status]
+        )[0]
+    return {
+        key: ", ".join(f"{op} {status.value}" for op, status in sorted(per.items()))
+        for key, per in sorted(worst.items())
+    }
+
+
+def _cap_owner(cap: str) -> str:
+    """``unsloth 2026.10.7: trl<=1.15.0`` -> ``unsloth's cap trl<=1.15.0``."""
+    parts = []
+    for one in cap.split(";"):
+        owner, _, requirement = one.strip().partition(":")
+        parts.append(f"{owner.split()[0]}'s cap {requirement.strip()}" if requirement else one)
+    return " and ".join(parts)
+
+
+def _probes_html(probes: Sequence[Record]) -> str:
+    if not probes:
+        return ""
+    cells: dict[tuple[str, str], set[str]] = {}
+    for record in probes:
+        cells.setdefault((record.beyond_cap or "", record.hardware_class), set()).add(
+            record.cell_label
+        )
+    items = "".join(
+        f"<li><strong>{escape(hw)}</strong>: installs only past {escape(_cap_owner(cap))} "
+        f"({escape(cap)}); past it: {escape(text)} "
+        f"<span class=moved>{escape(', '.join(sorted(cells[(cap, hw)])))}</span></li>"
+        for (cap, hw), text in probe_summaries(probes).items()
+    )
+    return (
+        "<h2 id=probes>Past declared caps (probes)</h2>"
+        "<p>Cells that install only with a declared requirement overridden (uv's "
+        "<code>--override</code>); never mixed with the cells above. "
+        "<code>reports/constraints/caps.txt</code> says whether each cap is justified.</p>"
+        f"<ul class=probes>{items}</ul>"
+    )
+
+
+def probes_markdown(probes: Sequence[Record]) -> str:
+    """The job summary's section on cap probes (empty without probes)."""
+    if not probes:
+        return ""
+    lines = ["", "## Past declared caps (probes)", ""]
+    for (cap, hw), text in probe_summaries(probes).items():
+        lines.append(
+            f"- {_md(hw)}: installs only past {_md(_cap_owner(cap))}; past it: {_md(text)}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _installability_html(data: dict[str, Any] | None) -> str:
+    """The plan's findings: per pair of axes with a pair that cannot co-install, a matrix."""
+    if not data or not data.get("pairs"):
+        return ""
+    reasons = {}
+    for finding in [*data.get("impossible_pairs", []), *data.get("uninstallable_values", [])]:
+        reasons[tuple(sorted(finding["pins"].items(), key=str))] = finding.get("reason") or ""
+    tables: dict[tuple[str, str], dict[tuple[str, str], bool]] = {}
+    for a, va, b, vb, ok in data["pairs"]:
+        tables.setdefault((a, b), {})[(va or "none", vb or "none")] = ok
+    parts = [
+        "<h2 id=installability>What cannot co-install</h2>",
+        "<p>Pairs of axis values the resolver proved cannot be installed together: findings "
+        "of the plan, not cells. Each pair of axes with such a pair is shown; every pair "
+        "marked co-install that occurs in an installable combination runs in a cell.</p>",
+    ]
+    for (a, b), pairs in tables.items():
+        if all(pairs.values()):
+            continue
+        rows = list(dict.fromkeys(va for va, _ in pairs))
+        columns = list(dict.fromkeys(vb for _, vb in pairs))
+        head = "".join(f"<th>{escape(b)} {escape(c)}</th>" for c in columns)
+        body = []
+        for row in rows:
+            tds = []
+            for column in columns:
+                ok = pairs.get((row, column))
+                key = tuple(
+                    sorted(
+                        [
+                            (a, None if row == "none" else row),
+                            (b, None if column == "none" else column),
+                        ],
+                        key=str,
+                    )
+                )
+                single = [v for k, v in reasons.items() if len(k) == 1 and k[0] in key]
+                why = reasons.get(key) or (single[0] if single else "")
+                mark = "" if ok is None else ("co-install" if ok else "cannot")
+                css = "pass" if ok else "uninstallable"
+                tds.append(f"<td class={css} title='{escape(why)}'>{mark}</td>")
+            body.append(f"<tr><th>{escape(a)} {escape(row)}</th>{''.join(tds)}</tr>")
+        parts.append(f"<table class=installability><tr><th></th>{head}</tr>{''.join(body)}</table>")
+    impossible = [
+        *data.get("uninstallable_values", []),
+        *data.get("impossible_pairs", []),
+        *data.get("uncovered_pairs", []),
+        *data.get("unresolved", []),
+    ]
+    if impossible:
+        items = "".join(
+            f"<li><code>{escape(' x '.join(f'{k} {v}' for k, v in f['pins'].items()))}</code> "
+            f"({escape(FINDING_WORDS.get(f.get('kind', ''), ''))}): "
+            f"{escape(conflict_summary(f.get('reason') or ''))}</li>"
+            for f in impossible
+        )
+        parts.append(f"<ul class=installability>{items}</ul>")
+    return "".join(parts)
 
 
 def write_badges(folder: Path, grid: Grid) -> None:

@@ -68,10 +68,14 @@ def resolve_cell(
         *uv_index_args(install, env),
     ]
     ttl = float(env.get("FTMATRIX_RESOLVE_TTL", DEFAULT_TTL_SECONDS))
-    key = _cache_key(requirements, args, env)
+    overrides = "".join(f"{line}\n" for line in cell.overrides)
+    key = _cache_key(requirements + overrides, args, env)
     cached = _cached(key, env, ttl, now()) if ttl > 0 else None
     if cached is not None:
         return cached
+    if overrides:
+        # A cap probe: uv's overrides replace every declared requirement on the package.
+        args += ["--override", str(overrides_file(overrides, env))]
     result = run_uv(args, env, stdin=requirements)
     if result.returncode == 0:
         answer = Resolution(lock=result.stdout, status=None, reason=None)
@@ -144,6 +148,15 @@ def _store(key: str, env: Mapping[str, str], answer: Resolution, now: float) -> 
     }
     with contextlib.suppress(OSError):  # a cache that cannot be written is only slower
         write_atomically(cache_dir(env) / f"{key}.json", json.dumps(data))
+
+
+def overrides_file(overrides: str, env: Mapping[str, str]) -> Path:
+    """A file of uv overrides, named by its content (so it never changes under a reader)."""
+    digest = hashlib.sha256(overrides.encode()).hexdigest()[:16]
+    path = cache_dir(env) / f"overrides-{digest}.txt"
+    if not path.exists():
+        write_atomically(path, overrides)
+    return path
 
 
 def uv_index_args(install: InstallOptions, env: Mapping[str, str]) -> list[str]:

@@ -442,6 +442,7 @@ def _record_factory(
             hardware_class=cell.hardware,
             runner_labels=ctx.runner_labels,
             hardware=hardware,
+            beyond_cap=cell.beyond_cap,
             case=case,
             operation=operation,
             started_at=fields.pop("started_at", now),
