@@ -23,6 +23,7 @@ from ftmatrix.progress import Progress
 from ftmatrix.report import write_report
 from ftmatrix.runner import CellContext, current_python, run_cell
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
+from ftmatrix.system_packages import venv_interpreter
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -46,7 +47,15 @@ if LOADED is not None:
     BY_LABEL = {cell.label: cell for cell in LOADED.selected}
     # Parameters are labels, not Cell objects: nox's parallel mode hands them to
     # child processes as JSON.
-    CELLS = [nox.param(cell.python, cell.label, id=cell.label) for cell in LOADED.selected]
+    # A cell that takes the host's packages gets its venv from the host interpreter.
+    CELLS = [
+        nox.param(
+            venv_interpreter(LOADED.matrix.install, os.environ, cell.python),
+            cell.label,
+            id=cell.label,
+        )
+        for cell in LOADED.selected
+    ]
     PROGRESS = Progress(len(LOADED.selected), sys.stdout, live=sys.stdout.isatty())
 else:
     BY_LABEL = {}

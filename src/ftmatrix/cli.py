@@ -38,6 +38,7 @@ from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 from ftmatrix.status import Status
+from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
 from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
 
 
@@ -226,6 +227,9 @@ def run_nox(loaded: Loaded, env: Mapping[str, str], extra: Sequence[str]) -> int
     sessions = [f"matrix({cell.label})" for cell in loaded.selected]
     command = [*nox.split(), "-f", str(_noxfile()), "-s", *sessions, *extra]
     child_env = {**env, "FTMATRIX_RUN_ID": loaded.settings.run_id}
+    if loaded.matrix.install.system_packages:
+        # The host is this interpreter, whichever Python the nox found on PATH runs on.
+        child_env.setdefault(HOST_PYTHON_VARIABLE, sys.executable)
     return subprocess.run(command, env=child_env, check=False).returncode
 
 

@@ -22,6 +22,7 @@ from ftmatrix.config import InstallOptions
 from ftmatrix.plan import Cell
 from ftmatrix.records import write_atomically
 from ftmatrix.status import Status
+from ftmatrix.system_packages import HostError, host_note, host_stack
 
 # The test runner every cell gets besides its pins.
 RUNNER_REQUIREMENTS = ("pytest",)
@@ -67,6 +68,18 @@ def resolve_cell(
         "--quiet",
         *uv_index_args(install, env),
     ]
+    stack = None
+    if install.system_packages:
+        try:
+            stack = host_stack(install, env)
+        except HostError as exc:
+            return Resolution(lock=None, status=Status.INSTALL_ERROR, reason=str(exc))
+        assert stack is not None
+        refused = stack.refusal(cell)
+        if refused is not None:
+            return Resolution(lock=None, status=refused[0], reason=refused[1])
+        # Content-addressed paths: the host's versions are part of the cache key.
+        args += stack.resolver_args(cache_dir(env) / "host")
     ttl = float(env.get("FTMATRIX_RESOLVE_TTL", DEFAULT_TTL_SECONDS))
     key = _cache_key(requirements, args, env)
     cached = _cached(key, env, ttl, now()) if ttl > 0 else None
@@ -82,9 +95,10 @@ def resolve_cell(
             return Resolution(
                 lock=None, status=Status.INSTALL_ERROR, reason=last_lines(explanation)
             )
-        answer = Resolution(
-            lock=None, status=Status.UNINSTALLABLE, reason=_resolver_reason(explanation)
-        )
+        reason = _resolver_reason(explanation)
+        if stack is not None:
+            reason += host_note(stack, reason)
+        answer = Resolution(lock=None, status=Status.UNINSTALLABLE, reason=reason)
     if ttl > 0:
         _store(key, env, answer, now())
     return answer

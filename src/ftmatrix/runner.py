@@ -53,6 +53,7 @@ from ftmatrix.resolve import (
 from ftmatrix.status import Status
 from ftmatrix.supervise import Limits as CaseLimits
 from ftmatrix.supervise import run_cases
+from ftmatrix.system_packages import KEY, host_stack, link_host_site
 
 # Frameworks must never reach the model hub from a cell: everything is built offline.
 OFFLINE_ENV = {
@@ -162,10 +163,21 @@ def _run_cell(
     files.lock.write_text(resolution.lock, encoding="utf-8")
     write_atomically(files.state, json.dumps(state))
 
-    log(f"[ftmatrix] {cell.label}: installing {len(locked_requirements(resolution.lock))} packages")
+    to_install, stack = files.lock, host_stack(ctx.install, ctx.env)
+    link_host_site(venv_python, stack)
+    if stack is not None:
+        # What the host provides stays out of the venv; the .pth makes it importable.
+        to_install = files.sibling(".install.txt")
+        to_install.write_text(stack.strip(resolution.lock), encoding="utf-8")
+        from_host = len(locked_requirements(resolution.lock)) - len(
+            locked_requirements(to_install.read_text(encoding="utf-8"))
+        )
+        log(f"[ftmatrix] {cell.label}: {from_host} locked packages are the host's ({KEY})")
+    installing = locked_requirements(to_install.read_text(encoding="utf-8"))
+    log(f"[ftmatrix] {cell.label}: installing {len(installing)} packages")
     install = _with_retries(
         lambda: run_uv(
-            ["pip", "sync", "--python", str(venv_python), str(files.lock)]
+            ["pip", "sync", "--python", str(venv_python), str(to_install)]
             + uv_index_args(ctx.install, ctx.env),
             ctx.env,
         ),
@@ -186,6 +198,8 @@ def _run_cell(
         "run_id": ctx.run_id,
         "runner_labels": list(ctx.runner_labels),
     }
+    if stack is not None:
+        cell_info["host_packages"] = stack.visible(installing)
     write_atomically(files.cell_info, json.dumps(cell_info))
     command, targets = pytest_command(venv_python, files.cell_info, path, ctx)
     fingerprint = probe_hardware(ctx.env)
