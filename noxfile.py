@@ -157,6 +157,18 @@ def autobisect(session: nox.Session) -> None:
         session.error(f"autobisect ended with exit code {code}")
 
 
+@nox.session(python=False)
+def wheelhouse(session: nox.Session) -> None:
+    """Download the wheels the selected cells need, for an offline runner.
+
+    ``nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 DIR``
+    (``--host-packages FREEZE`` where install.system-packages takes the host's).
+    """
+    code = main(["wheelhouse", *session.posargs])
+    if code:
+        session.error(f"wheelhouse ended with exit code {code}")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The tool's own tests; ``-- -m 'not slow'`` skips the real-install tier."""

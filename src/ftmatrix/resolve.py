@@ -180,6 +180,11 @@ def uv_index_args(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
     return args
 
 
+def explanation_text(stderr: str) -> str:
+    """uv's 'No solution found' output as plain lines: the resolver's own explanation."""
+    return _resolver_reason(stderr)
+
+
 def _resolver_reason(stderr: str) -> str:
     # uv prints 'error: No solution found ...' then the explanation after 'cause:'
     # or '╰─▶'; keep the explanation, which names the conflicting requirements.
