@@ -151,15 +151,21 @@ def test_a_host_of_another_python_or_without_a_named_package_is_refused() -> Non
 def test_the_install_leaves_out_what_the_host_provides() -> None:
     lock = (
         "filelock==3.20.0\n    # via torch\ntorch==2.13.0+cpu\n    # via -r -\n"
-        "Triton==3.5.0\nsix==1.17.0\n"
+        "Triton==3.5.0\nsix==1.17.0\ntransformers==4.49.0\n"
     )
     stack = choose(HOST, ["torch", "triton"])
     stripped = stack.strip(lock)
-    assert locked_requirements(stripped) == ["filelock==3.20.0", "six==1.17.0"]
+    # The host's transformers is 5.17.0: the cell installs its own 4.49.0 over it.
+    assert locked_requirements(stripped) == [
+        "filelock==3.20.0",
+        "six==1.17.0",
+        "transformers==4.49.0",
+    ]
     visible = stack.visible(locked_requirements(stripped))
     assert visible["torch"] == "2.13.0+cpu"
-    assert "transformers" in visible  # on sys.path through the .pth, so from the host too
+    assert "nvidia-cublas-cu12" in visible  # on sys.path through the .pth: the host's too
     assert "six" not in visible
+    assert "transformers" not in visible  # its own copy shadows the host's
 
 
 def test_stubs_and_constraints_resolve_against_the_hosts_version(tmp_path: Path) -> None:
@@ -168,20 +174,21 @@ def test_stubs_and_constraints_resolve_against_the_hosts_version(tmp_path: Path)
     constraints = Path(args[args.index("--constraint") + 1])
     stubs = Path(args[args.index("--find-links") + 1])
     assert constraints.read_text() == "torch==2.13.0+cpu\n"
-    (wheel,) = stubs.iterdir()
-    assert wheel.name == "torch-2.13.0+cpu-py3-none-any.whl"
+    # Every host distribution has a stub: the fixed ones and those only preferred.
+    assert len(list(stubs.iterdir())) == len(HOST.distributions)
+    wheel = stubs / "torch-2.13.0+cpu-py3-none-any.whl"
     assert "torch-2.13.0+cpu.dist-info/METADATA" in zipfile.ZipFile(wheel).namelist()
-    # uv itself resolves the stub, offline, to the host's exact version.
+    # uv itself resolves the stubs, offline, to the host's exact versions.
     done = subprocess.run(
         [uv_binary(), "pip", "compile", "-", "--no-index", "--no-header", "-q", *args],
-        input="torch\n",
+        input="torch\ntransformers\n",
         capture_output=True,
         text=True,
         check=False,
         env={**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv")},
     )
     assert done.returncode == 0, done.stderr
-    assert locked_requirements(done.stdout) == ["torch==2.13.0+cpu"]
+    assert locked_requirements(done.stdout) == ["torch==2.13.0+cpu", "transformers==5.17.0"]
     assert stack.resolver_args(tmp_path) == args  # the same host: the same paths
 
 
@@ -270,12 +277,15 @@ def test_a_cell_runs_on_the_hosts_torch_without_installing_it(tmp_path: Path) ->
     assert record["packages"]["torch"] == "2.13.0+cpu"
     assert record["host_packages"]["torch"] == "2.13.0+cpu"
     assert "six" not in record["host_packages"]
+    # torch's own requirements are preferred at the host's versions: not installed either.
+    assert record["host_packages"]["sympy"] == record["packages"]["sympy"]
     # torch is in the cell's lock (resolved against the host) but not in its venv.
     # The venv that got the .pth naming the host's site folder (nox names it by a hash).
     (pth,) = (tmp_path / "envs").glob("*/lib/python*/site-packages/_ftmatrix_host_site.pth")
     assert pth.read_text().splitlines() == [host_site]
     site = pth.parent
     assert not list(site.glob("torch*")), "torch was installed into the cell's venv"
+    assert not list(site.glob("sympy*")), "the host's sympy was installed again"
     assert (site / "six.py").exists()
     (lock,) = (tmp_path / "out" / "records").rglob("*.lock.txt")
     assert "torch==2.13.0+cpu" in locked_requirements(lock.read_text())

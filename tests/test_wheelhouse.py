@@ -21,6 +21,7 @@ from ftmatrix.wheelhouse import (
     WheelhouseError,
     platform_tags,
     read_host_freeze,
+    read_host_packages,
     target_host,
     uv_platform,
 )
@@ -235,14 +236,13 @@ def test_what_the_host_provides_is_pinned_to_its_version_and_not_downloaded(
 ) -> None:
     freeze = tmp_path / "host-pip-freeze.txt"
     freeze.write_text(
-        "torch==2.13.0+cpu\nfilelock==4.2.12\nfsspec==2026.9.0\njinja2==3.1.6\n"
-        "MarkupSafe==3.0.4\nmpmath==1.3.0\nnetworkx==3.6.1\nsetuptools==84.2.1\n"
-        "sympy==1.14.0\ntyping_extensions==4.16.0\n"
+        "torch==2.13.0+cpu\nsympy==1.14.0\nsix==1.16.0\npytest==8.3.5\npluggy==1.5.0\n"
+        "iniconfig==2.0.0\npackaging==24.2\n"
     )
     matrix = tmp_path / "m.yaml"
     matrix.write_text(
         "packages:\n  torch: ['2.13.0', '2.14.1']\n  six: ['1.17.0']\n"
-        "install: {system-packages: true}\n"
+        "install: {system-packages: [torch]}\n"
     )
     house = tmp_path / "wheels"
     made = ftmatrix(
@@ -251,18 +251,37 @@ def test_what_the_host_provides_is_pinned_to_its_version_and_not_downloaded(
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     lines = made.stdout.splitlines()
-    assert lines[1].startswith("[1/2] cpu-py3.11-torch2.13.0-six1.17.0: 6 wheels, ")
+    # torch is fixed (never resolved from an index here: the host checks it); the host's
+    # pytest is preferred, as the runner there will; its six 1.16.0 is not the pin.
+    assert lines[1].startswith("[1/2] cpu-py3.11-torch2.13.0-six1.17.0: 1 wheels, ")
     assert lines[1].endswith(
-        "; from the host: filelock==4.2.12, fsspec==2026.9.0, jinja2==3.1.6, "
-        "markupsafe==3.0.4, mpmath==1.3.0, networkx==3.6.1, setuptools==84.2.1, "
-        "sympy==1.14.0, torch==2.13.0+cpu, typing-extensions==4.16.0"
+        "; from the host: iniconfig==2.0.0, packaging==24.2, pluggy==1.5.0, pytest==8.3.5, "
+        "torch==2.13.0+cpu"
     )
     assert lines[2] == (
         "[2/2] cpu-py3.11-torch2.14.1-six1.17.0: uninstallable, nothing to download: "
         "torch==2.14.1 is pinned, but install.system-packages takes torch from the host "
         f"({freeze}), which has 2.13.0+cpu"
     )
-    assert not list(house.glob("torch-*"))
-    assert (house / "six-1.17.0-py2.py3-none-any.whl").exists()
+    assert sorted(p.name for p in house.glob("*.whl")) == ["six-1.17.0-py2.py3-none-any.whl"]
     manifest = json.loads((house / "ftmatrix-wheelhouse.json").read_text())
-    assert manifest["host_packages"]["torch"] == "2.13.0+cpu"
+    assert manifest["host_packages"] == {"torch": "2.13.0+cpu"}
+
+
+def test_a_host_snapshot_carries_each_distributions_metadata(tmp_path: Path) -> None:
+    snapshot = tmp_path / "host.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "ftmatrix.system_packages"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    snapshot.write_text(done.stdout)
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    host = read_host_packages(snapshot, Target(python=python, platform="manylinux_2_28_x86_64"))
+    pytest_dist = next(d for d in host.distributions if d.name.lower() == "pytest")
+    assert pytest_dist.version == pytest.__version__
+    assert pytest_dist.metadata.startswith("Metadata-Version:")
+    with pytest.raises(WheelhouseError, match=f"the host runs Python {python}, not 3.9"):
+        read_host_packages(snapshot, Target(python="3.9", platform="manylinux_2_28_x86_64"))

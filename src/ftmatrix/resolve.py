@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -85,7 +86,10 @@ def resolve_cell(
     cached = _cached(key, env, ttl, now()) if ttl > 0 else None
     if cached is not None:
         return cached
-    result = run_uv(args, env, stdin=requirements)
+    if stack is not None:
+        result = _compile_preferring(args, env, requirements, stack.preferences())
+    else:
+        result = run_uv(args, env, stdin=requirements)
     if result.returncode == 0:
         answer = Resolution(lock=result.stdout, status=None, reason=None)
     else:
@@ -102,6 +106,20 @@ def resolve_cell(
     if ttl > 0:
         _store(key, env, answer, now())
     return answer
+
+
+def _compile_preferring(
+    args: list[str], env: Mapping[str, str], requirements: str, preferred: str
+) -> subprocess.CompletedProcess[str]:
+    """``uv pip compile`` preferring ``preferred`` versions: uv keeps the versions of an
+    existing output file where they fit, so the output file starts as them."""
+    with tempfile.TemporaryDirectory(prefix="ftmatrix-resolve-") as scratch:
+        output = Path(scratch) / "lock.txt"
+        output.write_text(preferred, encoding="utf-8")
+        result = run_uv([*args, "--output-file", str(output)], env, stdin=requirements)
+        if result.returncode == 0:
+            result.stdout = output.read_text(encoding="utf-8")
+        return result
 
 
 DEFAULT_TTL_SECONDS = 6 * 3600

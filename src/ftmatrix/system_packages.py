@@ -1,19 +1,24 @@
 """The host's own packages in a cell: a preinstalled torch/CUDA stack, taken as installed.
 
 Hosts that ship their own torch (NGC containers, clusters without internet) set
-``install.system-packages`` (``true``, or names and globs such as ``[torch, 'nvidia-*']``).
-A cell then uses the distributions of the host interpreter (FTMATRIX_HOST_PYTHON, else the
-one running ftmatrix) at their installed versions:
+``install.system-packages``: ``true`` (every distribution the host has) or names and globs
+(``[torch, triton, 'nvidia-*']``). The host is the interpreter in FTMATRIX_HOST_PYTHON, else
+the one running ftmatrix. The distributions named are *fixed*: the cell uses them at the
+host's versions, and a pin or requirement they do not meet makes the cell ``uninstallable``
+(with the host's version named), never a download. The host's other distributions are
+*preferred*: used where they fit, replaced in the cell's venv where they do not (an older
+transformers for a seed cell), as pip would with ``--system-site-packages``.
 
-- the resolver checks them: each is offered to uv as a metadata-only wheel (a "stub", in a
-  find-links folder of its own) and pinned by a constraint to the installed version, so a
-  cell pin or a requirement the host's version does not meet is ``uninstallable``;
-- the install leaves them out. uv counts as installed only what a venv holds itself, even
-  with ``--system-site-packages`` (astral-sh/uv#7358, #4466: it would download torch again);
-  a ``.pth`` in the cell's venv appends the host's site folders to ``sys.path`` instead.
-  A venv's ``--system-site-packages`` would show its base interpreter's folder, which for a
-  host that is itself a venv (``/opt/torch/.venv``) is the wrong one. What the cell installs
-  comes first on ``sys.path`` and shadows the host's copy;
+- The resolver sees every host distribution as a metadata-only wheel (a "stub", in a
+  find-links folder of its own, so no index or network is needed for them), the fixed ones
+  pinned by constraints, and all at the host's versions as uv's preferences (an existing
+  output file);
+- the install leaves out what resolved to the host's version. uv counts as installed only
+  what a venv holds itself, even with ``--system-site-packages`` (astral-sh/uv#7358, #4466:
+  it would download torch again); a ``.pth`` in the cell's venv appends the host's site
+  folders to ``sys.path`` instead. ``--system-site-packages`` would show the base
+  interpreter's folder, which for a host that is itself a venv (``/opt/torch/.venv``) is the
+  wrong one. What the cell installs comes first on ``sys.path`` and shadows the host's copy;
 - records list them (the results plugin reads every distribution on ``sys.path``) and name
   what came from the host (``host_packages``).
 """
@@ -34,6 +39,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -93,19 +99,31 @@ class Host:
 
 @dataclass(frozen=True, kw_only=True)
 class HostStack:
-    """The host's distributions a cell takes as installed, chosen by ``system-packages``."""
+    """The host's distributions as a cell takes them: ``provided`` (fixed, by
+    ``system-packages``) and every other one preferred where it fits."""
 
     host: Host
     provided: tuple[HostDistribution, ...]
     missing: tuple[str, ...] = ()
 
     def versions(self) -> dict[str, str]:
-        """name -> installed version of what the host provides."""
+        """name -> installed version of what the host provides (the fixed ones)."""
         return {d.name: d.version for d in self.provided}
 
     def constraints(self) -> str:
         """uv constraints pinning each provided distribution to its installed version."""
         return "".join(f"{d.name}=={d.version}\n" for d in self.provided)
+
+    def preferences(self) -> str:
+        """The host's other distributions at their versions: uv's preferences (an existing
+        lock). The fixed ones are constrained instead: a preference is exact, a constraint
+        ``==2.13.0`` lets an index's ``2.13.0+cpu`` count as the host's ``2.13.0``."""
+        fixed = {canonicalize_name(d.name) for d in self.provided}
+        return "".join(
+            f"{d.name}=={d.version}\n"
+            for d in self.host.distributions
+            if canonicalize_name(d.name) not in fixed
+        )
 
     def refusal(self, cell: Cell) -> tuple[Status, str] | None:
         """Why the cell cannot use this host as it stands, before asking the resolver."""
@@ -137,26 +155,31 @@ class HostStack:
     def resolver_args(self, folder: Path) -> list[str]:
         """uv arguments that resolve against the host: its stubs and the constraints.
 
-        The folder is named by a hash of the host's chosen distributions, so the paths
-        in these arguments (part of the resolution cache key) change with any version.
+        The folder is named by a hash of the host's distributions and the fixed ones, so
+        the paths in these arguments (part of the resolution cache key) change with any
+        version. Preferences go in the output file (:meth:`preferences`), not here.
         """
-        digest = hashlib.sha256(
-            json.dumps([[d.name, d.version, d.metadata] for d in self.provided]).encode()
-        ).hexdigest()[:16]
+        material = [
+            [[d.name, d.version, d.metadata] for d in self.host.distributions],
+            [d.name for d in self.provided],
+        ]
+        digest = hashlib.sha256(json.dumps(material).encode()).hexdigest()[:16]
         place = folder / digest
         if not (place / "constraints.txt").exists():
-            _write_stubs(self.provided, place)
+            _write_stubs(self.host.distributions, self.constraints(), place)
         return ["--constraint", str(place / "constraints.txt"), "--find-links", str(place / "stubs")]
 
     def strip(self, lock: str) -> str:
-        """The lock without what the host provides: what the cell's venv must install."""
-        provided = {canonicalize_name(d.name) for d in self.provided}
+        """The lock without what resolved to the host's version: what the venv installs."""
+        host = {canonicalize_name(d.name): d.version for d in self.host.distributions}
         kept = []
         for line in lock.splitlines():
             requirement = line.split("#", 1)[0].strip()
-            name = requirement.split("==", 1)[0].strip()
-            if requirement and not requirement.startswith("-") and canonicalize_name(name) in (
-                provided
+            name, _, version = requirement.partition("==")
+            if (
+                requirement
+                and not requirement.startswith("-")
+                and host.get(canonicalize_name(name.strip())) == version.strip()
             ):
                 continue
             kept.append(line)
@@ -233,16 +256,30 @@ def probe_host(python: str) -> Host:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise HostError(f"{KEY}: the host python {python!r} failed: {last}")
-    data = json.loads(done.stdout)
+    return host_from_snapshot(json.loads(done.stdout))
+
+
+def host_from_snapshot(data: Mapping[str, Any]) -> Host:
+    """A host from its snapshot: what ``python -m ftmatrix.system_packages`` prints there."""
     return Host(
-        python=data["python"],
-        version=data["version"],
+        python=str(data["python"]),
+        version=str(data["version"]),
         site_dirs=tuple(data["site"]),
         distributions=tuple(
             HostDistribution(name=name, version=version, metadata=text or "")
             for name, version, text in data["dists"]
         ),
     )
+
+
+def main() -> None:
+    """Print this interpreter's snapshot (JSON): run it on an offline host, then give it
+    to ``ftmatrix wheelhouse --host-packages`` on a networked machine."""
+    exec(compile(_PROBE, "<ftmatrix host probe>", "exec"), {"__name__": "probe"})  # noqa: S102
+
+
+if __name__ == "__main__":
+    main()
 
 
 def link_host_site(venv_python: Path, stack: HostStack | None) -> None:
@@ -266,14 +303,14 @@ def link_host_site(venv_python: Path, stack: HostStack | None) -> None:
     (Path(purelib) / PTH_NAME).write_text("".join(f"{d}\n" for d in dirs), encoding="utf-8")
 
 
-def _write_stubs(provided: Sequence[HostDistribution], place: Path) -> None:
-    """Metadata-only wheels of ``provided`` and their constraints, written atomically."""
+def _write_stubs(dists: Sequence[HostDistribution], constraints: str, place: Path) -> None:
+    """Metadata-only wheels of ``dists`` and the constraints, written atomically."""
     place.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=".stubs-"))
     (staging / "stubs").mkdir()
-    for dist in provided:
-        _write_stub(dist, staging / "stubs")
-    constraints = "".join(f"{d.name}=={d.version}\n" for d in provided)
+    for dist in dists:
+        if dist.metadata and _valid(dist.version):  # uv would refuse the folder otherwise
+            _write_stub(dist, staging / "stubs")
     (staging / "constraints.txt").write_text(constraints, encoding="utf-8")
     try:
         staging.rename(place)
@@ -306,6 +343,14 @@ def _pin_matches(pin: str, installed: str) -> bool:
         return Version(installed) in SpecifierSet(f"=={pin}")
     except InvalidVersion:
         return pin == installed
+
+
+def _valid(version: str) -> bool:
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _minor(python: str) -> str:

@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 import tempfile
+import time
 import tomllib
 import urllib.parse
 import urllib.request
@@ -43,17 +44,20 @@ from ftmatrix.resolve import (
     conflict_summary,
     explanation_text,
     last_lines,
+    locked_requirements,
     resolve_cell,
     run_uv,
     uv_binary,
     uv_index_args,
 )
 from ftmatrix.runner import with_test_runners
-from ftmatrix.system_packages import Host, HostDistribution, HostStack, choose
+from ftmatrix.system_packages import Host, HostDistribution, HostStack, choose, host_from_snapshot
 
 MANIFEST = "ftmatrix-wheelhouse.json"
 DOWNLOAD_THREADS = 4
 RESOLVE_THREADS = 8
+# Pauses before trying a download again: the network hiccups, a wheel does not change.
+RETRY_DELAYS = (2.0, 8.0)
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)")
 _LEGACY_MANYLINUX = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
 _FIXED_PLATFORMS = {
@@ -166,6 +170,27 @@ def platform_tags(tag: str) -> list[str]:
     return tags
 
 
+def read_host_packages(path: Path, target: Target) -> Host:
+    """The target host from ``path``: its snapshot (JSON, with each distribution's
+    metadata: ``python -m ftmatrix.system_packages`` there), or its
+    ``pip list --format=freeze`` (names and versions only)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WheelhouseError(f"--host-packages {path}: {exc.strerror or exc}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            host = host_from_snapshot(json.loads(text))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise WheelhouseError(f"--host-packages {path}: not a host snapshot: {exc}") from None
+        if host.version != ".".join(target.python.split(".")[:2]):
+            raise WheelhouseError(
+                f"--host-packages {path}: the host runs Python {host.version}, not {target.python}"
+            )
+        return host
+    return target_host(read_host_freeze(path), str(path), target)
+
+
 def read_host_freeze(path: Path) -> dict[str, str]:
     """``name==version`` lines (``pip list --format=freeze`` of the target host)."""
     try:
@@ -222,51 +247,80 @@ def resolve_for_target(
     # Resolved as the runner installs it: pytest, and pytest-xdist when workers share it.
     runners = with_test_runners(cell, limits) if limits is not None else cell
     requirements = "\n".join([*runners.requirements(), *RUNNER_REQUIREMENTS]) + "\n"
-    lock = scratch / f"pylock.{cell.id}.toml"  # the only names uv writes a pylock to
-    args = [
-        "pip",
-        "compile",
-        "-",
+    common = [
         "--python-version",
         target.python,
         "--python-platform",
         target.uv_platform,
         "--only-binary",
         ":all:",
-        "--format",
-        "pylock.toml",
-        "--output-file",
-        str(lock),
         "--no-header",
         "--quiet",
         *uv_index_args(install, env),
     ]
-    if stack is not None and stack.provided:
-        constraints = scratch / f"host-constraints.{cell.id}.txt"
-        constraints.write_text(
-            "".join(f"{d.name}=={_public(d.version)}\n" for d in stack.provided), encoding="utf-8"
-        )
-        args += ["--constraint", str(constraints)]
-    done = run_uv(args, env, stdin=requirements)
+    # First the lock as the runner will resolve it on the host: the host's versions
+    # preferred (uv keeps those of an existing output file where they fit), the fixed ones
+    # constrained, from the host's own metadata where its snapshot has it; then the files
+    # of what is not the host's, each package as locked.
+    pinned = scratch / f"lock.{cell.id}.txt"
+    first = ["pip", "compile", "-", "--output-file", str(pinned), *common]
+    snapshot = stack is not None and all(d.metadata for d in stack.host.distributions)
+    if stack is not None and snapshot:
+        pinned.write_text(stack.preferences(), encoding="utf-8")
+        first += stack.resolver_args(scratch / "host")
+    elif stack is not None:
+        # Names and versions only: the fixed ones (and so their requirements) stay out of
+        # the resolution; the runner checks them on the host, against their metadata.
+        pinned.write_text(_public_lines(stack.preferences()), encoding="utf-8")
+        excluded = scratch / f"host-fixed.{cell.id}.txt"
+        excluded.write_text("".join(f"{d.name}\n" for d in stack.provided), encoding="utf-8")
+        first += ["--excludes", str(excluded)]
+    else:
+        pinned.write_text("", encoding="utf-8")
+    done = run_uv(first, env, stdin=requirements)
     if done.returncode != 0:
         explanation = done.stderr.strip()
         here = resolve_cell(cell, replace(install, system_packages=()), env)
-        if UNSATISFIABLE.search(explanation) and here.lock is None:
+        unsatisfiable = UNSATISFIABLE.search(explanation)
+        if unsatisfiable and here.lock is None:
             return CellWheels(cell=cell, uninstallable=conflict_summary(here.reason or ""))
-        why = conflict_summary(explanation_text(explanation)) if UNSATISFIABLE.search(explanation) else None
+        why = conflict_summary(explanation_text(explanation)) if unsatisfiable else None
         raise WheelhouseError(
             f"cell {cell.label} does not resolve for Python {target.python} on "
             f"{target.platform}: {why or last_lines(explanation, 1)}"
         )
-    provided = {canonicalize_name(d.name) for d in stack.provided} if stack else set()
-    wheels, from_host = [], []
-    tags = target.tags()
-    for package in tomllib.loads(lock.read_text(encoding="utf-8")).get("packages", []):
-        if canonicalize_name(package["name"]) in provided:
-            from_host.append(f"{package['name']}=={package['version']}")
-            continue
-        wheels.append(_best_wheel(package, tags, target))
-    return CellWheels(cell=cell, wheels=tuple(wheels), from_host=tuple(from_host))
+    locked = locked_requirements(pinned.read_text(encoding="utf-8"))
+    from_host = []
+    if stack is not None and not snapshot:  # excluded from the lock: name the pinned ones
+        pinned_names = {canonicalize_name(name) for name, _ in cell.pins}
+        from_host = [
+            f"{d.name}=={d.version}"
+            for d in stack.provided
+            if canonicalize_name(d.name) in pinned_names
+        ]
+    if stack is not None:
+        host = {canonicalize_name(d.name): _public(d.version) for d in stack.host.distributions}
+        fetch = []
+        for line in locked:
+            name, _, version = line.partition("==")
+            if host.get(canonicalize_name(name)) == _public(version):
+                from_host.append(line)
+            else:
+                fetch.append(line)
+        pinned.write_text("".join(f"{line}\n" for line in fetch), encoding="utf-8")
+    wheels = []
+    if locked_requirements(pinned.read_text(encoding="utf-8")):
+        lock = scratch / f"pylock.{cell.id}.toml"  # the only names uv writes a pylock to
+        files = ["pip", "compile", str(pinned), "--no-deps", "--format", "pylock.toml"]
+        done = run_uv([*files, "--output-file", str(lock), *common], env)
+        if done.returncode != 0:
+            raise WheelhouseError(f"cell {cell.label}: {last_lines(done.stderr, 1)}")
+        tags = target.tags()
+        wheels = [
+            _best_wheel(package, tags, target)
+            for package in tomllib.loads(lock.read_text(encoding="utf-8")).get("packages", [])
+        ]
+    return CellWheels(cell=cell, wheels=tuple(wheels), from_host=tuple(sorted(from_host)))
 
 
 def download(wheel: Wheel, folder: Path) -> bool:
@@ -275,15 +329,15 @@ def download(wheel: Wheel, folder: Path) -> bool:
     if path.exists() and (wheel.sha256 is None or _sha256(path) == wheel.sha256):
         return False
     partial = folder / f".{wheel.filename}.part"
-    try:
-        if wheel.url.startswith("file://"):
-            shutil.copyfile(urllib.request.url2pathname(urllib.parse.urlsplit(wheel.url).path), partial)
-        else:
-            with urllib.request.urlopen(wheel.url, timeout=120) as response, partial.open("wb") as out:
-                shutil.copyfileobj(response, out, 1 << 20)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise WheelhouseError(f"{wheel.filename}: download failed: {exc}") from None
+    for delay in (*RETRY_DELAYS, None):
+        try:
+            _fetch(wheel.url, partial)
+            break
+        except OSError as exc:  # urllib's errors included: DNS, resets, timeouts
+            partial.unlink(missing_ok=True)
+            if delay is None:
+                raise WheelhouseError(f"{wheel.filename}: download failed: {exc}") from None
+            time.sleep(delay)
     if wheel.sha256 is not None and _sha256(partial) != wheel.sha256:
         partial.unlink(missing_ok=True)
         raise WheelhouseError(f"{wheel.filename}: sha256 differs from the index's: not kept")
@@ -313,10 +367,12 @@ def build_wheelhouse(
                 "install.system-packages takes packages from the host: pass --host-packages "
                 "FILE, the output of `python -m pip list --format=freeze` on that host"
             )
-        stack = choose(
-            target_host(read_host_freeze(host_freeze), str(host_freeze), target),
-            install.system_packages,
-        )
+        stack = choose(read_host_packages(host_freeze, target), install.system_packages)
+        if stack.missing:
+            names = ", ".join(repr(n) for n in stack.missing)
+            raise WheelhouseError(
+                f"install.system-packages names {names}; {host_freeze} has no such distribution"
+            )
     resolved: list[CellWheels] = []
     uv_binary()  # located once before the threads: it reads sysconfig, not thread-safe
     with (
@@ -415,6 +471,14 @@ def _best_wheel(package: Mapping[str, Any], tags: Sequence[Tag], target: Target)
     )
 
 
+def _fetch(url: str, path: Path) -> None:
+    if url.startswith("file://"):
+        shutil.copyfile(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), path)
+        return
+    with urllib.request.urlopen(url, timeout=120) as response, path.open("wb") as out:
+        shutil.copyfileobj(response, out, 1 << 20)
+
+
 def _writable(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -438,6 +502,12 @@ def _public(version: str) -> str:
         return Version(version).public
     except InvalidVersion:
         return version
+
+
+def _public_lines(pins: str) -> str:
+    """``name==version`` lines with public versions: an index has no ``+cu130`` builds."""
+    lines = (line.partition("==") for line in pins.splitlines())
+    return "".join(f"{name}=={_public(version)}\n" for name, _, version in lines)
 
 
 def _megabytes(size: int) -> str:
