@@ -68,8 +68,8 @@ def test_unknown_keys_suggest_the_closest_name():
         "F: stratgy: unknown key; allowed: packages, python, support, strategy, exclude, "
         "include, cases, timeouts, limits, install, hardware, bisect, profiles, default-profile. "
         "Perhaps you meant 'strategy'?",
-        "F: install.find-link: unknown key; allowed: find-links, index-url, extra-index-urls. "
-        "Perhaps you meant 'find-links'?",
+        "F: install.find-link: unknown key; allowed: find-links, index-url, extra-index-urls, "
+        "system-packages. Perhaps you meant 'find-links'?",
     ]
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,9 +197,7 @@ def test_the_probe_reads_this_interpreter() -> None:
     found = probe_host(sys.executable)
     assert found.version == f"{sys.version_info.major}.{sys.version_info.minor}"
     versions = {d.name.lower(): d.version for d in found.distributions}
-    import pytest as module  # noqa: PLC0415
-
-    assert versions["pytest"] == module.__version__
+    assert versions["pytest"] == pytest.__version__
     assert any(Path(d).is_dir() for d in found.site_dirs)
 
 
@@ -222,8 +221,8 @@ def find_links() -> list[str]:
     return links
 
 
-@pytest.mark.slow
-def test_a_cell_runs_on_the_hosts_torch_without_installing_it(tmp_path: Path) -> None:
+def make_host(tmp_path: Path) -> tuple[Path, str]:
+    """A base interpreter with the CPU torch and what ftmatrix needs: the host."""
     links = find_links()
     base = tmp_path / "base"
     uv = uv_binary()
@@ -241,6 +240,34 @@ def test_a_cell_runs_on_the_hosts_torch_without_installing_it(tmp_path: Path) ->
         text=True,
         check=True,
     ).stdout.strip()
+    return base_python, host_site
+
+
+def run_matrix(base_python: Path, env: dict[str, str], tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(base_python), "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+        + ["--envdir", str(tmp_path / "envs"), "-s", "matrix"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def read_records(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    found = {}
+    for path in (out / "records").rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            found[(record["pins"]["torch"], record["case"].split("::")[-1])] = record
+    return found
+
+
+@pytest.mark.slow
+def test_a_cell_runs_on_the_hosts_torch_without_installing_it(tmp_path: Path) -> None:
+    base_python, host_site = make_host(tmp_path)
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT / "src"),
@@ -252,21 +279,8 @@ def test_a_cell_runs_on_the_hosts_torch_without_installing_it(tmp_path: Path) ->
         "FTMATRIX_TEST_HOST_SITE": host_site,
     }
     env.pop("FTMATRIX_HOST_PYTHON", None)  # the host is the interpreter running nox
-    done = subprocess.run(
-        [str(base_python), "-m", "nox", "-f", str(ROOT / "noxfile.py")]
-        + ["--envdir", str(tmp_path / "envs"), "-s", "matrix"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    found = {}
-    for path in (tmp_path / "out" / "records").rglob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            found[(record["pins"]["torch"], record["case"].split("::")[-1])] = record
+    run_matrix(base_python, env, tmp_path)
+    found = read_records(tmp_path / "out")
     ran = {case: r for (torch, case), r in found.items() if torch == "2.13.0"}
     assert {case: r["status"] for case, r in ran.items()} == {
         "test_torch_is_the_hosts": "pass",
@@ -295,3 +309,59 @@ def test_a_cell_runs_on_the_hosts_torch_without_installing_it(tmp_path: Path) ->
         "torch==2.14.1 is pinned, but install.system-packages takes torch from the host "
         f"({base_python}), which has 2.13.0+cpu"
     )
+
+
+@pytest.mark.slow
+def test_an_offline_host_runs_from_a_wheelhouse_and_its_own_torch(tmp_path: Path) -> None:
+    """The GPU host's recipe on CPU: its snapshot, a wheelhouse made with it, then its run
+    with no index, uv offline and an empty uv cache."""
+    base_python, host_site = make_host(tmp_path)
+    source = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    snapshot = tmp_path / "host.json"
+    snapshot.write_text(
+        subprocess.run(
+            [str(base_python), "-m", "ftmatrix.system_packages"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=source,
+        ).stdout
+    )
+    house = tmp_path / "wheels"
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        "packages:\n  torch: ['2.13.0']\n  six: ['1.17.0']\n"
+        f"install: {{system-packages: [torch], find-links: [{house}]}}\n"
+    )
+    made = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "wheelhouse", "--python", python]
+        + ["--platform", "manylinux_2_28_x86_64", "--host-packages", str(snapshot), str(house)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**source, "FTMATRIX_MATRIX": str(matrix)},
+    )
+    assert made.returncode == 0, made.stderr
+    assert not list(house.glob("torch-*")) and not list(house.glob("sympy-*"))
+    assert (house / "six-1.17.0-py2.py3-none-any.whl").exists()
+
+    env = {k: v for k, v in source.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update(
+        UV_OFFLINE="1",
+        UV_NO_INDEX="1",
+        UV_CACHE_DIR=str(tmp_path / "empty-uv-cache"),
+        FTMATRIX_MATRIX=str(matrix),
+        FTMATRIX_CASES=str(DATA / "host_cases"),
+        FTMATRIX_OUT=str(tmp_path / "out"),
+        FTMATRIX_RUN_ID="20261123T183000Z",
+        FTMATRIX_CACHE_DIR=str(tmp_path / "resolve"),
+        FTMATRIX_TEST_HOST_SITE=host_site,
+    )
+    run_matrix(base_python, env, tmp_path)
+    found = read_records(tmp_path / "out")
+    assert {case: r["status"] for (_, case), r in found.items()} == {
+        "test_torch_is_the_hosts": "pass",
+        "test_cpu_training_step": "pass",
+        "test_six_is_the_cells": "pass",
+    }

@@ -74,7 +74,9 @@ def test_the_hosts_freeze_pins_what_system_packages_takes(tmp_path: Path) -> Non
     stack = choose(host, ["torch", "nvidia-*"])
     assert stack.versions() == {"torch": "2.11.0+cu130", "nvidia-nccl-cu13": "2.28.3"}
     freeze.write_text("torch==2.11.0\n-e git+https://example.org/x#egg=x\n")
-    with pytest.raises(WheelhouseError, match=r"host.txt:2: '-e git\+https.*' is not name==version"):
+    with pytest.raises(
+        WheelhouseError, match=r"host.txt:2: '-e git\+https.*' is not name==version"
+    ):
         read_host_freeze(freeze)
 
 
@@ -176,7 +178,9 @@ def test_an_offline_runner_runs_a_cell_from_the_wheelhouse(tmp_path: Path) -> No
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     lines = made.stdout.splitlines()
-    assert lines[0] == f"1 cells selected; resolving each for Python {python} on manylinux_2_28_x86_64"
+    assert (
+        lines[0] == f"1 cells selected; resolving each for Python {python} on manylinux_2_28_x86_64"
+    )
     assert lines[1].startswith(f"[1/1] cpu-py{python}-six1.17.0-attrs25.3.0: 7 wheels, ")
     assert lines[-1].startswith(f"wheelhouse {house}: 7 wheels, ")
     manifest = json.loads((house / "ftmatrix-wheelhouse.json").read_text())

@@ -323,7 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     house.add_argument("folder", metavar="DIR", help="where the wheels go")
     house.add_argument("--python", required=True, help="the runner's Python, e.g. 3.12")
     house.add_argument(
-        "--platform", required=True, help="the runner's wheel platform tag, e.g. manylinux_2_28_x86_64"
+        "--platform",
+        required=True,
+        help="the runner's wheel platform tag, e.g. manylinux_2_28_x86_64",
     )
     house.add_argument(
         "--host-packages",
@@ -500,7 +502,9 @@ def _wheelhouse(
     if not cells:
         pythons = ", ".join(sorted({c.python for c in selected}))
         raise UsageError(f"--python {args.python}: no selected cell runs it (cells run {pythons})")
-    print(f"{len(cells)} cells selected; resolving each for Python {args.python} on {args.platform}")
+    print(
+        f"{len(cells)} cells selected; resolving each for Python {args.python} on {args.platform}"
+    )
     summary = build_wheelhouse(
         cells,
         matrix.install,
@@ -568,12 +572,9 @@ def dispatch(
             f"{len(grid.rows)} cells)"
         )
         return ExitCode.OK
-    if args.command == "bisect":
-        return _bisect(args, env, root=root, now=now)
-    if args.command == "autobisect":
-        return _autobisect(args, env, root=root, now=now)
-    if args.command == "wheelhouse":
-        return _wheelhouse(args, env, root=root, now=now)
+    if args.command in ("bisect", "autobisect", "wheelhouse"):
+        handler = {"bisect": _bisect, "autobisect": _autobisect, "wheelhouse": _wheelhouse}
+        return handler[args.command](args, env, root=root, now=now)
     if args.command == "ci-matrix":
         loaded = load(env, root=root, now=now)
         jobs = ci_matrix(loaded, args.cells_per_shard)

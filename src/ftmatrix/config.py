@@ -589,7 +589,9 @@ def _system_packages(checker: _Checker, raw: Any) -> tuple[str, ...]:
     names = []
     for i, name in enumerate(raw):
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9*?\[\]._-]+", name):
-            checker.add(f"{at}[{i}]", f"{name!r} is not a distribution name or glob like 'nvidia-*'")
+            checker.add(
+                f"{at}[{i}]", f"{name!r} is not a distribution name or glob like 'nvidia-*'"
+            )
             continue
         names.append(name)
     return tuple(names)

@@ -53,7 +53,7 @@ from ftmatrix.resolve import (
 from ftmatrix.status import Status
 from ftmatrix.supervise import Limits as CaseLimits
 from ftmatrix.supervise import run_cases
-from ftmatrix.system_packages import KEY, host_stack, link_host_site
+from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
 # Frameworks must never reach the model hub from a cell: everything is built offline.
 OFFLINE_ENV = {
@@ -163,17 +163,11 @@ def _run_cell(
     files.lock.write_text(resolution.lock, encoding="utf-8")
     write_atomically(files.state, json.dumps(state))
 
-    to_install, stack = files.lock, host_stack(ctx.install, ctx.env)
-    link_host_site(venv_python, stack)
-    if stack is not None:
-        # What the host provides stays out of the venv; the .pth makes it importable.
-        to_install = files.sibling(".install.txt")
-        to_install.write_text(stack.strip(resolution.lock), encoding="utf-8")
-        from_host = len(locked_requirements(resolution.lock)) - len(
-            locked_requirements(to_install.read_text(encoding="utf-8"))
-        )
-        log(f"[ftmatrix] {cell.label}: {from_host} locked packages are the host's ({KEY})")
+    to_install, stack = _take_from_host(files, resolution.lock, venv_python, ctx)
     installing = locked_requirements(to_install.read_text(encoding="utf-8"))
+    if stack is not None:
+        from_host = len(locked_requirements(resolution.lock)) - len(installing)
+        log(f"[ftmatrix] {cell.label}: {from_host} locked packages are the host's ({KEY})")
     log(f"[ftmatrix] {cell.label}: installing {len(installing)} packages")
     install = _with_retries(
         lambda: run_uv(
@@ -232,6 +226,22 @@ def _run_cell(
     log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
     write_atomically(files.done, json.dumps(state))
     return records
+
+
+def _take_from_host(
+    files: _CellFiles, lock: str, venv_python: Path, ctx: CellContext
+) -> tuple[Path, HostStack | None]:
+    """What the venv installs, and the host's packages it takes (install.system-packages).
+
+    What resolved to the host's version stays out of the venv; a .pth makes it importable.
+    """
+    stack = host_stack(ctx.install, ctx.env)
+    link_host_site(venv_python, stack)
+    if stack is None:
+        return files.lock, None
+    to_install = files.sibling(".install.txt")
+    to_install.write_text(stack.strip(lock), encoding="utf-8")
+    return to_install, stack
 
 
 def _complete_with_its_lock(files: _CellFiles, ctx: CellContext) -> bool:

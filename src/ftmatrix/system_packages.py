@@ -133,7 +133,8 @@ class HostStack:
             return Status.INSTALL_ERROR, f"{KEY} names {names}; {where} has no such distribution"
         if _minor(cell.python) != self.host.version:
             return Status.UNINSTALLABLE, (
-                f"{KEY}: the cell's Python {cell.python} is not {where}'s Python {self.host.version}"
+                f"{KEY}: the cell's Python {cell.python} is not "
+                f"{where}'s Python {self.host.version}"
             )
         have = {canonicalize_name(d.name): d for d in self.provided}
         for package, version in cell.pins:
@@ -167,7 +168,12 @@ class HostStack:
         place = folder / digest
         if not (place / "constraints.txt").exists():
             _write_stubs(self.host.distributions, self.constraints(), place)
-        return ["--constraint", str(place / "constraints.txt"), "--find-links", str(place / "stubs")]
+        return [
+            "--constraint",
+            str(place / "constraints.txt"),
+            "--find-links",
+            str(place / "stubs"),
+        ]
 
     def strip(self, lock: str) -> str:
         """The lock without what resolved to the host's version: what the venv installs."""
@@ -240,7 +246,9 @@ def choose(host: Host, patterns: Sequence[str]) -> HostStack:
         if any(fnmatch.fnmatchcase(canonicalize_name(d.name), w) for w in wanted)
     ]
     names = {canonicalize_name(d.name) for d in host.distributions}
-    missing = [p for p, w in zip(patterns, wanted, strict=True) if not _is_glob(p) and w not in names]
+    missing = [
+        p for p, w in zip(patterns, wanted, strict=True) if not _is_glob(p) and w not in names
+    ]
     return HostStack(host=host, provided=tuple(provided), missing=tuple(missing))
 
 
@@ -275,7 +283,7 @@ def host_from_snapshot(data: Mapping[str, Any]) -> Host:
 def main() -> None:
     """Print this interpreter's snapshot (JSON): run it on an offline host, then give it
     to ``ftmatrix wheelhouse --host-packages`` on a networked machine."""
-    exec(compile(_PROBE, "<ftmatrix host probe>", "exec"), {"__name__": "probe"})  # noqa: S102
+    exec(compile(_PROBE, "<ftmatrix host probe>", "exec"), {"__name__": "probe"})
 
 
 if __name__ == "__main__":
@@ -359,4 +367,3 @@ def _minor(python: str) -> str:
 
 def _is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
-

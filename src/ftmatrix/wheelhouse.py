@@ -230,23 +230,23 @@ def resolve_for_target(
     install: InstallOptions,
     env: Mapping[str, str],
     target: Target,
+    *,
     stack: HostStack | None,
     scratch: Path,
     limits: Limits | None = None,
 ) -> CellWheels:
     """The wheels ``cell`` needs on ``target``; WheelhouseError if it resolves here only.
 
-    A cell the resolver proves uninstallable on this machine too needs no wheels: the
-    offline runner records it ``uninstallable`` as any runner would.
+    First the lock as the runner will resolve it on the host, then the files of what is
+    not the host's, each package as locked. A cell the resolver proves uninstallable on
+    this machine too needs no wheels: the offline runner records it ``uninstallable`` as
+    any runner would.
     """
     cell = replace(cell, python=target.python)
     if stack is not None:
         refused = stack.refusal(cell)
         if refused is not None:
             return CellWheels(cell=cell, uninstallable=refused[1])
-    # Resolved as the runner installs it: pytest, and pytest-xdist when workers share it.
-    runners = with_test_runners(cell, limits) if limits is not None else cell
-    requirements = "\n".join([*runners.requirements(), *RUNNER_REQUIREMENTS]) + "\n"
     common = [
         "--python-version",
         target.python,
@@ -258,26 +258,16 @@ def resolve_for_target(
         "--quiet",
         *uv_index_args(install, env),
     ]
-    # First the lock as the runner will resolve it on the host: the host's versions
-    # preferred (uv keeps those of an existing output file where they fit), the fixed ones
-    # constrained, from the host's own metadata where its snapshot has it; then the files
-    # of what is not the host's, each package as locked.
     pinned = scratch / f"lock.{cell.id}.txt"
-    first = ["pip", "compile", "-", "--output-file", str(pinned), *common]
-    snapshot = stack is not None and all(d.metadata for d in stack.host.distributions)
-    if stack is not None and snapshot:
-        pinned.write_text(stack.preferences(), encoding="utf-8")
-        first += stack.resolver_args(scratch / "host")
-    elif stack is not None:
-        # Names and versions only: the fixed ones (and so their requirements) stay out of
-        # the resolution; the runner checks them on the host, against their metadata.
-        pinned.write_text(_public_lines(stack.preferences()), encoding="utf-8")
-        excluded = scratch / f"host-fixed.{cell.id}.txt"
-        excluded.write_text("".join(f"{d.name}\n" for d in stack.provided), encoding="utf-8")
-        first += ["--excludes", str(excluded)]
-    else:
-        pinned.write_text("", encoding="utf-8")
-    done = run_uv(first, env, stdin=requirements)
+    # Resolved as the runner installs it: pytest, and pytest-xdist when workers share it.
+    runners = with_test_runners(cell, limits) if limits is not None else cell
+    requirements = "\n".join([*runners.requirements(), *RUNNER_REQUIREMENTS]) + "\n"
+    done = run_uv(
+        ["pip", "compile", "-", "--output-file", str(pinned), *common]
+        + _host_args(stack, pinned, scratch / cell.id),
+        env,
+        stdin=requirements,
+    )
     if done.returncode != 0:
         explanation = done.stderr.strip()
         here = resolve_cell(cell, replace(install, system_packages=()), env)
@@ -289,38 +279,67 @@ def resolve_for_target(
             f"cell {cell.label} does not resolve for Python {target.python} on "
             f"{target.platform}: {why or last_lines(explanation, 1)}"
         )
-    locked = locked_requirements(pinned.read_text(encoding="utf-8"))
+    fetch, from_host = _split_host(cell, stack, locked_requirements(pinned.read_text("utf-8")))
+    if not fetch:
+        return CellWheels(cell=cell, from_host=from_host)
+    pinned.write_text("".join(f"{line}\n" for line in fetch), encoding="utf-8")
+    lock = scratch / f"pylock.{cell.id}.toml"  # the only names uv writes a pylock to
+    files = ["pip", "compile", str(pinned), "--no-deps", "--format", "pylock.toml"]
+    done = run_uv([*files, "--output-file", str(lock), *common], env)
+    if done.returncode != 0:
+        raise WheelhouseError(f"cell {cell.label}: {last_lines(done.stderr, 1)}")
+    tags = target.tags()
+    packages = tomllib.loads(lock.read_text(encoding="utf-8")).get("packages", [])
+    wheels = tuple(_best_wheel(package, tags, target) for package in packages)
+    return CellWheels(cell=cell, wheels=wheels, from_host=from_host)
+
+
+def _host_args(stack: HostStack | None, output: Path, place: Path) -> list[str]:
+    """uv arguments (and the output file's preferences) for resolving on the host.
+
+    The host's versions are preferred (uv keeps those of an existing output file where
+    they fit) and the fixed ones constrained, from the host's own metadata where its
+    snapshot has it. A freeze has names and versions only: then the fixed ones, and so
+    their requirements, stay out of the resolution, and the host checks them.
+    """
+    if stack is None:
+        output.write_text("", encoding="utf-8")
+        return []
+    if _has_metadata(stack):
+        output.write_text(stack.preferences(), encoding="utf-8")
+        return stack.resolver_args(place.parent / "host")
+    output.write_text(_public_lines(stack.preferences()), encoding="utf-8")
+    excluded = place.with_name(f"host-fixed.{place.name}.txt")
+    excluded.write_text("".join(f"{d.name}\n" for d in stack.provided), encoding="utf-8")
+    return ["--excludes", str(excluded)]
+
+
+def _split_host(
+    cell: Cell, stack: HostStack | None, locked: Sequence[str]
+) -> tuple[list[str], tuple[str, ...]]:
+    """The locked lines to download, and those the host provides (at its version)."""
+    if stack is None:
+        return list(locked), ()
     from_host = []
-    if stack is not None and not snapshot:  # excluded from the lock: name the pinned ones
-        pinned_names = {canonicalize_name(name) for name, _ in cell.pins}
+    if not _has_metadata(stack):  # the fixed ones are not in the lock: name those pinned
+        pinned = {canonicalize_name(name) for name, _ in cell.pins}
         from_host = [
-            f"{d.name}=={d.version}"
-            for d in stack.provided
-            if canonicalize_name(d.name) in pinned_names
+            f"{d.name}=={d.version}" for d in stack.provided if canonicalize_name(d.name) in pinned
         ]
-    if stack is not None:
-        host = {canonicalize_name(d.name): _public(d.version) for d in stack.host.distributions}
-        fetch = []
-        for line in locked:
-            name, _, version = line.partition("==")
-            if host.get(canonicalize_name(name)) == _public(version):
-                from_host.append(line)
-            else:
-                fetch.append(line)
-        pinned.write_text("".join(f"{line}\n" for line in fetch), encoding="utf-8")
-    wheels = []
-    if locked_requirements(pinned.read_text(encoding="utf-8")):
-        lock = scratch / f"pylock.{cell.id}.toml"  # the only names uv writes a pylock to
-        files = ["pip", "compile", str(pinned), "--no-deps", "--format", "pylock.toml"]
-        done = run_uv([*files, "--output-file", str(lock), *common], env)
-        if done.returncode != 0:
-            raise WheelhouseError(f"cell {cell.label}: {last_lines(done.stderr, 1)}")
-        tags = target.tags()
-        wheels = [
-            _best_wheel(package, tags, target)
-            for package in tomllib.loads(lock.read_text(encoding="utf-8")).get("packages", [])
-        ]
-    return CellWheels(cell=cell, wheels=tuple(wheels), from_host=tuple(sorted(from_host)))
+    host = {canonicalize_name(d.name): _public(d.version) for d in stack.host.distributions}
+    fetch = []
+    for line in locked:
+        name, _, version = line.partition("==")
+        if host.get(canonicalize_name(name)) == _public(version):
+            from_host.append(line)
+        else:
+            fetch.append(line)
+    return fetch, tuple(sorted(from_host))
+
+
+def _has_metadata(stack: HostStack) -> bool:
+    """From a host snapshot (with metadata), not a freeze (names and versions)."""
+    return all(d.metadata for d in stack.host.distributions)
 
 
 def download(wheel: Wheel, folder: Path) -> bool:
@@ -381,7 +400,9 @@ def build_wheelhouse(
     ):
         # uv waits on the index most of the time: cells resolve side by side.
         answers = pool.map(
-            lambda c: resolve_for_target(c, install, env, target, stack, Path(scratch), limits),
+            lambda c: resolve_for_target(
+                c, install, env, target, stack=stack, scratch=Path(scratch), limits=limits
+            ),
             cells,
         )
         for number, need in enumerate(answers, start=1):
