@@ -14,6 +14,7 @@ K=ci/gpu-host G=.gpu DL=${DL:-/tmp/gpu-host-downloads} PY=${PYTHON:-python3}
 X=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$X")"
 grep -qx '/.gpu/' "$X" 2>/dev/null || echo '/.gpu/' >> "$X"
 rm -rf $G && mkdir -p $G/tools $G/wheels $DL/tools
+export UV_CONSTRAINT=$PWD/$K/constraints.txt   # run.sh resolves with the same
 ftm() { PYTHONPATH=$PWD/src $PY -m ftmatrix "$@"; }
 # 1. Every wheel the cells need for Python 3.12 on manylinux x86_64, less what the host has.
 for m in gpu-seed gpu-now; do
@@ -38,6 +39,6 @@ get() { $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.
 for s in nox==2026.10.20 argcomplete==3.7.2 colorlog==6.12.0 dependency_groups==1.3.2 \
          python_discovery==1.9.5 platformdirs==4.14.7; do cp "$(get $s)" $G/tools/; done
 U=$(get uv==0.13.9); unzip -p "$U" 'uv-0.13.9.data/scripts/uv' | xz -6 -T1 > $G/tools/uv.xz
-cp $K/gpu-seed.yaml $K/gpu-now.yaml $K/run.sh $G/
+cp $K/gpu-seed.yaml $K/gpu-now.yaml $K/run.sh $K/constraints.txt $G/
 du -sb $G $G/tools $G/wheels
 [ "$(du -sb $G | cut -f1)" -lt 62000000 ] || { echo ".gpu/ is over 62 MB: too big to copy along"; exit 1; }
