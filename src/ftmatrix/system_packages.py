@@ -182,10 +182,12 @@ class HostStack:
         for line in lock.splitlines():
             requirement = line.split("#", 1)[0].strip()
             name, _, version = requirement.partition("==")
+            installed = host.get(canonicalize_name(name.strip()))
             if (
                 requirement
                 and not requirement.startswith("-")
-                and host.get(canonicalize_name(name.strip())) == version.strip()
+                and installed is not None
+                and same_version(installed, version.strip())
             ):
                 continue
             kept.append(line)
@@ -343,6 +345,14 @@ def _write_stub(dist: HostDistribution, folder: Path) -> None:
     with zipfile.ZipFile(folder / f"{name}-{dist.version}-py3-none-any.whl", "w") as wheel:
         for path, data in files.items():
             wheel.writestr(path, data)
+
+
+def same_version(one: str, other: str) -> bool:
+    """Equal as PEP 440 versions (uv prints ``2023.1`` for an installed ``2023.01``)."""
+    try:
+        return Version(one) == Version(other)
+    except InvalidVersion:
+        return one == other
 
 
 def _pin_matches(pin: str, installed: str) -> bool:

@@ -51,7 +51,14 @@ from ftmatrix.resolve import (
     uv_index_args,
 )
 from ftmatrix.runner import with_test_runners
-from ftmatrix.system_packages import Host, HostDistribution, HostStack, choose, host_from_snapshot
+from ftmatrix.system_packages import (
+    Host,
+    HostDistribution,
+    HostStack,
+    choose,
+    host_from_snapshot,
+    same_version,
+)
 
 MANIFEST = "ftmatrix-wheelhouse.json"
 DOWNLOAD_THREADS = 4
@@ -330,7 +337,8 @@ def _split_host(
     fetch = []
     for line in locked:
         name, _, version = line.partition("==")
-        if host.get(canonicalize_name(name)) == _public(version):
+        installed = host.get(canonicalize_name(name))
+        if installed is not None and same_version(installed, _public(version)):
             from_host.append(line)
         else:
             fetch.append(line)
