@@ -33,6 +33,7 @@ from ftmatrix.report import write_report
 from ftmatrix.runner import CellContext, current_python, run_cell
 from ftmatrix.selectors import check_released
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
+from ftmatrix.system_packages import venv_interpreter
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -56,7 +57,15 @@ if LOADED is not None:
     BY_LABEL = {cell.label: cell for cell in LOADED.selected}
     # Parameters are labels, not Cell objects: nox's parallel mode hands them to
     # child processes as JSON.
-    CELLS = [nox.param(cell.python, cell.label, id=cell.label) for cell in LOADED.selected]
+    # A cell that takes the host's packages gets its venv from the host interpreter.
+    CELLS = [
+        nox.param(
+            venv_interpreter(LOADED.matrix.install, os.environ, cell.python),
+            cell.label,
+            id=cell.label,
+        )
+        for cell in LOADED.selected
+    ]
     PROGRESS = Progress(len(LOADED.selected), sys.stdout, live=sys.stdout.isatty())
 else:
     BY_LABEL = {}
@@ -163,6 +172,18 @@ def autobisect(session: nox.Session) -> None:
     code = main(["autobisect", *session.posargs])
     if code:
         session.error(f"autobisect ended with exit code {code}")
+
+
+@nox.session(python=False)
+def wheelhouse(session: nox.Session) -> None:
+    """Download the wheels the selected cells need, for an offline runner.
+
+    ``nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 DIR``
+    (``--host-packages FREEZE`` where install.system-packages takes the host's).
+    """
+    code = main(["wheelhouse", *session.posargs])
+    if code:
+        session.error(f"wheelhouse ended with exit code {code}")
 
 
 @nox.session

@@ -69,8 +69,8 @@ def test_unknown_keys_suggest_the_closest_name():
         "include, cases, timeouts, limits, install, hardware, bisect, probe-caps, profiles, "
         "default-profile. "
         "Perhaps you meant 'strategy'?",
-        "F: install.find-link: unknown key; allowed: find-links, index-url, extra-index-urls. "
-        "Perhaps you meant 'find-links'?",
+        "F: install.find-link: unknown key; allowed: find-links, index-url, extra-index-urls, "
+        "system-packages. Perhaps you meant 'find-links'?",
     ]
 
 

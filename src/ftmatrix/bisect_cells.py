@@ -23,6 +23,7 @@ from ftmatrix.plan import Cell
 from ftmatrix.records import WHOLE_CELL, write_atomically
 from ftmatrix.resolve import uv_binary
 from ftmatrix.runner import CellContext, current_python, run_cell
+from ftmatrix.system_packages import venv_interpreter
 
 Log = Callable[[str], None]
 
@@ -105,7 +106,9 @@ def run_bisect(
         venv = home / "envs" / cell.id
         if not (venv / "bin" / "python").exists():
             subprocess.run(
-                [uv_binary(), "venv", "--quiet", "--python", python, str(venv)],
+                # From the host interpreter where the cell takes the host's packages.
+                [uv_binary(), "venv", "--quiet", "--python"]
+                + [venv_interpreter(matrix.install, env, python), str(venv)],
                 env=dict(env),
                 check=True,
             )

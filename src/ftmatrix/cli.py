@@ -10,6 +10,7 @@ import argparse
 import enum
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,8 @@ from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 from ftmatrix.status import Status
 from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
+from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
+from ftmatrix.wheelhouse import Target, WheelhouseError, build_wheelhouse, summary_line
 
 
 class ExitCode(enum.IntEnum):
@@ -64,6 +67,7 @@ class ExitCode(enum.IntEnum):
     CONFIG = 3
     PLAN = 4
     BISECT = 5  # the ends given do not bracket a change
+    WHEELHOUSE = 6  # a cell does not resolve for the platform, a download fails, DIR unwritable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -407,6 +411,9 @@ def run_nox(loaded: Loaded, env: Mapping[str, str], extra: Sequence[str]) -> int
     sessions = [f"matrix({cell.label})" for cell in loaded.selected]
     command = [*nox.split(), "-f", str(_noxfile()), "-s", *sessions, *extra]
     child_env = {**env, "FTMATRIX_RUN_ID": loaded.settings.run_id}
+    if loaded.matrix.install.system_packages:
+        # The host is this interpreter, whichever Python the nox found on PATH runs on.
+        child_env.setdefault(HOST_PYTHON_VARIABLE, sys.executable)
     return subprocess.run(command, env=child_env, check=False).returncode
 
 
@@ -487,6 +494,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the GitHub Actions job matrix (one job per hardware class and shard)",
     )
     ci.add_argument("--cells-per-shard", type=int, default=8, metavar="N")
+    house = sub.add_parser(
+        "wheelhouse",
+        help="download every wheel the selected cells need, for an offline runner",
+        description="Resolve each selected cell for --python on --platform and download "
+        "the wheels into DIR (with a manifest); an offline runner then runs the cells with "
+        "install.find-links: [DIR] and UV_OFFLINE=1.",
+    )
+    house.add_argument("folder", metavar="DIR", help="where the wheels go")
+    house.add_argument("--python", required=True, help="the runner's Python, e.g. 3.12")
+    house.add_argument(
+        "--platform",
+        required=True,
+        help="the runner's wheel platform tag, e.g. manylinux_2_28_x86_64",
+    )
+    house.add_argument(
+        "--host-packages",
+        metavar="FILE",
+        help="`pip list --format=freeze` of the runner's host: what install.system-packages "
+        "takes from it is pinned to those versions and not downloaded",
+    )
+    house.add_argument("--matrix", help="matrix file (default: matrix.yaml)")
+    house.add_argument("--profile", help="profile to apply")
+    house.add_argument("--select", action="append", default=[], metavar="GLOB")
     report = sub.add_parser("report", help="build the report from the records that exist")
     report.add_argument("--out", help="reports folder (default: reports/)")
     return parser
@@ -635,6 +665,41 @@ def _keep_finding(job: AutoJob, document: dict[str, Any], out: Path, store: Path
     save_finding(store, document)
 
 
+def _wheelhouse(
+    args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now: datetime
+) -> int:
+    """Plan the matrix for the runner's Python, then gather the wheels of its cells."""
+    if not re.fullmatch(r"3\.\d+", args.python):
+        raise UsageError(f"--python {args.python!r}: expected a version such as 3.12")
+    target = Target(python=args.python, platform=args.platform)
+    target.uv_platform  # noqa: B018 -- an unknown platform is an error before any work
+    settings = Settings.from_env(env, root=root, now=now)
+    # Cells with no python of their own run on the runner's, as they will there.
+    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=args.python)
+    if any(axis.selector for axis in matrix.packages):
+        matrix = resolve_selectors(matrix, index_releases(matrix, env))
+    selected = select_cells(plan_cells(matrix).cells, [*settings.select, *args.select])
+    cells = [c for c in selected if c.python == args.python]
+    if not cells:
+        pythons = ", ".join(sorted({c.python for c in selected}))
+        raise UsageError(f"--python {args.python}: no selected cell runs it (cells run {pythons})")
+    print(
+        f"{len(cells)} cells selected; resolving each for Python {args.python} on {args.platform}"
+    )
+    summary = build_wheelhouse(
+        cells,
+        matrix.install,
+        env,
+        target,
+        Path(args.folder),
+        limits=matrix.limits,
+        host_freeze=Path(args.host_packages) if args.host_packages else None,
+        describe={"matrix": matrix.source, "profile": matrix.profile},
+    )
+    print(summary_line(summary))
+    return ExitCode.OK
+
+
 class UsageError(Exception):
     """Arguments that cannot be used as given."""
 
@@ -646,6 +711,7 @@ FATAL_ERRORS: tuple[tuple[type[Exception], ExitCode], ...] = (
     (BisectError, ExitCode.BISECT),
     (SettingsError, ExitCode.USAGE),
     (UsageError, ExitCode.USAGE),
+    (WheelhouseError, ExitCode.WHEELHOUSE),
 )
 
 
@@ -687,10 +753,9 @@ def dispatch(
             f"{len(grid.rows)} cells)"
         )
         return ExitCode.OK
-    if args.command == "bisect":
-        return _bisect(args, env, root=root, now=now)
-    if args.command == "autobisect":
-        return _autobisect(args, env, root=root, now=now)
+    if args.command in ("bisect", "autobisect", "wheelhouse"):
+        handler = {"bisect": _bisect, "autobisect": _autobisect, "wheelhouse": _wheelhouse}
+        return handler[args.command](args, env, root=root, now=now)
     if args.command == "ci-matrix":
         loaded = load(env, root=root, now=now)
         jobs = ci_matrix(loaded, args.cells_per_shard)

@@ -8,6 +8,7 @@ anything is installed.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,7 @@ TOP_LEVEL_KEYS = (
     "default-profile",
 )
 PROFILE_KEYS = tuple(k for k in TOP_LEVEL_KEYS if k not in ("profiles", "default-profile"))
-INSTALL_KEYS = ("find-links", "index-url", "extra-index-urls")
+INSTALL_KEYS = ("find-links", "index-url", "extra-index-urls", "system-packages")
 TIMEOUT_KEYS = ("case", "cell")
 LIMIT_KEYS = ("memory-gib", "workers")
 HARDWARE_KEYS = ("runs-on", "gpus")
@@ -122,13 +123,19 @@ class InstallOptions:
     find_links: tuple[str, ...] = ()
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
+    # The host's own distributions the cell takes as installed (system_packages.py):
+    # ("*",) for `true`, names or globs for a list, () for none.
+    system_packages: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "find-links": list(self.find_links),
             "index-url": self.index_url,
             "extra-index-urls": list(self.extra_index_urls),
         }
+        if self.system_packages:
+            data["system-packages"] = list(self.system_packages)
+        return data
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -566,8 +573,36 @@ def _install(checker: _Checker, raw: Any) -> InstallOptions:
         checker.add("install.index-url", f"must be a URL or null, got {index_url!r}")
         return InstallOptions()
     return InstallOptions(
-        find_links=tuple(find_links), index_url=index_url, extra_index_urls=tuple(extra)
+        find_links=tuple(find_links),
+        index_url=index_url,
+        extra_index_urls=tuple(extra),
+        system_packages=_system_packages(checker, raw.get("system-packages", False)),
     )
+
+
+def _system_packages(checker: _Checker, raw: Any) -> tuple[str, ...]:
+    """``install.system-packages``: true (all of the host's), false, or names/globs."""
+    at = "install.system-packages"
+    if raw is True:
+        return ("*",)
+    if raw is False or raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        checker.add(
+            at,
+            f"must be true, false or a list of distribution names such as "
+            f"[torch, triton, 'nvidia-*'], got {raw!r}",
+        )
+        return ()
+    names = []
+    for i, name in enumerate(raw):
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9*?\[\]._-]+", name):
+            checker.add(
+                f"{at}[{i}]", f"{name!r} is not a distribution name or glob like 'nvidia-*'"
+            )
+            continue
+        names.append(name)
+    return tuple(names)
 
 
 def _bisect(checker: _Checker, raw: Any) -> BisectOptions:

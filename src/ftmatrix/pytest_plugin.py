@@ -397,6 +397,7 @@ class _Recorder:
             hardware_class=self.cell["hardware"],
             runner_labels=tuple(self.cell.get("runner_labels", ())),
             packages=self.packages,
+            host_packages=self.cell.get("host_packages", {}),
             hardware=self.hardware,
             beyond_cap=self.cell.get("beyond_cap"),
             **fields,

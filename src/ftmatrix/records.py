@@ -46,6 +46,11 @@ FIELDS: dict[str, tuple[str | list[str], str]] = {
     "python": ("string", "Python version of the cell."),
     "pins": ("object", "Requested pins: package -> version, null for 'not installed'."),
     "packages": ("object", "Every distribution installed in the cell: name -> version."),
+    "host_packages": (
+        "object",
+        "Those of `packages` the cell took from the host (install.system-packages): "
+        "name -> version.",
+    ),
     "hardware_class": ("string", "The matrix hardware class the cell was planned for."),
     "hardware": ("object", "Fingerprint of the machine: CPU, GPUs, driver, CUDA."),
     "runner_labels": ("array", "Labels of the CI runner, if any."),
@@ -90,6 +95,7 @@ class Record:
     duration: float = 0.0
     lock_id: str | None = None
     packages: Mapping[str, str] = field(default_factory=dict)
+    host_packages: Mapping[str, str] = field(default_factory=dict)
     hardware: Mapping[str, Any] = field(default_factory=dict)
     runner_labels: tuple[str, ...] = ()
     reason: str | None = None
@@ -109,6 +115,7 @@ class Record:
         data["status"] = self.status.value
         data["pins"] = dict(self.pins)
         data["packages"] = dict(self.packages)
+        data["host_packages"] = dict(self.host_packages)
         data["hardware"] = dict(self.hardware)
         data["runner_labels"] = list(self.runner_labels)
         data["metrics"] = dict(self.metrics)
@@ -137,6 +144,7 @@ _OPTIONAL_FIELDS = frozenset(
         "duration",
         "lock_id",
         "packages",
+        "host_packages",
         "hardware",
         "runner_labels",
         "reason",

@@ -686,7 +686,10 @@ def _failure(record: Record) -> str:
     ]
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts if v)
     message = record.message or record.reason or ""
-    packages = ", ".join(f"{k}=={v}" for k, v in record.packages.items())
+    packages = ", ".join(
+        f"{k}=={v}" + (" (host)" if k in record.host_packages else "")
+        for k, v in record.packages.items()
+    )
     traceback = (
         f"<details><summary>traceback</summary><pre>{escape(record.traceback)}</pre></details>"
         if record.traceback

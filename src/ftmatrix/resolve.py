@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ftmatrix.config import InstallOptions
 from ftmatrix.plan import Cell
 from ftmatrix.records import write_atomically
 from ftmatrix.status import Status
+from ftmatrix.system_packages import HostError, host_note, host_stack
 
 # The test runner every cell gets besides its pins.
 RUNNER_REQUIREMENTS = ("pytest",)
@@ -67,6 +69,18 @@ def resolve_cell(
         "--quiet",
         *uv_index_args(install, env),
     ]
+    stack = None
+    if install.system_packages:
+        try:
+            stack = host_stack(install, env)
+        except HostError as exc:
+            return Resolution(lock=None, status=Status.INSTALL_ERROR, reason=str(exc))
+        assert stack is not None
+        refused = stack.refusal(cell)
+        if refused is not None:
+            return Resolution(lock=None, status=refused[0], reason=refused[1])
+        # Content-addressed paths: the host's versions are part of the cache key.
+        args += stack.resolver_args(cache_dir(env) / "host")
     ttl = float(env.get("FTMATRIX_RESOLVE_TTL", DEFAULT_TTL_SECONDS))
     overrides = "".join(f"{line}\n" for line in cell.overrides)
     key = _cache_key(requirements + overrides, args, env)
@@ -76,7 +90,10 @@ def resolve_cell(
     if overrides:
         # A cap probe: uv's overrides replace every declared requirement on the package.
         args += ["--override", str(overrides_file(overrides, env))]
-    result = run_uv(args, env, stdin=requirements)
+    if stack is not None:
+        result = _compile_preferring(args, env, requirements, stack.preferences())
+    else:
+        result = run_uv(args, env, stdin=requirements)
     if result.returncode == 0:
         answer = Resolution(lock=result.stdout, status=None, reason=None)
     else:
@@ -86,12 +103,27 @@ def resolve_cell(
             return Resolution(
                 lock=None, status=Status.INSTALL_ERROR, reason=last_lines(explanation)
             )
-        answer = Resolution(
-            lock=None, status=Status.UNINSTALLABLE, reason=_resolver_reason(explanation)
-        )
+        reason = _resolver_reason(explanation)
+        if stack is not None:
+            reason += host_note(stack, reason)
+        answer = Resolution(lock=None, status=Status.UNINSTALLABLE, reason=reason)
     if ttl > 0:
         _store(key, env, answer, now())
     return answer
+
+
+def _compile_preferring(
+    args: list[str], env: Mapping[str, str], requirements: str, preferred: str
+) -> subprocess.CompletedProcess[str]:
+    """``uv pip compile`` preferring ``preferred`` versions: uv keeps the versions of an
+    existing output file where they fit, so the output file starts as them."""
+    with tempfile.TemporaryDirectory(prefix="ftmatrix-resolve-") as scratch:
+        output = Path(scratch) / "lock.txt"
+        output.write_text(preferred, encoding="utf-8")
+        result = run_uv([*args, "--output-file", str(output)], env, stdin=requirements)
+        if result.returncode == 0:
+            result.stdout = output.read_text(encoding="utf-8")
+        return result
 
 
 DEFAULT_TTL_SECONDS = 6 * 3600
@@ -105,6 +137,7 @@ RESOLVER_ENV = (
     "UV_INDEX_STRATEGY",
     "UV_PRERELEASE",
     "UV_TORCH_BACKEND",
+    "UV_CONSTRAINT",
 )
 
 
@@ -177,6 +210,11 @@ def uv_index_args(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
     for url in dict.fromkeys(extras):
         args += ["--extra-index-url", url]
     return args
+
+
+def explanation_text(stderr: str) -> str:
+    """uv's 'No solution found' output as plain lines: the resolver's own explanation."""
+    return _resolver_reason(stderr)
 
 
 def _resolver_reason(stderr: str) -> str:

@@ -55,6 +55,7 @@ from ftmatrix.resolve import (
 from ftmatrix.status import Status
 from ftmatrix.supervise import Limits as CaseLimits
 from ftmatrix.supervise import run_cases
+from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
 # Frameworks must never reach the model hub from a cell: everything is built offline.
 OFFLINE_ENV = {
@@ -164,22 +165,10 @@ def _run_cell(
     files.lock.write_text(resolution.lock, encoding="utf-8")
     write_atomically(files.state, json.dumps(state))
 
-    log(f"[ftmatrix] {cell.label}: installing {len(locked_requirements(resolution.lock))} packages")
-    install = _with_retries(
-        lambda: run_uv(
-            ["pip", "sync", "--python", str(venv_python), str(files.lock)]
-            + uv_index_args(ctx.install, ctx.env),
-            ctx.env,
-        ),
-        lambda p: p.returncode != 0 and bool(TRANSIENT.search(p.stderr)),
-        ctx,
-        log,
-    )
-    if install.returncode != 0:
-        reason = redact(last_lines(install.stderr), ctx.env)
-        log(f"[ftmatrix] {cell.label}: install-error: {reason}")
+    stack, installing, failure = _install(files, resolution.lock, venv_python, cell, ctx, log=log)
+    if failure is not None:
         return _finish_whole_cell(
-            files, cell, ctx, Status.INSTALL_ERROR, started, reason=reason, done=False
+            files, cell, ctx, Status.INSTALL_ERROR, started, reason=failure, done=False
         )
 
     cell_info = {
@@ -188,6 +177,8 @@ def _run_cell(
         "run_id": ctx.run_id,
         "runner_labels": list(ctx.runner_labels),
     }
+    if stack is not None:
+        cell_info["host_packages"] = stack.visible(installing)
     write_atomically(files.cell_info, json.dumps(cell_info))
     command, targets = pytest_command(venv_python, files.cell_info, path, ctx)
     fingerprint = probe_hardware(ctx.env)
@@ -227,6 +218,33 @@ def _run_cell(
     return records
 
 
+def _install(
+    files: _CellFiles, lock: str, venv_python: Path, cell: Cell, ctx: CellContext, *, log: Log
+) -> tuple[HostStack | None, list[str], str | None]:
+    """Sync the venv to ``lock``: the host's stack, what was installed, why it failed (or None)."""
+    to_install, stack = _take_from_host(files, lock, venv_python, ctx)
+    installing = locked_requirements(to_install.read_text(encoding="utf-8"))
+    if stack is not None:
+        from_host = len(locked_requirements(lock)) - len(installing)
+        log(f"[ftmatrix] {cell.label}: {from_host} locked packages are the host's ({KEY})")
+    log(f"[ftmatrix] {cell.label}: installing {len(installing)} packages")
+    install = _with_retries(
+        lambda: run_uv(
+            ["pip", "sync", "--python", str(venv_python), str(to_install)]
+            + uv_index_args(ctx.install, ctx.env),
+            ctx.env,
+        ),
+        lambda p: p.returncode != 0 and bool(TRANSIENT.search(p.stderr)),
+        ctx,
+        log,
+    )
+    if install.returncode != 0:
+        reason = redact(last_lines(install.stderr), ctx.env)
+        log(f"[ftmatrix] {cell.label}: install-error: {reason}")
+        return stack, installing, reason
+    return stack, installing, None
+
+
 def cell_workdir(out_dir: Path, run_id: str, cell_id: str) -> Path:
     """The working directory of a cell's pytest, its own: what cases write there stays apart.
 
@@ -235,6 +253,22 @@ def cell_workdir(out_dir: Path, run_id: str, cell_id: str) -> Path:
     ``*.jsonl`` files are all read as records. Removed once the cell is done.
     """
     return (out_dir / "work" / run_id / cell_id).resolve()
+
+
+def _take_from_host(
+    files: _CellFiles, lock: str, venv_python: Path, ctx: CellContext
+) -> tuple[Path, HostStack | None]:
+    """What the venv installs, and the host's packages it takes (install.system-packages).
+
+    What resolved to the host's version stays out of the venv; a .pth makes it importable.
+    """
+    stack = host_stack(ctx.install, ctx.env)
+    link_host_site(venv_python, stack)
+    if stack is None:
+        return files.lock, None
+    to_install = files.sibling(".install.txt")
+    to_install.write_text(stack.strip(lock), encoding="utf-8")
+    return to_install, stack
 
 
 def _complete_with_its_lock(files: _CellFiles, ctx: CellContext) -> bool:

@@ -21,7 +21,10 @@ ENV_VARS = {
     "FTMATRIX_SELECT": "Comma-separated globs: only cells whose label matches one.",
     "FTMATRIX_SHARD": "Run only shard I of N (`I/N`, 1-based), balanced by past durations.",
     "FTMATRIX_RESOLVE_TTL": "Seconds a cached resolution stays valid (default 21600; 0: off).",
-    "FTMATRIX_CACHE_DIR": "Where resolutions are cached (default ~/.cache/ftmatrix/resolve).",
+    "FTMATRIX_CACHE_DIR": "Where resolutions (and the declared requirements cap probes read) "
+    "are cached (default ~/.cache/ftmatrix/resolve).",
+    "FTMATRIX_HOST_PYTHON": "The host interpreter whose packages install.system-packages "
+    "takes (default: the Python running ftmatrix).",
     "FTMATRIX_LEASE_DIR": "Where GPU lease locks live (default /tmp/ftmatrix-gpu-leases).",
     "FTMATRIX_RESUME": "`1`: continue the run FTMATRIX_RUN_ID names (default: the newest), "
     "skipping cells and cases it finished.",
