@@ -11,15 +11,14 @@ fast paths: on a machine without CUDA they are ``skip``.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # imported where only the frameworks are installed, too (see below)
+    from ftmatrix.pytest_plugin import GpuLease
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -233,38 +232,27 @@ def test_unsloth_4bit_qkv_lora_offloaded_checkpointing(
     assert math.isfinite(result.training_loss)
 
 
-def load_case_processes() -> ModuleType:
-    """cases/scripts/case_processes.py, imported by path (no 'scripts' package to shadow)."""
-    name = "ftmatrix_case_processes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPTS / "case_processes.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.mark.operation("unsloth-qlora-qkv")
 @pytest.mark.requires_packages(unsloth=">=2024.8", bitsandbytes=">=0.43", trl=">=0.9")
 @pytest.mark.requires_hardware(cuda=True, gpus=2)
 @pytest.mark.exclusive("trains on every GPU of the lease")
 def test_unsloth_4bit_qkv_lora_dataparallel(
-    tiny_model_dir: Path, tmp_path: Path, record_property: Any
+    tiny_model_dir: Path, tmp_path: Path, gpu_lease: GpuLease, record_property: Any
 ):
     """The same 4-bit QKV LoRA with offloaded checkpointing, started with plain `python`
     while the cell's two GPUs are visible: transformers' Trainer wraps the model in
     DataParallel, whose replicas lose the 4-bit quantisation state (unslothai/unsloth#1875:
-    `mat1 and mat2 shapes cannot be multiplied ... LoRA_QKV`). The child's exception is
-    this case's, type and message."""
-    processes = load_case_processes()
+    `mat1 and mat2 shapes cannot be multiplied ... LoRA_QKV`). The child sees the whole
+    lease; its exception is this case's, type and message."""
+    # Here, not at the top: the unsloth checks above are also imported where only the
+    # frameworks are installed (the child script, tests/test_gpu_cases.py).
+    from _processes import launch_command, run_ranks
+
     out = tmp_path / "child"
-    script = SCRIPTS / "unsloth_qlora_dataparallel.py"
-    report = processes.run_script(
-        [sys.executable, str(script), str(tiny_model_dir), str(out)],
-        out,
-        env=processes.lease_env(os.environ),
-    )
+    script = [str(SCRIPTS / "unsloth_qlora_dataparallel.py"), str(tiny_model_dir), str(out)]
+    (report,) = run_ranks(launch_command("python", 1, script), out, env=gpu_lease.child_env())
     record_property("loss", report["loss"])
+    # One visible GPU would train without DataParallel: a pass that proved nothing.
+    assert report["n_gpu"] >= 2, report
     assert report["steps"] == 2, report
     assert math.isfinite(report["loss"]), report

@@ -3,7 +3,7 @@
 Run by cases/test_unsloth.py with every GPU of the cell's lease visible: with two,
 transformers' Trainer wraps the model in DataParallel, the setting of seed (b)
 (unslothai/unsloth#1875). argv: the tiny model's folder, the folder to report into.
-Reports like cases/scripts/sft_distributed.py: report.json, or rank0.error.json.
+Reports through cases/_processes.py: rank0.json, or rank0.error.json.
 """
 
 from __future__ import annotations
@@ -12,16 +12,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # cases/: _compat, _tiny, test_unsloth
-sys.path.insert(0, str(HERE))  # sft_distributed (its report_error), case_processes
+CASES = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, CASES)  # _compat, _processes, _tiny, test_unsloth
 
 
 def main(model_dir: str, out_dir: str) -> None:
     import unsloth  # noqa: F401 -- first: it patches transformers and trl on import
     from _compat import sft_config, tokenizer_argument
+    from _processes import write_report
     from _tiny import CORPUS
-    from case_processes import write_report
     from datasets import Dataset
     from test_unsloth import assert_unsloth_path
     from trl import SFTTrainer
@@ -57,10 +56,6 @@ def main(model_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    from sft_distributed import report_error
+    from _processes import run_reporting_errors
 
-    try:
-        main(sys.argv[1], sys.argv[2])
-    except Exception as error:
-        report_error(sys.argv[2], error)
-        raise
+    run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2]))
