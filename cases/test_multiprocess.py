@@ -45,7 +45,7 @@ def launch(
 
 
 @pytest.mark.operation("multiprocess")
-@pytest.mark.requires_packages(trl=">=0.9", accelerate=">=0.20")
+@pytest.mark.requires_packages(trl=">=0.7", accelerate=">=0.20")
 @pytest.mark.parametrize(
     "operation",
     ["sft", pytest.param("grpo", marks=pytest.mark.requires_packages(trl=">=0.14"))],
@@ -63,7 +63,7 @@ def test_accelerate_launch_two_processes(
 
 
 @pytest.mark.operation("sft-multigpu")
-@pytest.mark.requires_packages(trl=">=0.9", accelerate=">=0.20")
+@pytest.mark.requires_packages(trl=">=0.7", accelerate=">=0.20")
 @pytest.mark.requires_hardware(cuda=True, gpus=2)
 @pytest.mark.parametrize(
     ("mode", "operation"),

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: _comp
 
 def build_trainer(operation: str, model_dir: str) -> object:
     import torch
-    from _compat import grpo_config, sft_config, tokenizer_argument
+    from _compat import grpo_config, sft_arguments, tokenizer_argument
     from _tiny import CORPUS
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -43,35 +43,31 @@ def build_trainer(operation: str, model_dir: str) -> object:
     from trl import SFTTrainer
 
     dataset = Dataset.from_list([{"text": line} for line in CORPUS * 4])
+    # SFTConfig from trl 0.9; before it TrainingArguments plus SFTTrainer's own settings.
+    settings: dict[str, Any] = {"max_steps": 2, **on_cpu}
+    extra: dict[str, Any] = {}
     if operation == "sft-lora-packed":
         # huggingface/trl#3392's shape: packed sequences into a LoRA adapter, with
         # gradient checkpointing and accumulation.
         from peft import LoraConfig
 
-        args = sft_config(
-            tempfile.mkdtemp(),
-            max_length=32,
-            max_steps=2,
-            packing=True,
-            gradient_checkpointing=True,
-            gradient_accumulation_steps=2,
-            **on_cpu,
+        settings |= {
+            "packing": True,
+            "gradient_checkpointing": True,
+            "gradient_accumulation_steps": 2,
+        }
+        extra["peft_config"] = LoraConfig(
+            r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
         )
-        if not getattr(args, "packing", False):
-            raise RuntimeError("this trl's SFTConfig has no packing")  # the case relies on it
-        return SFTTrainer(
-            model=model,
-            args=args,
-            train_dataset=dataset,
-            peft_config=LoraConfig(
-                r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
-            ),
-            **tokenizer_argument(SFTTrainer, tokenizer),
-        )
+    arguments = sft_arguments(tempfile.mkdtemp(), max_length=32, **settings)
+    packing = arguments.get("packing", getattr(arguments["args"], "packing", False))
+    if settings.get("packing") and not packing:
+        raise RuntimeError("this trl's SFTTrainer has no packing")  # the case relies on it
     return SFTTrainer(
         model=model,
-        args=sft_config(tempfile.mkdtemp(), max_length=32, max_steps=2, **on_cpu),
         train_dataset=dataset,
+        **arguments,
+        **extra,
         **tokenizer_argument(SFTTrainer, tokenizer),
     )
 
