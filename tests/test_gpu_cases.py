@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from test_plugin import run_plugin
 
 from ftmatrix.lease import leased_devices
 from ftmatrix.pytest_plugin import ChildProcessFailure, GpuLease
@@ -178,23 +179,7 @@ def test_a_child_error_is_recorded_as_if_raised_in_the_case(
     """The record's exception type, message and blame are the child's (seed (b) and (c)
     known issues match on the type)."""
     pytester.makepyfile(test_children=CASE_FILE.format(cases=str(CASES), child=str(child)))
-    cell = {"run_id": "r1", "id": "c1", "label": "a100x2-py3.11-x1", "python": "3.11"}
-    cell |= {"pins": {"x": "1"}, "hardware": "a100x2"}
-    cell_file = tmp_path / "cell.json"
-    cell_file.write_text(json.dumps(cell))
-    out = tmp_path / "records.jsonl"
-    pytester.runpytest_subprocess(
-        "-p",
-        "ftmatrix.pytest_plugin",
-        "--ftmatrix-cell",
-        str(cell_file),
-        "--ftmatrix-record",
-        str(out),
-    )
-    records = {
-        json.loads(line)["case"].split("::")[1]: json.loads(line)
-        for line in out.read_text().splitlines()
-    }
+    records = run_plugin(pytester, tmp_path)
     runtime = records["test_runtime"]
     assert (runtime["exception_type"], runtime["message"]) == ("RuntimeError", SEED_MESSAGE)
     assert runtime["status"] == "error"  # raised by the child script itself: ours

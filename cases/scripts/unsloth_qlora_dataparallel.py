@@ -18,32 +18,12 @@ sys.path.insert(0, CASES)  # _compat, _processes, _tiny, test_unsloth
 
 def main(model_dir: str, out_dir: str) -> None:
     import unsloth  # noqa: F401 -- first: it patches transformers and trl on import
-    from _compat import sft_config, tokenizer_argument
     from _processes import write_report
-    from _tiny import CORPUS
-    from datasets import Dataset
-    from test_unsloth import assert_unsloth_path
-    from trl import SFTTrainer
-    from unsloth import FastLanguageModel
+    from test_unsloth import QKV, lora_sft_trainer
 
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=model_dir, max_seq_length=64, dtype=None, load_in_4bit=True
+    trainer = lora_sft_trainer(
+        Path(model_dir), tempfile.mkdtemp(), targets=list(QKV), four_bit=True
     )
-    model = FastLanguageModel.get_peft_model(
-        model,
-        r=4,
-        lora_alpha=8,
-        target_modules=["q_proj", "k_proj", "v_proj"],
-        use_gradient_checkpointing="unsloth",
-        random_state=0,
-    )
-    trainer = SFTTrainer(
-        model=model,
-        args=sft_config(tempfile.mkdtemp(), max_length=32, max_steps=2),
-        train_dataset=Dataset.from_list([{"text": line} for line in CORPUS * 4]),
-        **tokenizer_argument(SFTTrainer, tokenizer),
-    )
-    assert_unsloth_path(trainer=trainer, trl_name="SFTTrainer", model=trainer.model, four_bit=True)
     result = trainer.train()
     write_report(
         out_dir,
