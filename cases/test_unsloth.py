@@ -11,15 +11,14 @@ fast paths: on a machine without CUDA they are ``skip``.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # imported where only the frameworks are installed, too (see below)
+    from ftmatrix.pytest_plugin import GpuLease
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -128,31 +127,49 @@ def load(model_dir: Path, **options: Any) -> tuple[Any, Any]:
     return FastLanguageModel, (model, tokenizer)
 
 
-@pytest.mark.operation("unsloth-sft")
-@pytest.mark.requires_packages(unsloth=">=2024.8", trl=">=0.9")
-@pytest.mark.requires_hardware(cuda=True)
-def test_unsloth_lora_sft(tiny_model_dir: Path, tmp_path: Path, record_property: Any):
-    fast, (model, tokenizer) = load(tiny_model_dir, load_in_4bit=False)
+def unsloth_lora(fast: Any, model: Any, targets: list[str]) -> Any:
+    """``model`` with unsloth's LoRA on ``targets`` and its offloaded gradient checkpointing."""
+    return fast.get_peft_model(
+        model,
+        r=4,
+        lora_alpha=8,
+        target_modules=targets,
+        use_gradient_checkpointing="unsloth",
+        random_state=0,
+    )
+
+
+def lora_sft_trainer(
+    model_dir: Path, output_dir: str, *, targets: list[str], four_bit: bool
+) -> Any:
+    """An SFTTrainer for two steps on unsloth's model with its LoRA on ``targets``
+    (4-bit with ``four_bit``), after checking that unsloth's path is the one running.
+
+    Shared by the in-process cases and the child of the DataParallel case
+    (cases/scripts/unsloth_qlora_dataparallel.py)."""
+    fast, (model, tokenizer) = load(model_dir, load_in_4bit=four_bit)
     from _compat import sft_config, tokenizer_argument
     from _tiny import CORPUS
     from datasets import Dataset
     from trl import SFTTrainer
 
-    model = fast.get_peft_model(
-        model,
-        r=4,
-        lora_alpha=8,
-        target_modules=TARGETS,
-        use_gradient_checkpointing="unsloth",
-        random_state=0,
-    )
     trainer = SFTTrainer(
-        model=model,
-        args=sft_config(str(tmp_path), max_length=32, max_steps=2),
+        model=unsloth_lora(fast, model, targets),
+        args=sft_config(output_dir, max_length=32, max_steps=2),
         train_dataset=Dataset.from_list([{"text": line} for line in CORPUS * 4]),
         **tokenizer_argument(SFTTrainer, tokenizer),
     )
-    assert_unsloth_path(trainer=trainer, trl_name="SFTTrainer", model=trainer.model)
+    assert_unsloth_path(
+        trainer=trainer, trl_name="SFTTrainer", model=trainer.model, four_bit=four_bit
+    )
+    return trainer
+
+
+@pytest.mark.operation("unsloth-sft")
+@pytest.mark.requires_packages(unsloth=">=2024.8", trl=">=0.9")
+@pytest.mark.requires_hardware(cuda=True)
+def test_unsloth_lora_sft(tiny_model_dir: Path, tmp_path: Path, record_property: Any):
+    trainer = lora_sft_trainer(tiny_model_dir, str(tmp_path), targets=TARGETS, four_bit=False)
     result = trainer.train()
     record_property("loss", float(result.training_loss))
     assert trainer.state.global_step == 2
@@ -175,16 +192,8 @@ def test_unsloth_grpo(family: str, tiny_model_dir: Path, tmp_path: Path, record_
     from test_grpo import PROMPTS, reward_distinct_words
     from trl import GRPOTrainer
 
-    model = fast.get_peft_model(
-        model,
-        r=4,
-        lora_alpha=8,
-        target_modules=TARGETS,
-        use_gradient_checkpointing="unsloth",
-        random_state=0,
-    )
     trainer = GRPOTrainer(
-        model=model,
+        model=unsloth_lora(fast, model, TARGETS),
         reward_funcs=reward_distinct_words,
         args=grpo_config(str(tmp_path)),
         train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * 2]),
@@ -207,42 +216,10 @@ def test_unsloth_4bit_qkv_lora_offloaded_checkpointing(
     """4-bit LoRA on q/k/v with offloaded gradient checkpointing: the fused LoRA_QKV path
     (`mat1 and mat2 shapes cannot be multiplied ... LoRA_QKV` with 2+ visible GPUs under
     plain python, where DataParallel replicas lose the 4-bit quantisation state)."""
-    fast, (model, tokenizer) = load(tiny_model_dir, load_in_4bit=True)
-    from _compat import sft_config, tokenizer_argument
-    from _tiny import CORPUS
-    from datasets import Dataset
-    from trl import SFTTrainer
-
-    model = fast.get_peft_model(
-        model,
-        r=4,
-        lora_alpha=8,
-        target_modules=["q_proj", "k_proj", "v_proj"],
-        use_gradient_checkpointing="unsloth",
-        random_state=0,
-    )
-    trainer = SFTTrainer(
-        model=model,
-        args=sft_config(str(tmp_path), max_length=32, max_steps=2),
-        train_dataset=Dataset.from_list([{"text": line} for line in CORPUS * 4]),
-        **tokenizer_argument(SFTTrainer, tokenizer),
-    )
-    assert_unsloth_path(trainer=trainer, trl_name="SFTTrainer", model=trainer.model, four_bit=True)
+    trainer = lora_sft_trainer(tiny_model_dir, str(tmp_path), targets=list(QKV), four_bit=True)
     result = trainer.train()
     record_property("loss", float(result.training_loss))
     assert math.isfinite(result.training_loss)
-
-
-def load_case_processes() -> ModuleType:
-    """cases/scripts/case_processes.py, imported by path (no 'scripts' package to shadow)."""
-    name = "ftmatrix_case_processes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPTS / "case_processes.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @pytest.mark.operation("unsloth-qlora-qkv")
@@ -250,21 +227,22 @@ def load_case_processes() -> ModuleType:
 @pytest.mark.requires_hardware(cuda=True, gpus=2)
 @pytest.mark.exclusive("trains on every GPU of the lease")
 def test_unsloth_4bit_qkv_lora_dataparallel(
-    tiny_model_dir: Path, tmp_path: Path, record_property: Any
+    tiny_model_dir: Path, tmp_path: Path, gpu_lease: GpuLease, record_property: Any
 ):
     """The same 4-bit QKV LoRA with offloaded checkpointing, started with plain `python`
     while the cell's two GPUs are visible: transformers' Trainer wraps the model in
     DataParallel, whose replicas lose the 4-bit quantisation state (unslothai/unsloth#1875:
-    `mat1 and mat2 shapes cannot be multiplied ... LoRA_QKV`). The child's exception is
-    this case's, type and message."""
-    processes = load_case_processes()
+    `mat1 and mat2 shapes cannot be multiplied ... LoRA_QKV`). The child sees the whole
+    lease; its exception is this case's, type and message."""
+    # Here, not at the top: the unsloth checks above are also imported where only the
+    # frameworks are installed (the child script, tests/test_gpu_cases.py).
+    from _processes import launch_command, run_ranks
+
     out = tmp_path / "child"
-    script = SCRIPTS / "unsloth_qlora_dataparallel.py"
-    report = processes.run_script(
-        [sys.executable, str(script), str(tiny_model_dir), str(out)],
-        out,
-        env=processes.lease_env(os.environ),
-    )
+    script = [str(SCRIPTS / "unsloth_qlora_dataparallel.py"), str(tiny_model_dir), str(out)]
+    (report,) = run_ranks(launch_command("python", 1, script), out, env=gpu_lease.child_env())
     record_property("loss", report["loss"])
+    # One visible GPU would train without DataParallel: a pass that proved nothing.
+    assert report["n_gpu"] >= 2, report
     assert report["steps"] == 2, report
     assert math.isfinite(report["loss"]), report

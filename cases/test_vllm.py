@@ -8,17 +8,17 @@ process of its own: vLLM keeps GPU memory and torch.distributed state after it r
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 import socket
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from _processes import launch_command, run_ranks, serving
+
+from ftmatrix.pytest_plugin import GpuLease
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -34,18 +34,6 @@ def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> 
     build_vllm_model(tokenizer).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
-
-
-def load_case_processes() -> ModuleType:
-    """cases/scripts/case_processes.py, imported by path (no 'scripts' package to shadow)."""
-    name = "ftmatrix_case_processes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPTS / "case_processes.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @pytest.mark.operation("vllm-generate")
@@ -118,15 +106,14 @@ def free_port() -> int:
 @pytest.mark.requires_hardware(cuda=True, gpus=2)
 @pytest.mark.exclusive("a vLLM server on the lease's second GPU")
 def test_grpo_vllm_server_on_a_second_gpu(
-    vllm_model_dir: Path, tmp_path: Path, record_property: Any
+    vllm_model_dir: Path, tmp_path: Path, gpu_lease: GpuLease, record_property: Any
 ):
-    """Server mode: vLLM on the lease's second GPU, training here on the first.
+    """Server mode: vLLM on the lease's second GPU, training here on the first (the
+    one GPU this process sees).
 
     The server is stopped whatever the case did, and stopping it never replaces the
     case's own result (a failure stays that failure; a server that will not stop is killed).
     """
-    processes = load_case_processes()
-    gpus = processes.leased_gpus(os.environ) or ["0", "1"]
     port = free_port()
     command = [
         sys.executable,
@@ -135,7 +122,7 @@ def test_grpo_vllm_server_on_a_second_gpu(
         *("--model", str(vllm_model_dir), "--host", "127.0.0.1", "--port", str(port)),
         *("--gpu_memory_utilization", "0.3"),
     ]
-    with processes.serving(command, env=processes.lease_env(os.environ, gpus[-1:])) as server:
+    with serving(command, env=gpu_lease.only(1).child_env()) as server:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with socket.socket() as probe:
@@ -160,25 +147,16 @@ def test_grpo_vllm_server_on_a_second_gpu(
 @pytest.mark.requires_hardware(cuda=True, gpus=2)
 @pytest.mark.exclusive("training on the lease's first GPU, vLLM on its second")
 def test_grpo_vllm_in_process_on_a_second_gpu(
-    vllm_model_dir: Path, tmp_path: Path, record_property: Any
+    vllm_model_dir: Path, tmp_path: Path, gpu_lease: GpuLease, record_property: Any
 ):
     """One training process on cuda:0, its vLLM engine on ``vllm_device="cuda:1"``: seed
     (d), `Expected all tensors to be on the same device ... cuda:1 and cuda:0` with
-    vLLM before 0.7.1 (huggingface/trl#2851, #2766). The child's exception is this case's."""
-    processes = load_case_processes()
+    vLLM before 0.7.1 (huggingface/trl#2851, #2766). The child sees the whole lease;
+    its exception is this case's."""
     out = tmp_path / "child"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",  # one process, as `accelerate launch --num_processes 1`
-        "--standalone",  # a free port of its own: cells on one machine run side by side
-        "--nproc_per_node",
-        "1",
-        str(SCRIPTS / "grpo_vllm_device.py"),
-        str(vllm_model_dir),
-        str(out),
-    ]
-    report = processes.run_script(command, out, env=processes.lease_env(os.environ))
+    script = [str(SCRIPTS / "grpo_vllm_device.py"), str(vllm_model_dir), str(out)]
+    # One process under torchrun, as `accelerate launch --num_processes 1` would start it.
+    (report,) = run_ranks(launch_command("torchrun", 1, script), out, env=gpu_lease.child_env())
     record_property("loss", report["loss"])
     assert report["steps"] == 2, report
     assert math.isfinite(report["loss"]), report

@@ -1,6 +1,6 @@
 """Processes a case starts (training ranks, launchers): what they see, and how their end
-reaches the case's record. Real child processes, run by the helpers of
-cases/test_multiprocess.py inside a real pytest with the results plugin.
+reaches the case's record. Real child processes, run by cases/_processes.py (through
+cases/test_multiprocess.py's launch) inside a real pytest with the results plugin.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ CHILDREN = {
 }
 CHILD_PRELUDE = f"""
 import os, sys
-sys.path.insert(0, {str(ROOT / "cases" / "scripts")!r})
-from sft_distributed import run_reporting_errors
+sys.path.insert(0, {str(ROOT / "cases")!r})
+from _processes import run_reporting_errors
 OUT = sys.argv[2]
 def body():
 """

@@ -21,14 +21,16 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from test_plugin import run_plugin
 
+from ftmatrix.lease import leased_devices
+from ftmatrix.pytest_plugin import ChildProcessFailure, GpuLease
 from ftmatrix.resolve import uv_binary
 
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).parent.parent
 CASES = ROOT / "cases"
-SCRIPTS = CASES / "scripts"
 SEED_MESSAGE = "mat1 and mat2 shapes cannot be multiplied (2158x4096 and 1x8388608)"
 
 
@@ -43,31 +45,16 @@ def load(path: Path, name: str) -> ModuleType:
 
 @pytest.fixture(scope="module")
 def processes() -> ModuleType:
-    return load(SCRIPTS / "case_processes.py", "ftmatrix_case_processes")
+    """cases/_processes.py, as the cases import it."""
+    return load(CASES / "_processes.py", "_processes")
 
 
-def carried_type(error: BaseException) -> str:
-    """The exception type a record gets for ``error`` (the plugin's carrier or the class)."""
-    carried = getattr(error, "exception_type", None)
-    if carried:
-        return str(carried)
-    cls = type(error)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
-
-
-def plugin_carries_children() -> bool:
-    import ftmatrix.pytest_plugin as plugin
-
-    return hasattr(plugin, "ChildProcessFailure")
-
-
-# A child script as cases/scripts/ writes them: report.json on success, and on an
-# exception the error file of sft_distributed.report_error (the mechanism reused).
+# A child script as cases/scripts/ writes them, reporting through cases/_processes.py:
+# rank0.json on success, rank0.error.json on an exception.
 CHILD = """
 import os, sys
-sys.path.insert(0, {scripts!r})
-from case_processes import write_report
-from sft_distributed import report_error
+sys.path.insert(0, {cases!r})
+from _processes import run_reporting_errors, write_report
 
 def main(what, out):
     if what == "ok":
@@ -82,29 +69,25 @@ def main(what, out):
     elif what == "kill":
         os.kill(os.getpid(), 9)
 
-try:
-    main(sys.argv[1], sys.argv[2])
-except Exception as error:
-    report_error(sys.argv[2], error)
-    raise
+run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2]))
 """
 
 
 @pytest.fixture
 def child(tmp_path: Path) -> Path:
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(scripts=str(SCRIPTS), message=SEED_MESSAGE))
+    script.write_text(CHILD.format(cases=str(CASES), message=SEED_MESSAGE))
     return script
 
 
 def run_child(processes: ModuleType, child: Path, what: str, out: Path) -> Any:
-    return processes.run_script(
+    return processes.run_ranks(
         [sys.executable, str(child), what, str(out)], out, env=dict(os.environ)
     )
 
 
 def test_a_child_report_is_returned(processes: ModuleType, child: Path, tmp_path: Path):
-    assert run_child(processes, child, "ok", tmp_path / "out") == {"loss": 0.5, "steps": 2}
+    assert run_child(processes, child, "ok", tmp_path / "out") == [{"loss": 0.5, "steps": 2}]
 
 
 @pytest.mark.parametrize(
@@ -123,41 +106,58 @@ def test_a_child_exception_is_raised_with_its_type_and_message(
     expected_type: str,
     message: str,
 ):
-    with pytest.raises(BaseException) as raised:
+    with pytest.raises(ChildProcessFailure) as raised:
         run_child(processes, child, what, tmp_path / "out")
-    assert carried_type(raised.value) == expected_type
+    assert raised.value.exception_type == expected_type
     assert str(raised.value).startswith(message)
 
 
 def test_a_child_killed_without_a_word_says_how(processes: ModuleType, child: Path, tmp_path: Path):
-    with pytest.raises(BaseException) as raised:
+    with pytest.raises(ChildProcessFailure) as raised:
         run_child(processes, child, "kill", tmp_path / "out")
-    assert "died of signal SIGKILL without reporting an error" in str(raised.value)
+    assert raised.value.crashed == str(raised.value) == "a training process died: signal SIGKILL"
 
 
-def test_the_lease_is_what_a_child_sees(processes: ModuleType):
+def test_the_lease_is_what_a_child_sees(monkeypatch: pytest.MonkeyPatch):
     env = {"FTMATRIX_GPU_LEASE": "2,3", "CUDA_VISIBLE_DEVICES": "2", "PATH": "/bin"}
-    assert processes.leased_gpus(env) == ["2", "3"]
-    assert processes.lease_env(env)["CUDA_VISIBLE_DEVICES"] == "2,3"
-    assert processes.lease_env(env, ["3"])["CUDA_VISIBLE_DEVICES"] == "3"
+    lease = GpuLease(devices=leased_devices(env))
+    assert lease.devices == ("2", "3")
+    assert lease.child_env(env)["CUDA_VISIBLE_DEVICES"] == "2,3"
+    # The vLLM server case: the server on the second leased GPU, training on the first.
+    assert lease.only(1).child_env(env)["CUDA_VISIBLE_DEVICES"] == "3"
+    assert lease.only(0).child_env(env)["CUDA_VISIBLE_DEVICES"] == "2"
     # Without a runner's lease, the child sees what this process was shown...
-    assert processes.lease_env({"CUDA_VISIBLE_DEVICES": "1"})["CUDA_VISIBLE_DEVICES"] == "1"
+    unleased = GpuLease(devices=None)
+    assert unleased.child_env({"CUDA_VISIBLE_DEVICES": "1"})["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert unleased.only(1).child_env(env)["CUDA_VISIBLE_DEVICES"] == "6"
     # ...and with nothing restricting this process, the child is not restricted either.
-    assert "CUDA_VISIBLE_DEVICES" not in processes.lease_env({"PATH": "/bin"})
-    assert processes.leased_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert "CUDA_VISIBLE_DEVICES" not in unleased.child_env({"PATH": "/bin"})
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert unleased.only(1).child_env(env)["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_the_server_sees_the_second_leased_gpu(processes: ModuleType, tmp_path: Path):
+    """A real server process started as test_grpo_vllm_server_on_a_second_gpu starts it."""
+    seen = tmp_path / "seen"
+    write_seen = f"import os; open({str(seen)!r}, 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])"
+    lease = GpuLease(devices=("2", "3"))
+    with processes.serving([sys.executable, "-c", write_seen], env=lease.only(1).child_env()):
+        deadline = time.monotonic() + 30
+        while not seen.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert seen.read_text() == "3"
 
 
 CASE_FILE = """
-import os, sys, importlib.util
-from pathlib import Path
+import os, sys
 
-spec = importlib.util.spec_from_file_location("cp", {processes!r})
-processes = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(processes)
+sys.path.insert(0, {cases!r})
+from _processes import run_ranks
 
 def run(what, tmp_path):
     out = tmp_path / "out"
-    return processes.run_script([sys.executable, {child!r}, what, str(out)], out, env=dict(os.environ))
+    return run_ranks([sys.executable, {child!r}, what, str(out)], out, env=dict(os.environ))
 
 def test_runtime(tmp_path):
     run("runtime", tmp_path)
@@ -178,28 +178,8 @@ def test_a_child_error_is_recorded_as_if_raised_in_the_case(
 ):
     """The record's exception type, message and blame are the child's (seed (b) and (c)
     known issues match on the type)."""
-    pytester.makepyfile(
-        test_children=CASE_FILE.format(
-            processes=str(SCRIPTS / "case_processes.py"), child=str(child)
-        )
-    )
-    cell = {"run_id": "r1", "id": "c1", "label": "a100x2-py3.11-x1", "python": "3.11"}
-    cell |= {"pins": {"x": "1"}, "hardware": "a100x2"}
-    cell_file = tmp_path / "cell.json"
-    cell_file.write_text(json.dumps(cell))
-    out = tmp_path / "records.jsonl"
-    pytester.runpytest_subprocess(
-        "-p",
-        "ftmatrix.pytest_plugin",
-        "--ftmatrix-cell",
-        str(cell_file),
-        "--ftmatrix-record",
-        str(out),
-    )
-    records = {
-        json.loads(line)["case"].split("::")[1]: json.loads(line)
-        for line in out.read_text().splitlines()
-    }
+    pytester.makepyfile(test_children=CASE_FILE.format(cases=str(CASES), child=str(child)))
+    records = run_plugin(pytester, tmp_path)
     runtime = records["test_runtime"]
     assert (runtime["exception_type"], runtime["message"]) == ("RuntimeError", SEED_MESSAGE)
     assert runtime["status"] == "error"  # raised by the child script itself: ours
@@ -209,8 +189,7 @@ def test_a_child_error_is_recorded_as_if_raised_in_the_case(
     assert framework["framework_frame"].startswith("packaging/version.py")
     assert records["test_assert"]["status"] == "fail"  # our check of their result
     assert records["test_assert"]["exception_type"] == "AssertionError"
-    crashed = "crash" if plugin_carries_children() else "error"
-    assert records["test_kill"]["status"] == crashed
+    assert records["test_kill"]["status"] == "crash"
 
 
 STUBBORN_SERVER = [

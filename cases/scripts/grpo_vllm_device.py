@@ -3,7 +3,7 @@
 Run by cases/test_vllm.py under torchrun with one process and the cell's two leased
 GPUs visible: training on cuda:0, vLLM's engine on cuda:1, the setting of seed (d)
 (huggingface/trl#2851). argv: the tiny model's folder, the folder to report into.
-Reports like cases/scripts/sft_distributed.py: report.json, or rank0.error.json.
+Reports through cases/_processes.py: rank0.json, or rank0.error.json.
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # cases/: _compat, test_grpo
-sys.path.insert(0, str(HERE))  # sft_distributed (its report_error), case_processes
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: _compat, test_grpo
 
 
 def main(model_dir: str, out_dir: str) -> None:
     from _compat import grpo_config, tokenizer_argument
-    from case_processes import write_report
+    from _processes import write_report
     from datasets import Dataset
     from test_grpo import PROMPTS, reward_distinct_words
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -42,10 +40,6 @@ def main(model_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    from sft_distributed import report_error
+    from _processes import run_reporting_errors
 
-    try:
-        main(sys.argv[1], sys.argv[2])
-    except Exception as error:
-        report_error(sys.argv[2], error)
-        raise
+    run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2]))

@@ -3,28 +3,25 @@
 Run by cases/test_multiprocess.py under `accelerate launch` (or torchrun, or plain
 python): argv is the tiny model's folder, the folder to write rank reports into,
 and the operation (sft, sft-lora-packed or grpo). Without CUDA the run asks for
-the CPU, which accelerate turns into gloo across the processes. A rank that
-raises leaves its exception (type, message, frames, traceback) for the case.
+the CPU, which accelerate turns into gloo across the processes. Each rank reports
+through cases/_processes.py: rank<N>.json, or rank<N>.error.json when it raises.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 import tempfile
-import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: _compat, _tiny
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: _compat, _processes
 
 
 def build_trainer(operation: str, model_dir: str) -> object:
     import torch
-    from _compat import grpo_config, sft_config, tokenizer_argument
+    from _compat import grpo_config, sft_arguments, tokenizer_argument
     from _tiny import CORPUS
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -46,41 +43,38 @@ def build_trainer(operation: str, model_dir: str) -> object:
     from trl import SFTTrainer
 
     dataset = Dataset.from_list([{"text": line} for line in CORPUS * 4])
+    # SFTConfig from trl 0.9; before it TrainingArguments plus SFTTrainer's own settings.
+    settings: dict[str, Any] = {"max_steps": 2, **on_cpu}
+    extra: dict[str, Any] = {}
     if operation == "sft-lora-packed":
         # huggingface/trl#3392's shape: packed sequences into a LoRA adapter, with
         # gradient checkpointing and accumulation.
         from peft import LoraConfig
 
-        args = sft_config(
-            tempfile.mkdtemp(),
-            max_length=32,
-            max_steps=2,
-            packing=True,
-            gradient_checkpointing=True,
-            gradient_accumulation_steps=2,
-            **on_cpu,
+        settings |= {
+            "packing": True,
+            "gradient_checkpointing": True,
+            "gradient_accumulation_steps": 2,
+        }
+        extra["peft_config"] = LoraConfig(
+            r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
         )
-        if not getattr(args, "packing", False):
-            raise RuntimeError("this trl's SFTConfig has no packing")  # the case relies on it
-        return SFTTrainer(
-            model=model,
-            args=args,
-            train_dataset=dataset,
-            peft_config=LoraConfig(
-                r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
-            ),
-            **tokenizer_argument(SFTTrainer, tokenizer),
-        )
+    arguments = sft_arguments(tempfile.mkdtemp(), max_length=32, **settings)
+    packing = arguments.get("packing", getattr(arguments["args"], "packing", False))
+    if settings.get("packing") and not packing:
+        raise RuntimeError("this trl's SFTTrainer has no packing")  # the case relies on it
     return SFTTrainer(
         model=model,
-        args=sft_config(tempfile.mkdtemp(), max_length=32, max_steps=2, **on_cpu),
         train_dataset=dataset,
+        **arguments,
+        **extra,
         **tokenizer_argument(SFTTrainer, tokenizer),
     )
 
 
 def main(model_dir: str, out_dir: str, operation: str) -> None:
     import torch
+    from _processes import write_report
 
     trainer: Any = build_trainer(operation, model_dir)
     result = trainer.train()
@@ -88,49 +82,19 @@ def main(model_dir: str, out_dir: str, operation: str) -> None:
         p.detach().cpu().to(torch.float32).numpy().tobytes()
         for _, p in sorted(trainer.model.named_parameters())
     )
-    rank = int(os.environ.get("RANK", "0"))
-    report = {
-        "rank": rank,
-        "world_size": trainer.args.world_size,
-        "loss": float(result.training_loss),
-        "steps": trainer.state.global_step,
-        "weights_sha": hashlib.sha256(weights).hexdigest(),
-    }
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(report))
-
-
-def report_error(out_dir: str, error: BaseException) -> None:
-    """Leave this rank's exception for the case, as the results plugin would record it.
-
-    Type (named as the plugin names it: ``RuntimeError``, ``torch.OutOfMemoryError``),
-    message, every frame (file, function) and the formatted traceback: the case
-    raises them again, so the record blames and signs the rank's own exception.
-    """
-    frames = traceback.extract_tb(error.__traceback__)
-    module, name = type(error).__module__, type(error).__qualname__
-    rank = int(os.environ.get("RANK", "0"))
-    Path(out_dir, f"rank{rank}.error.json").write_text(
-        json.dumps(
-            {
-                "type": name if module == "builtins" else f"{module}.{name}",
-                "message": str(error),
-                "frames": [[f.filename, f.name] for f in frames],
-                "traceback": "".join(
-                    traceback.format_exception(type(error), error, error.__traceback__)
-                ),
-            }
-        )
+    write_report(
+        out_dir,
+        {
+            "rank": int(os.environ.get("RANK", "0")),
+            "world_size": trainer.args.world_size,
+            "loss": float(result.training_loss),
+            "steps": trainer.state.global_step,
+            "weights_sha": hashlib.sha256(weights).hexdigest(),
+        },
     )
 
 
-def run_reporting_errors(out_dir: str, body: Callable[[], None]) -> None:
-    """Run ``body``; if it raises, leave the exception for the case and raise it on."""
-    try:
-        body()
-    except Exception as error:
-        report_error(out_dir, error)
-        raise
-
-
 if __name__ == "__main__":
+    from _processes import run_reporting_errors
+
     run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2], sys.argv[3]))

@@ -3,7 +3,7 @@
 Run by cases/test_unsloth.py with every GPU of the cell's lease visible: with two,
 transformers' Trainer wraps the model in DataParallel, the setting of seed (b)
 (unslothai/unsloth#1875). argv: the tiny model's folder, the folder to report into.
-Reports like cases/scripts/sft_distributed.py: report.json, or rank0.error.json.
+Reports through cases/_processes.py: rank0.json, or rank0.error.json.
 """
 
 from __future__ import annotations
@@ -12,39 +12,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # cases/: _compat, _tiny, test_unsloth
-sys.path.insert(0, str(HERE))  # sft_distributed (its report_error), case_processes
+CASES = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, CASES)  # _compat, _processes, _tiny, test_unsloth
 
 
 def main(model_dir: str, out_dir: str) -> None:
     import unsloth  # noqa: F401 -- first: it patches transformers and trl on import
-    from _compat import sft_config, tokenizer_argument
-    from _tiny import CORPUS
-    from case_processes import write_report
-    from datasets import Dataset
-    from test_unsloth import assert_unsloth_path
-    from trl import SFTTrainer
-    from unsloth import FastLanguageModel
+    from _processes import write_report
+    from test_unsloth import QKV, lora_sft_trainer
 
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=model_dir, max_seq_length=64, dtype=None, load_in_4bit=True
+    trainer = lora_sft_trainer(
+        Path(model_dir), tempfile.mkdtemp(), targets=list(QKV), four_bit=True
     )
-    model = FastLanguageModel.get_peft_model(
-        model,
-        r=4,
-        lora_alpha=8,
-        target_modules=["q_proj", "k_proj", "v_proj"],
-        use_gradient_checkpointing="unsloth",
-        random_state=0,
-    )
-    trainer = SFTTrainer(
-        model=model,
-        args=sft_config(tempfile.mkdtemp(), max_length=32, max_steps=2),
-        train_dataset=Dataset.from_list([{"text": line} for line in CORPUS * 4]),
-        **tokenizer_argument(SFTTrainer, tokenizer),
-    )
-    assert_unsloth_path(trainer=trainer, trl_name="SFTTrainer", model=trainer.model, four_bit=True)
     result = trainer.train()
     write_report(
         out_dir,
@@ -57,10 +36,6 @@ def main(model_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    from sft_distributed import report_error
+    from _processes import run_reporting_errors
 
-    try:
-        main(sys.argv[1], sys.argv[2])
-    except Exception as error:
-        report_error(sys.argv[2], error)
-        raise
+    run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2]))

@@ -120,6 +120,18 @@ class GpuLease:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
         return env
 
+    def only(self, index: int) -> GpuLease:
+        """The lease's ``index``-th GPU alone: for a process beside the case's own, such as
+        a server on the second GPU while the case trains on the first.
+
+        Without a runner's lease, the GPUs this process was shown stand for it.
+        """
+        devices = self.devices
+        if devices is None:
+            shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+            devices = tuple(shown.split(",")) if shown else tuple(map(str, range(index + 1)))
+        return GpuLease(devices=devices[index : index + 1])
+
 
 def cpu_only_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for processes of a CPU case: no GPU visible, whatever the runner has."""
