@@ -41,10 +41,9 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ftmatrix.grid import version_order
-from ftmatrix.records import WHOLE_CELL, Record, write_atomically
+from ftmatrix.records import WHOLE_CELL, Record, newest_per, write_atomically
 from ftmatrix.status import Status
 
-BREAKS = frozenset({Status.FAIL, Status.CRASH, Status.TIMEOUT, Status.OOM})
 # Cell labels named in one comment; the JSON lists them all.
 LABELS_SHOWN = 3
 
@@ -218,16 +217,12 @@ def derive_constraints(records: Iterable[Record]) -> list[ConstraintSet]:
     Of several records for one (cell, case), the newest run's counts. Sorted by
     operation, then hardware class; the lines within are in a stable order.
     """
-    newest: dict[tuple[str, str], Record] = {}
-    for record in records:
-        if record.case == WHOLE_CELL or record.flaky:
-            continue
-        if record.status not in BREAKS and record.status is not Status.PASS:
-            continue
-        key = (record.cell_id, record.case)
-        held = newest.get(key)
-        if held is None or (record.run_id, record.finished_at) > (held.run_id, held.finished_at):
-            newest[key] = record
+    judged = (
+        r
+        for r in records
+        if r.case != WHOLE_CELL and not r.flaky and (r.status.is_break or r.status is Status.PASS)
+    )
+    newest = newest_per(judged, key=lambda r: (r.cell_id, r.case))
     groups: dict[tuple[str, str], list[Record]] = {}
     for record in newest.values():
         groups.setdefault((record.operation, record.hardware_class), []).append(record)
@@ -261,7 +256,7 @@ def _derive_one(operation: str, hardware: str, judged: Sequence[Record]) -> Cons
     paired: dict[tuple[str, str, Pin], list[Record]] = {}
     unexplained: list[Unexplained] = []
     for case in sorted(by_case):
-        bad = [r for r in by_case[case] if r.status in BREAKS]
+        bad = [r for r in by_case[case] if r.status.is_break]
         good = [r for r in by_case[case] if r.status is Status.PASS]
         if not good:
             unexplained += [
