@@ -12,8 +12,8 @@ from ftmatrix.records import (
     CellRecordFile,
     Record,
     json_schema,
-    read_records,
     newest_per,
+    read_records,
     record_path,
     redact,
 )
