@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import make_record
 
 from ftmatrix.records import (
     SCHEMA_VERSION,
@@ -18,26 +19,6 @@ from ftmatrix.records import (
     redact,
 )
 from ftmatrix.status import Status
-
-
-def make_record(**overrides) -> Record:
-    fields = dict(
-        run_id="20261122T120000Z",
-        cell_id="abc123def456",
-        cell_label="cpu-py3.11-trl1.16.0",
-        python="3.11",
-        pins={"trl": "1.16.0", "vllm": None},
-        hardware_class="cpu",
-        case="test_sft.py::test_sft",
-        operation="sft",
-        status=Status.PASS,
-        started_at="2026-11-22T12:00:00+00:00",
-        finished_at="2026-11-22T12:00:03+00:00",
-        duration=3.0,
-        metrics={"loss": 1.5},
-    )
-    fields.update(overrides)
-    return Record(**fields)
 
 
 def test_round_trip_through_json():
