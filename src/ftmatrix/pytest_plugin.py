@@ -412,6 +412,8 @@ class Failure:
     functions: tuple[str, ...]
     traceback: str | None
     memory_error: bool = False  # a MemoryError (or subclass) in this process
+    # An AssertionError or subclass (the cases' ContractError): a check that did not hold.
+    assertion: bool = False
     causes: str = ""  # the messages of the exceptions it was raised from
     crashed: str | None = None  # how a child process died, when it did not raise
 
@@ -428,6 +430,7 @@ class Failure:
                 functions=tuple(f for _, f in error.frames),
                 traceback="\n".join(t for t in (error.child_traceback, longrepr) if t) or None,
                 crashed=error.crashed,
+                assertion=(error.exception_type or "").rsplit(".", 1)[-1] == "AssertionError",
             )
         filenames, functions = _frames(tb)
         return cls(
@@ -437,6 +440,7 @@ class Failure:
             functions=tuple(functions),
             traceback=longrepr,
             memory_error=isinstance(error, MemoryError),
+            assertion=isinstance(error, AssertionError),
             causes="\n".join(str(e) for e in _causes(error)),
         )
 
@@ -496,7 +500,7 @@ def classify_failure(failure: Failure, output: str = "") -> Status:
     origin = _innermost_origin(failure.filenames)
     if origin == "framework":
         return Status.FAIL
-    if origin == "case" and name == "AssertionError":
+    if origin == "case" and failure.assertion:
         return Status.FAIL  # our check of the frameworks' result did not hold
     return Status.ERROR
 
