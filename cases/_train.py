@@ -50,13 +50,13 @@ def train_and_check(
     weights_move: bool = True,
     loss: Literal["last", "mean"] = "last",
 ) -> Trained:
-    """Run ``trainer.train()`` and check: ``steps`` optimizer steps, a finite loss for each
-    logged step, and (``weights_move``) a changed weight.
+    """Run ``trainer.train()`` and check: ``steps`` optimizer steps (the case configures
+    them), a finite loss logged for each, and (``weights_move``) a changed weight.
 
     Records, before checking, ``steps`` (the optimizer steps that ran) and ``loss``: the
     last logged step's (``loss="last"``) or the trainer's own training loss, the mean
-    over the steps (``loss="mean"``). ``weights_move=False``
-    leaves that check to the case (GRPO: weights move only where rewards differed).
+    over the steps (``loss="mean"``). ``weights_move=False`` leaves that check to the
+    case (GRPO: weights move only where rewards differed within a group).
     """
     before = weights_of(trainer.model)
     result = trainer.train()
