@@ -7,7 +7,6 @@ Contracts: the trainer's loss on a batch equals our own next-token cross-entropy
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +100,7 @@ def run_sft_two_steps(
     import torch
     from _compat import completion_only_sft, sft_arguments, tokenizer_argument
     from _tiny import CORPUS
+    from _train import train_and_check
     from datasets import Dataset
 
     rows: list[dict[str, str]] = [{"text": line} for line in CORPUS * 4]
@@ -110,7 +110,6 @@ def run_sft_two_steps(
     if variant == "completion-only":
         rows, settings, extra = completion_only_sft(tokenizer, PROMPT_COMPLETIONS * 2)
         prompts = [p for p, _ in PROMPT_COMPLETIONS]
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = trainer_class(
         model=model,
         train_dataset=Dataset.from_list(rows),
@@ -137,14 +136,4 @@ def run_sft_two_steps(
 
         check_close("SFT loss on the first batch", trainer_loss, reference_loss, 1e-4)
 
-    result = trainer.train()
-
-    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    record_property("loss", float(result.training_loss))
-    record_property("steps", trainer.state.global_step)
-    assert trainer.state.global_step == 2
-    assert len(losses) == 2 and all(math.isfinite(float(x)) for x in losses), losses
-    changed = [
-        n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p.detach())
-    ]
-    assert changed, "no weight changed after two optimizer steps"
+    train_and_check(trainer, record_property, steps=2, loss="mean")

@@ -1,15 +1,71 @@
-"""Shared helpers for the tool's own tests."""
+"""Shared helpers for the tool's own tests: paths, and the factories that build records."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ftmatrix.records import Record
+from ftmatrix.status import Status
+
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
+
+SFT = "test_sft.py::test_sft"
 
 
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+def make_record(**overrides: Any) -> Record:
+    """A passing SFT record of one cell; ``overrides`` set any field."""
+    fields: dict[str, Any] = dict(
+        run_id="20261122T120000Z",
+        cell_id="abc123def456",
+        cell_label="cpu-py3.11-trl1.16.0",
+        python="3.11",
+        pins={"trl": "1.16.0", "vllm": None},
+        hardware_class="cpu",
+        case=SFT,
+        operation="sft",
+        status=Status.PASS,
+        started_at="2026-11-22T12:00:00+00:00",
+        finished_at="2026-11-22T12:00:03+00:00",
+        duration=3.0,
+        metrics={"loss": 1.5},
+    )
+    fields.update(overrides)
+    return Record(**fields)
+
+
+def cell(
+    status: Status,
+    *,
+    case: str = SFT,
+    operation: str = "sft",
+    hardware: str = "cpu",
+    run_id: str = "20261122T120000Z",
+    signature: str = "1a2b3c4d5e6f",
+    **pins: str | None,
+) -> Record:
+    """The record of ``case`` in the cell of ``pins``, labelled and keyed as a plan would
+    (``cpu-py3.11-trl1.16.0``); a ``fail`` carries an ImportError with ``signature``."""
+    label = "-".join([hardware, "py3.11", *(f"{k}{v}" for k, v in pins.items())])
+    failed = status is Status.FAIL
+    return make_record(
+        run_id=run_id,
+        cell_id=f"id-{label}",
+        cell_label=label,
+        pins=pins,
+        hardware_class=hardware,
+        case=case,
+        operation=operation,
+        status=status,
+        exception_type="ImportError" if failed else None,
+        message="cannot import name 'X' from 'transformers'" if failed else None,
+        signature=signature if failed else None,
+    )

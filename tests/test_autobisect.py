@@ -12,15 +12,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import SFT, cell
 
 from ftmatrix.autobisect import ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.cli import main
 from ftmatrix.known_issues import parse_known_issues
-from ftmatrix.records import CellRecordFile, Record, record_path
+from ftmatrix.records import CellRecordFile, record_path
 from ftmatrix.status import Status
 from ftmatrix.store import load_findings
 
-SFT = "test_sft.py::test_sft"
 RELEASES = {
     "trl": ["0.9.0", "1.0.0", "1.0.1", "1.0.2", "1.1.0", "1.2.0"],
     "transformers": ["4.57.6", "5.0.0", "5.1.0"],
@@ -29,35 +29,6 @@ RELEASES = {
 
 def releases(package: str) -> list[str]:
     return RELEASES[package]
-
-
-def cell(
-    status: Status,
-    *,
-    case: str = SFT,
-    signature: str | None = "sig-new-0001",
-    hardware: str = "cpu",
-    run_id: str = "20261122T020000Z",
-    **pins: str | None,
-) -> Record:
-    label = "-".join([hardware, "py3.11", *(f"{k}{v}" for k, v in pins.items())])
-    broke = status not in (Status.PASS, Status.SKIP)
-    return Record(
-        run_id=run_id,
-        cell_id=f"id-{label}",
-        cell_label=label,
-        python="3.11",
-        pins=pins,
-        hardware_class=hardware,
-        case=case,
-        operation="sft",
-        status=status,
-        started_at="2026-11-22T02:00:00+00:00",
-        finished_at="2026-11-22T02:00:03+00:00",
-        exception_type="ImportError" if broke else None,
-        message="cannot import name 'X' from 'transformers'" if broke else None,
-        signature=signature if broke else None,
-    )
 
 
 def test_a_new_failure_whose_neighbour_passes_is_chosen():
@@ -76,7 +47,7 @@ def test_a_new_failure_whose_neighbour_passes_is_chosen():
     assert job.cost == 4  # both ends, then the two releases between take two halvings
     assert job.describe() == (
         "test_sft.py::test_sft on cpu: trl 1.0.0 passes (cpu-py3.11-trl1.0.0-transformers5.0.0), "
-        "1.1.0 fails (cpu-py3.11-trl1.1.0-transformers5.0.0; ImportError [sig-new-]), "
+        "1.1.0 fails (cpu-py3.11-trl1.1.0-transformers5.0.0; ImportError [1a2b3c4d]), "
         "holding transformers==5.0.0; 2 releases between: about 4 builds"
     )
     assert selection.nothing_reason() is None

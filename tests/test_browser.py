@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_records import make_record
+from conftest import make_record
 
 from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
 from ftmatrix.report import write_report

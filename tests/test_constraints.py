@@ -7,39 +7,12 @@ import random
 from datetime import UTC, datetime
 from pathlib import Path
 
+from conftest import SFT, cell
+
 from ftmatrix.constraints import derive_constraints, write_constraints
 from ftmatrix.records import CellRecordFile, Record, record_path
 from ftmatrix.report import write_report
 from ftmatrix.status import Status
-
-SFT = "test_sft.py::test_sft"
-
-
-def cell(
-    status: Status,
-    *,
-    case: str = SFT,
-    operation: str = "sft",
-    hardware: str = "cpu",
-    run_id: str = "20261122T120000Z",
-    **pins: str | None,
-) -> Record:
-    label = "-".join([hardware, "py3.11", *(f"{k}{v}" for k, v in pins.items())])
-    return Record(
-        run_id=run_id,
-        cell_id=f"id-{label}",
-        cell_label=label,
-        python="3.11",
-        pins=pins,
-        hardware_class=hardware,
-        case=case,
-        operation=operation,
-        status=status,
-        started_at="2026-11-22T12:00:00+00:00",
-        finished_at="2026-11-22T12:00:03+00:00",
-        exception_type="ImportError" if status is Status.FAIL else None,
-        signature="1a2b3c4d5e6f" if status is Status.FAIL else None,
-    )
 
 
 def lines(records: list[Record]) -> list[str]:

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from ftmatrix.settings import ENV_VARS
 from ftmatrix.status import status_table_markdown
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text()
 CI_RUN = (Path(__file__).parent.parent / ".ci" / "run").read_text()
 
 
@@ -25,3 +34,54 @@ def test_ci_runs_the_readme_test_command():
     command = re.search(r"^\$ (.*nox -s tests)$", README, re.MULTILINE)
     assert command, "README.md must show the test command"
     assert command.group(1) in CI_RUN
+
+
+# The real cell of test_e2e.py's whole-library test (default pins): uv's cache holds it.
+REAL_CELL = """
+packages:
+  torch: ["2.13.0"]
+  transformers: ["5.23.0"]
+  trl: ["1.16.0"]
+  peft: ["0.18.1"]
+"""
+
+
+@pytest.mark.slow
+def test_the_readme_case_runs_as_written_and_passes(tmp_path: Path):
+    """ "Writing a case": its example, beside the product's case helpers, in one real cell."""
+    section = README.split("## Writing a case", 1)[1].split("\n## ", 1)[0]
+    example = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert example, "README's 'Writing a case' must show a case"
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    for helper in [ROOT / "cases" / "conftest.py", *(ROOT / "cases").glob("_*.py")]:
+        shutil.copy(helper, cases / helper.name)
+    (cases / "test_readme_case.py").write_text(example.group(1))
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(REAL_CELL)
+    out = tmp_path / "out"
+    ran = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix"]
+        + ["--envdir", str(tmp_path / "envs")],
+        env={
+            **os.environ,
+            "FTMATRIX_MATRIX": str(matrix),
+            "FTMATRIX_CASES": str(cases),
+            "FTMATRIX_OUT": str(out),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    (record,) = [
+        json.loads(line)
+        for path in (out / "records").rglob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    assert (record["case"], record["status"]) == (
+        "test_readme_case.py::test_sft_with_neftune",
+        "pass",
+    ), record
+    assert record["metrics"]["steps"] == 2
+    assert math.isfinite(record["metrics"]["loss"])

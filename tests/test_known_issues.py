@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_records import make_record
+from conftest import make_record
 
 from ftmatrix.config import ConfigError
 from ftmatrix.known_issues import explain, load_known_issues, parse_known_issues

@@ -6,37 +6,19 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import make_record
 
 from ftmatrix.records import (
     SCHEMA_VERSION,
     CellRecordFile,
     Record,
     json_schema,
+    newest_per,
     read_records,
     record_path,
     redact,
 )
 from ftmatrix.status import Status
-
-
-def make_record(**overrides) -> Record:
-    fields = dict(
-        run_id="20261122T120000Z",
-        cell_id="abc123def456",
-        cell_label="cpu-py3.11-trl1.16.0",
-        python="3.11",
-        pins={"trl": "1.16.0", "vllm": None},
-        hardware_class="cpu",
-        case="test_sft.py::test_sft",
-        operation="sft",
-        status=Status.PASS,
-        started_at="2026-11-22T12:00:00+00:00",
-        finished_at="2026-11-22T12:00:03+00:00",
-        duration=3.0,
-        metrics={"loss": 1.5},
-    )
-    fields.update(overrides)
-    return Record(**fields)
 
 
 def test_round_trip_through_json():
@@ -92,3 +74,22 @@ def test_secrets_from_the_environment_are_redacted():
         redact(text, env) == "auth <redacted:HF_TOKEN> failed with <redacted:MY_API_KEY> at /bin 1"
     )
     assert redact(None, env) is None
+
+
+def test_newest_per_key_takes_the_newest_run_then_the_latest_finish():
+    older = make_record(run_id="r1", finished_at="2026-11-22T12:00:09+00:00")
+    first = make_record(run_id="r2", finished_at="2026-11-22T12:00:01+00:00")
+    later = make_record(run_id="r2", finished_at="2026-11-22T12:00:02+00:00", case="x")
+    twin = make_record(run_id="r2", finished_at="2026-11-22T12:00:02+00:00", case="y")
+    other = make_record(run_id="r0", cell_id="other")
+    # A tie (same run, same finish) keeps the first seen.
+    for records, winner in (
+        ([older, first, later, twin, other], later),
+        ([twin, later, first, older, other], twin),
+    ):
+        newest = newest_per(records, key=lambda r: r.cell_id)
+        assert newest == {"abc123def456": winner, "other": other}
+
+
+def test_only_runs_that_broke_count_as_breaks():
+    assert {s.value for s in Status if s.is_break} == {"fail", "crash", "timeout", "oom"}

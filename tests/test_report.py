@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
-from test_records import make_record
+from conftest import make_record
 
 from ftmatrix.changes import changes_since_previous, pass_rates
 from ftmatrix.failures import failure_groups

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_records import make_record
 
 from ftmatrix.config import parse_matrix
 from ftmatrix.plan import plan_cells

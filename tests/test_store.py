@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_records import make_record
+from conftest import make_record
 
 from ftmatrix.records import CellRecordFile, record_path
 from ftmatrix.status import Status

@@ -11,12 +11,12 @@ import multiprocessing
 from pathlib import Path
 
 import pytest
+from conftest import make_record
 
 from ftmatrix.config import ConfigError, Limits, parse_matrix
 from ftmatrix.plan import Cell
 from ftmatrix.records import CellRecordFile, Record, collected_cases_path, read_records
 from ftmatrix.runner import parallel_args, with_test_runners, worker_count
-from ftmatrix.status import Status
 
 pytest_plugins = ["pytester"]
 
@@ -61,19 +61,7 @@ def _add_records(path: str, worker: int, count: int) -> None:
 
 
 def _record(case: str) -> Record:
-    return Record(
-        run_id="r",
-        cell_id="c",
-        cell_label="cpu-py3.11-six1.17.0",
-        python="3.11",
-        pins={"six": "1.17.0"},
-        hardware_class="cpu",
-        case=case,
-        operation="w",
-        status=Status.PASS,
-        started_at="2026-11-22T12:00:00+00:00",
-        finished_at="2026-11-22T12:00:01+00:00",
-    )
+    return make_record(run_id="r", cell_id="c", case=case, operation="w")
 
 
 def test_processes_adding_to_one_cell_file_at_once_lose_no_record(tmp_path: Path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_records import make_record
+from conftest import make_record
 
 from ftmatrix.cli import build_parser
 from ftmatrix.records import CellRecordFile, record_path

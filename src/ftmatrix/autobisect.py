@@ -27,10 +27,8 @@ from packaging.version import InvalidVersion, Version
 from ftmatrix.bisect import BisectError, Finding, Step, Verdict, releases_between
 from ftmatrix.bisect_cells import BisectRequest
 from ftmatrix.known_issues import KnownIssue, explain
-from ftmatrix.records import WHOLE_CELL, Record
+from ftmatrix.records import WHOLE_CELL, Record, newest_per
 from ftmatrix.status import Status
-
-BREAKS = frozenset({Status.FAIL, Status.CRASH, Status.TIMEOUT, Status.OOM})
 
 
 class ReleasesUnavailable(Exception):
@@ -156,7 +154,7 @@ def choose_bisects(
     :class:`ReleasesUnavailable`); it is asked only about packages a job would move.
     """
     latest = _newest(records)
-    breaks = [r for r in latest if r.status in BREAKS and r.case != WHOLE_CELL and not r.flaky]
+    breaks = [r for r in latest if r.status.is_break and r.case != WHOLE_CELL and not r.flaky]
     if budget <= 0:
         return Selection(budget=budget, records=len(latest), failures=len(breaks))
     passing: dict[tuple[str, str, str], list[Record]] = {}
@@ -346,10 +344,5 @@ def _finding_text(finding: Mapping[str, Any]) -> str:
 
 
 def _newest(records: Iterable[Record]) -> list[Record]:
-    newest: dict[tuple[str, str], Record] = {}
-    for record in records:
-        key = (record.cell_id, record.case)
-        held = newest.get(key)
-        if held is None or (record.run_id, record.finished_at) > (held.run_id, held.finished_at):
-            newest[key] = record
+    newest = newest_per(records, key=lambda r: (r.cell_id, r.case))
     return sorted(newest.values(), key=lambda r: (r.cell_label, r.case))

@@ -23,6 +23,7 @@ from ftmatrix.plan import Cell
 from ftmatrix.records import WHOLE_CELL, write_atomically
 from ftmatrix.resolve import uv_binary
 from ftmatrix.runner import CellContext, current_python, run_cell
+from ftmatrix.status import Status
 from ftmatrix.system_packages import venv_interpreter
 
 Log = Callable[[str], None]
@@ -47,11 +48,11 @@ class BisectRequest:
         return f"{case}--{self.axis}-{self.good}-{self.bad}" + (f"--{held}" if held else "")
 
 
-def judge_status(status: str) -> Verdict:
+def judge_status(status: Status) -> Verdict:
     """A case's status as a verdict: pass is good; a framework break is bad; else skip."""
-    if status == "pass":
+    if status is Status.PASS:
         return Verdict.GOOD
-    if status in ("fail", "crash", "timeout", "oom"):
+    if status.is_break:
         return Verdict.BAD
     # uninstallable, install-error, n/a, skip and our own error say nothing either way.
     return Verdict.SKIP
@@ -130,7 +131,7 @@ def run_bisect(
         )
         if record is None:
             return Verdict.SKIP, "no record", f"the case {request.case} was not collected", False
-        verdict = judge_status(record.status.value)
+        verdict = judge_status(record.status)
         detail = (record.message or record.reason or "").strip().splitlines()
         log(
             f"[ftmatrix] bisect {request.axis}=={version}: {record.status.value} -> {verdict.value}"

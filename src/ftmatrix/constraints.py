@@ -41,10 +41,9 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ftmatrix.grid import version_order
-from ftmatrix.records import WHOLE_CELL, Record, write_atomically
+from ftmatrix.records import WHOLE_CELL, Record, newest_per, write_atomically
 from ftmatrix.status import Status
 
-BREAKS = frozenset({Status.FAIL, Status.CRASH, Status.TIMEOUT, Status.OOM})
 # Cell labels named in one comment; the JSON lists them all.
 LABELS_SHOWN = 3
 
@@ -218,16 +217,16 @@ def derive_constraints(records: Iterable[Record]) -> list[ConstraintSet]:
     Of several records for one (cell, case), the newest run's counts. Sorted by
     operation, then hardware class; the lines within are in a stable order.
     """
-    newest: dict[tuple[str, str], Record] = {}
-    for record in records:
-        if record.case == WHOLE_CELL or record.flaky or record.beyond_cap:
-            continue  # cap probes are judged apart (derive_cap_verdicts)
-        if record.status not in BREAKS and record.status is not Status.PASS:
-            continue
-        key = (record.cell_id, record.case)
-        held = newest.get(key)
-        if held is None or (record.run_id, record.finished_at) > (held.run_id, held.finished_at):
-            newest[key] = record
+    judged = (
+        r
+        for r in records
+        # cap probes are judged apart (derive_cap_verdicts)
+        if r.case != WHOLE_CELL
+        and not r.flaky
+        and not r.beyond_cap
+        and (r.status.is_break or r.status is Status.PASS)
+    )
+    newest = newest_per(judged, key=lambda r: (r.cell_id, r.case))
     groups: dict[tuple[str, str], list[Record]] = {}
     for record in newest.values():
         groups.setdefault((record.operation, record.hardware_class), []).append(record)
@@ -272,7 +271,7 @@ def _derive_one(operation: str, hardware: str, judged: Sequence[Record]) -> Cons
     paired: dict[tuple[str, str, Pin], list[Record]] = {}
     unexplained: list[Unexplained] = []
     for case in sorted(by_case):
-        bad = [r for r in by_case[case] if r.status in BREAKS]
+        bad = [r for r in by_case[case] if r.status.is_break]
         good = [r for r in by_case[case] if r.status is Status.PASS]
         if not good:
             unexplained += [
@@ -511,12 +510,12 @@ def derive_cap_verdicts(records: Iterable[Record]) -> list[CapVerdict]:
     verdicts = []
     for (cap, hardware), probes in sorted(groups.items()):
         judged = [r for r in probes if r.case != WHOLE_CELL and not r.flaky]
-        broke = [r for r in judged if r.status in BREAKS]
+        broke = [r for r in judged if r.status.is_break]
         passed = [r for r in judged if r.status is Status.PASS]
         worst: dict[str, Status] = {}
         for record in probes:
             held = worst.get(record.operation)
-            if held is None or _severity(record.status) > _severity(held):
+            if held is None or record.status.severity > held.severity:
                 worst[record.operation] = record.status
         raise_to = None
         if passed and not broke:
@@ -564,8 +563,3 @@ def _leading_name(requirement: str) -> str:
     while end < len(requirement) and (requirement[end].isalnum() or requirement[end] in "-_."):
         end += 1
     return requirement[:end]
-
-
-def _severity(status: Status) -> int:
-    order = [Status.NOT_APPLICABLE, Status.SKIP, Status.PASS, *sorted(BREAKS, key=str)]
-    return order.index(status) if status in order else len(order)

@@ -15,7 +15,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ftmatrix.records import WHOLE_CELL, Record
+from ftmatrix.records import WHOLE_CELL, Record, newest_per
 from ftmatrix.resolve import conflict_summary
 from ftmatrix.status import PROBLEM_STATUSES, Status
 
@@ -34,12 +34,9 @@ class Grid:
 
 def latest_records(records: Iterable[Record]) -> list[Record]:
     """For each cell, the records of the newest run that has any for it."""
-    newest: dict[str, str] = {}
     records = list(records)
-    for record in records:
-        if record.run_id > newest.get(record.cell_id, ""):
-            newest[record.cell_id] = record.run_id
-    return [r for r in records if r.run_id == newest[r.cell_id]]
+    newest = newest_per(records, key=lambda r: r.cell_id)
+    return [r for r in records if r.run_id == newest[r.cell_id].run_id]
 
 
 def build_grid(records: Iterable[Record]) -> Grid:

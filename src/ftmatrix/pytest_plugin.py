@@ -426,7 +426,8 @@ class Failure:
     functions: tuple[str, ...]
     traceback: str | None
     memory_error: bool = False  # a MemoryError (or subclass) in this process
-    assertion: bool = False  # an AssertionError (or subclass: a case's check) was raised
+    # An AssertionError or subclass (the cases' ContractError): a check that did not hold.
+    assertion: bool = False
     causes: str = ""  # the messages of the exceptions it was raised from
     crashed: str | None = None  # how a child process died, when it did not raise
 
@@ -443,8 +444,7 @@ class Failure:
                 functions=tuple(f for _, f in error.frames),
                 traceback="\n".join(t for t in (error.child_traceback, longrepr) if t) or None,
                 crashed=error.crashed,
-                # The child's type is known by name only: its subclasses are not.
-                assertion=(error.exception_type or "").endswith("AssertionError"),
+                assertion=(error.exception_type or "").rsplit(".", 1)[-1] == "AssertionError",
             )
         filenames, functions = _frames(tb)
         return cls(

@@ -16,10 +16,10 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ftmatrix.status import Status
 
@@ -29,6 +29,8 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 1
+
+K = TypeVar("K", bound=Hashable)
 
 # Case id of a record that stands for the whole cell (it never got to run cases).
 WHOLE_CELL = "*"
@@ -308,6 +310,23 @@ def read_records(root: Path) -> ReadResult:
             except (ValueError, TypeError) as exc:
                 problems.append(f"{path}:{number}: skipped: {exc}")
     return ReadResult(records=tuple(records), problems=tuple(problems))
+
+
+def newest_per(records: Iterable[Record], key: Callable[[Record], K]) -> dict[K, Record]:
+    """For each ``key(record)``, its newest record: of the newest run (run ids sort by
+    start time), and within a run the one that finished last; on a tie, the first seen.
+
+    The one reading of "newest" for every consumer of a history: the grid and the
+    shards take the newest run per cell, constraints and autobisect the newest record
+    per (cell, case).
+    """
+    newest: dict[K, Record] = {}
+    for record in records:
+        at = key(record)
+        held = newest.get(at)
+        if held is None or (record.run_id, record.finished_at) > (held.run_id, held.finished_at):
+            newest[at] = record
+    return newest
 
 
 def _line(record: Record) -> str:

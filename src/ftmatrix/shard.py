@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 from ftmatrix.plan import Cell
-from ftmatrix.records import Record
+from ftmatrix.records import Record, newest_per
 
 
 def shard_cells(
@@ -39,13 +39,10 @@ def shard_cells(
 
 def cell_costs(records: Iterable[Record]) -> dict[str, float]:
     """Seconds each cell label took in the newest run that has it."""
-    newest: dict[str, str] = {}
     records = list(records)
-    for record in records:
-        if record.run_id > newest.get(record.cell_label, ""):
-            newest[record.cell_label] = record.run_id
+    newest = newest_per(records, key=lambda r: r.cell_label)
     costs: dict[str, float] = {}
     for record in records:
-        if record.run_id == newest[record.cell_label]:
+        if record.run_id == newest[record.cell_label].run_id:
             costs[record.cell_label] = costs.get(record.cell_label, 0.0) + record.duration
     return costs

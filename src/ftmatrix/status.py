@@ -29,9 +29,15 @@ class Status(enum.Enum):
         return _MEANINGS[self]
 
     @property
-    def counts_against_framework(self) -> bool:
-        """True where the frameworks (not our case, not the hardware) are to blame."""
-        return self in _FRAMEWORK_BREAKS
+    def is_break(self) -> bool:
+        """True where a run of the frameworks broke: ``fail``, ``crash``, ``timeout``, ``oom``.
+
+        The one definition of "counts as a break" for constraints, autobisect and bisect.
+        Not ``error`` (our case's bug), ``skip`` or ``n/a`` (it did not run), nor
+        ``uninstallable`` and ``install-error``: those say whether the pins install, a
+        finding of the plan, not that a run of them broke.
+        """
+        return self in _BREAKS
 
     @property
     def severity(self) -> int:
@@ -68,9 +74,7 @@ _MEANINGS = {
     Status.ERROR: "The case itself is broken: a bug of ours, never counted against a framework.",
 }
 
-_FRAMEWORK_BREAKS = frozenset(
-    {Status.FAIL, Status.CRASH, Status.TIMEOUT, Status.OOM, Status.UNINSTALLABLE}
-)
+_BREAKS = frozenset({Status.FAIL, Status.CRASH, Status.TIMEOUT, Status.OOM})
 
 # Worst last: a grid cell holding several records shows the most severe one.
 _SEVERITY = [
