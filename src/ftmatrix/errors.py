@@ -20,7 +20,7 @@ class ExitCode(enum.IntEnum):
 
     OK = 0
     FAILED = 1  # the command ran, but something it ran failed (a cell session, ...)
-    USAGE = 2  # command-line arguments (argparse's own errors exit 2 as well)
+    USAGE = 2
     CONFIG = 3
     PLAN = 4
     BISECT = 5
@@ -44,7 +44,7 @@ class FatalError(Exception):
 
 
 class UsageError(FatalError):
-    """Command-line arguments that cannot be used as given."""
+    """Command-line arguments that cannot be used as given (argparse's own errors exit 2 too)."""
 
     return_code = ExitCode.USAGE
 
@@ -75,7 +75,8 @@ class BisectError(FatalError):
 
 
 class WheelhouseError(FatalError):
-    """A wheelhouse that cannot be made as asked: the message is one line for the user."""
+    """A wheelhouse that cannot be made as asked: a cell that does not resolve for the
+    platform, a download that fails, a folder that cannot be written."""
 
     return_code = ExitCode.WHEELHOUSE
 
@@ -121,13 +122,14 @@ FATAL_ERRORS: tuple[type[FatalError], ...] = (
 def exit_code_table_markdown() -> str:
     """README's exit-code table, derived from the classes above."""
     rows = [
-        "| exit code | meaning |",
-        "|---|---|",
-        f"| {ExitCode.OK.value} | success |",
-        f"| {ExitCode.FAILED.value} | the command ran, but something it ran failed "
+        "| exit code | error | when |",
+        "|---|---|---|",
+        f"| {ExitCode.OK.value} | | success |",
+        f"| {ExitCode.FAILED.value} | | the command ran, but something it ran failed "
         "(a cell session, nox itself) |",
     ]
     for kind in sorted(FATAL_ERRORS, key=lambda k: k.return_code):
-        meaning = (kind.__doc__ or "").strip().rstrip(".")
-        rows.append(f"| {kind.return_code.value} | `{kind.__name__}`: {meaning} |")
+        meaning = " ".join((kind.__doc__ or "").split()).rstrip(".")
+        meaning = meaning[:1].lower() + meaning[1:]
+        rows.append(f"| {kind.return_code.value} | `{kind.__name__}` | {meaning} |")
     return "\n".join(rows)
