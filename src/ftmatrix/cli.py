@@ -1,7 +1,8 @@
 """``python -m ftmatrix``: plan, run, report, outside nox as inside it.
 
-``main()`` prints messages and maps each kind of fatal error to its own exit
-code; the inner functions raise, so tests call them directly.
+``main()`` prints each fatal error's message and returns its exit code (the
+table is ``errors.py``); the inner functions raise, so tests call them directly.
+The noxfile's sessions call ``main()`` too: one code path for both entry points.
 """
 
 from __future__ import annotations
