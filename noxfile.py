@@ -124,7 +124,7 @@ def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
         counts[record.status.value] = counts.get(record.status.value, 0) + 1
     session.log(f"{cell.label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     try:
-        session.notify("report")
+        session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
     except ValueError:
         # Under `nox -j`, each session runs in a child that cannot queue another;
         # `nox -j auto -s matrix report` runs the report after the cells instead.
