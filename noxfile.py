@@ -1,38 +1,29 @@
 """ftmatrix's sessions: one ``matrix(LABEL)`` session per cell, and the tool's own chores.
 
-Thin wiring only: every decision lives in the ``ftmatrix`` package. What is
-planned is chosen by environment variables (FTMATRIX_MATRIX, FTMATRIX_PROFILE,
+Thin wiring only: every decision lives in the ``ftmatrix`` package, and the
+chores (plan, report, bisect, autobisect, wheelhouse) run ``python -m ftmatrix``'s
+own ``main()``, so a session and its subcommand cannot disagree. What is planned
+is chosen by environment variables (FTMATRIX_MATRIX, FTMATRIX_PROFILE,
 FTMATRIX_CASES, FTMATRIX_OUT), since nox builds its session list before any
 argument reaches a session.
 """
 
 from __future__ import annotations
 
-import json
+import atexit
 import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 import nox
 
-from ftmatrix.cli import (
-    Loaded,
-    index_releases,
-    load,
-    main,
-    plan_json,
-    print_plan,
-    resolve_cells,
-    write_installability,
-)
-from ftmatrix.config import ConfigError
-from ftmatrix.plan import Cell, PlanError
+from ftmatrix.cli import Loaded, load, main, write_installability
+from ftmatrix.errors import ExitCode, FatalError
+from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
-from ftmatrix.report import write_report
 from ftmatrix.runner import CellContext, current_python, run_cell
-from ftmatrix.selectors import check_released
-from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.system_packages import venv_interpreter
 
 nox.needs_version = ">=2025.2.9"
@@ -42,13 +33,26 @@ nox.options.sessions = ["matrix"]
 ROOT = Path(__file__).resolve().parent
 STARTED = datetime.now(UTC)
 
+# A matrix that cannot be planned is reported once: by the session that needs the
+# plan (plan and matrix print it as the CLI does) or, where none runs (`nox -l`,
+# `nox -s lint`), when nox exits.
+UNREPORTED: list[FatalError] = []
+
+
+def report_the_rest() -> None:
+    """Print what no session reported (atexit: after nox's own output)."""
+    for problem in UNREPORTED:
+        print(problem.describe(), file=sys.stderr)
+
+
 LOADED: Loaded | None
+PROBLEM: FatalError | None = None
 try:
     LOADED = load(os.environ, root=ROOT, now=STARTED)
-    PROBLEM = ""
-except (ConfigError, PlanError, SettingsError) as exc:
-    LOADED, PROBLEM = None, str(exc)
-    print(f"ftmatrix: {exc}", file=sys.stderr)
+except FatalError as exc:
+    LOADED, PROBLEM = None, exc
+    UNREPORTED.append(exc)
+    atexit.register(report_the_rest)
 
 if LOADED is not None:
     # Children that nox starts for parallel sessions (-j) load this file again:
@@ -81,8 +85,15 @@ def matrix(session: nox.Session, cell: str) -> None:
     folder) select cases, options are passed through.
     """
     if LOADED is None:
-        session.error(PROBLEM)
-    run_matrix_cell(session, LOADED, BY_LABEL[cell])
+        # As `python -m ftmatrix run`: the message once, the kind's exit code.
+        assert PROBLEM is not None
+        UNREPORTED.clear()
+        print(PROBLEM.describe(), file=sys.stderr)
+        fail_as_cli(session, "matrix", PROBLEM.return_code)
+    try:
+        run_matrix_cell(session, LOADED, BY_LABEL[cell])
+    except FatalError as exc:  # in one cell (no GPU to lease, no host to ask): the others run
+        session.error(exc.describe())
 
 
 def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
@@ -113,42 +124,46 @@ def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
         counts[record.status.value] = counts.get(record.status.value, 0) + 1
     session.log(f"{cell.label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     try:
-        session.notify("report")
+        session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
     except ValueError:
         # Under `nox -j`, each session runs in a child that cannot queue another;
         # `nox -j auto -s matrix report` runs the report after the cells instead.
         session.log("parallel run: the report session runs after the cells when named")
 
 
+def run_cli(session: nox.Session, command: str) -> None:
+    """``python -m ftmatrix COMMAND`` with the session's arguments, in this process."""
+    code = main([command, *session.posargs], root=ROOT)
+    if code != ExitCode.OK:
+        fail_as_cli(session, command, code)
+
+
+def fail_as_cli(session: nox.Session, command: str, code: int) -> NoReturn:
+    """End the session as the subcommand ended, its message already printed.
+
+    A fatal error's code ends nox itself, so `nox -s plan` exits as `python -m
+    ftmatrix plan` does (nox says 1 for any failed session).
+    """
+    if code == ExitCode.FAILED:
+        session.error(f"{command} ended with exit code {code}")
+    session.log(f"Session {session.name} failed: {command} ended with exit code {code}")
+    sys.exit(code)
+
+
 @nox.session(python=False)
 def plan(session: nox.Session) -> None:
-    """Print the cells and whether each installs; ``-- --json`` for machines, ``--no-resolve``."""
-    if LOADED is None:
-        session.error(PROBLEM)
-    if "--no-resolve" not in session.posargs:
-        # As `python -m ftmatrix plan`: a pin the index never had is a config error.
-        try:
-            check_released(LOADED.matrix, index_releases(LOADED.matrix, os.environ))
-        except ConfigError as exc:
-            session.error(f"ftmatrix: {exc}")
-    if "--json" in session.posargs:
-        print(json.dumps(plan_json(LOADED, os.environ), indent=2))
-    elif "--no-resolve" in session.posargs:
-        print_plan(LOADED, sys.stdout)
-    else:
-        resolutions = resolve_cells(
-            LOADED.selected, LOADED.matrix.install, os.environ, LOADED.matrix.limits
-        )
-        print_plan(LOADED, sys.stdout, resolutions)
+    """Print the cells and whether each installs; ``-- --json`` for machines, ``--no-resolve``.
+
+    Runs `python -m ftmatrix plan`: a pin the index never had is a config error here too.
+    """
+    UNREPORTED.clear()  # the plan meets the matrix's problem again, and prints it
+    run_cli(session, "plan")
 
 
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Build reports/index.html, summary.md and results.json from whatever records exist."""
-    settings = Settings.from_env(os.environ, root=ROOT, now=STARTED)
-    out = settings.out
-    grid = write_report(out, now=datetime.now(UTC), known_issues=known_issues_file(settings))
-    session.log(f"{out / 'index.html'}: {len(grid.records)} records, {len(grid.rows)} cells")
+    run_cli(session, "report")
 
 
 @nox.session(python=False)
@@ -157,9 +172,7 @@ def bisect(session: nox.Session) -> None:
 
     ``nox -s bisect -- --case ID --axis PKG --good V1 --bad V2 [--pins PKG==V ...]``
     """
-    code = main(["bisect", *session.posargs])
-    if code:
-        session.error(f"bisect ended with exit code {code}")
+    run_cli(session, "bisect")
 
 
 @nox.session(python=False)
@@ -169,9 +182,7 @@ def autobisect(session: nox.Session) -> None:
     Run after ``nox -s matrix``; ``-- --dry-run`` only prints the choice, ``--budget N``
     overrides the budget. Findings go to the history; ``nox -s report`` shows them.
     """
-    code = main(["autobisect", *session.posargs])
-    if code:
-        session.error(f"autobisect ended with exit code {code}")
+    run_cli(session, "autobisect")
 
 
 @nox.session(python=False)
@@ -181,9 +192,7 @@ def wheelhouse(session: nox.Session) -> None:
     ``nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 DIR``
     (``--host-packages FREEZE`` where install.system-packages takes the host's).
     """
-    code = main(["wheelhouse", *session.posargs])
-    if code:
-        session.error(f"wheelhouse ended with exit code {code}")
+    run_cli(session, "wheelhouse")
 
 
 @nox.session

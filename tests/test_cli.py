@@ -47,6 +47,21 @@ def test_rule_matching_nothing_exits_with_the_plan_code(capsys: pytest.CaptureFi
     assert "matches no cell" in capsys.readouterr().err
 
 
+def test_an_unreachable_index_is_one_line_naming_it(capsys: pytest.CaptureFixture[str]):
+    code = main(["plan"], env=env_for(DATA / "invalid" / "unreachable_index.yaml"))
+    assert code == ExitCode.INDEX
+    assert capsys.readouterr().err == (
+        "ftmatrix: package index http://127.0.0.1:9/simple (set by install.index-url) cannot "
+        "be read: [Errno 111] Connection refused (listing the releases of six)\n"
+    )
+
+
+def test_an_index_variable_is_named_as_what_chose_the_index(capsys: pytest.CaptureFixture[str]):
+    env = env_for(DATA / "small_matrix.yaml", UV_INDEX_URL="http://127.0.0.1:9/simple")
+    assert main(["plan", "--json"], env=env) == ExitCode.INDEX
+    assert "(set by UV_INDEX_URL) cannot be read" in capsys.readouterr().err
+
+
 def test_report_from_no_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["report", "--out", str(tmp_path)], env={}) == ExitCode.OK
     assert capsys.readouterr().out == f"report: {tmp_path / 'index.html'} (0 records, 0 cells)\n"

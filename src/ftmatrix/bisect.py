@@ -16,6 +16,8 @@ from typing import Any
 
 from packaging.version import Version
 
+from ftmatrix.errors import BisectError as BisectError  # noqa: PLC0414 -- a re-export
+
 
 class Verdict(enum.Enum):
     GOOD = "good"
@@ -71,10 +73,6 @@ class Finding:
 
 class BudgetSpent(Exception):
     """The evaluator may build no more cells: the search stops where it has got to."""
-
-
-class BisectError(Exception):
-    """The ends do not bracket a change: the 'good' end is not good, or the 'bad' end not bad."""
 
 
 def releases_between(all_versions: Sequence[str], good: str, bad: str) -> list[str]:

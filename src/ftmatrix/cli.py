@@ -1,13 +1,13 @@
 """``python -m ftmatrix``: plan, run, report, outside nox as inside it.
 
-``main()`` prints messages and maps each kind of fatal error to its own exit
-code; the inner functions raise, so tests call them directly.
+``main()`` prints each fatal error's message and returns its exit code (the
+table is ``errors.py``); the inner functions raise, so tests call them directly.
+The noxfile's sessions call ``main()`` too: one code path for both entry points.
 """
 
 from __future__ import annotations
 
 import argparse
-import enum
 import json
 import os
 import re
@@ -26,11 +26,11 @@ from typing import Any, TextIO
 from packaging.version import Version
 
 from ftmatrix.autobisect import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
-from ftmatrix.bisect import BisectError
 from ftmatrix.bisect_cells import BisectRequest, finding_document, run_bisect
 from ftmatrix.caps import RequiresLookup, plan_probes
-from ftmatrix.config import ConfigError, InstallOptions, Limits, Matrix, load_matrix
-from ftmatrix.index import IndexError_, list_releases
+from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
+from ftmatrix.errors import BisectError, ExitCode, FatalError, PackageIndexError, UsageError
+from ftmatrix.index import list_releases
 from ftmatrix.known_issues import load_known_issues
 from ftmatrix.plan import (
     CANNOT_INSTALL,
@@ -40,7 +40,6 @@ from ftmatrix.plan import (
     Cell,
     Oracle,
     Plan,
-    PlanError,
     Verdict,
     plan_cells,
     select_cells,
@@ -50,24 +49,12 @@ from ftmatrix.report import INSTALLABILITY_FILE, write_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.runner import RETRY_DELAYS, TRANSIENT, current_python, with_test_runners
 from ftmatrix.selectors import check_released, resolve_selectors
-from ftmatrix.settings import Settings, SettingsError, known_issues_file
+from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 from ftmatrix.status import Status
 from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
-from ftmatrix.wheelhouse import Target, WheelhouseError, build_wheelhouse, summary_line
-
-
-class ExitCode(enum.IntEnum):
-    """Each kind of fatal error has its own exit code."""
-
-    OK = 0
-    FAILED = 1  # the command ran but something it ran failed (a cell session, ...)
-    USAGE = 2
-    CONFIG = 3
-    PLAN = 4
-    BISECT = 5  # the ends given do not bracket a change
-    WHEELHOUSE = 6  # a cell does not resolve for the platform, a download fails, DIR unwritable
+from ftmatrix.wheelhouse import Target, build_wheelhouse, summary_line
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -578,7 +565,7 @@ def _autobisect(
     def releases(package: str) -> list[str]:
         try:
             return [str(v) for v in lookup(package)]
-        except IndexError_ as exc:
+        except PackageIndexError as exc:
             raise ReleasesUnavailable(str(exc)) from exc
 
     records = _of_hardware(newest_records(store), matrix, args.hardware)
@@ -700,23 +687,17 @@ def _wheelhouse(
     return ExitCode.OK
 
 
-class UsageError(Exception):
-    """Arguments that cannot be used as given."""
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    root: Path | None = None,
+) -> int:
+    """Entry point: parse, dispatch, print errors, return an exit code.
 
-
-# Each kind of fatal error and the exit code it ends the command with.
-FATAL_ERRORS: tuple[tuple[type[Exception], ExitCode], ...] = (
-    (ConfigError, ExitCode.CONFIG),
-    (PlanError, ExitCode.PLAN),
-    (BisectError, ExitCode.BISECT),
-    (SettingsError, ExitCode.USAGE),
-    (UsageError, ExitCode.USAGE),
-    (WheelhouseError, ExitCode.WHEELHOUSE),
-)
-
-
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """Entry point: parse, dispatch, print errors, return an exit code."""
+    The noxfile's sessions call it too (``root``: the noxfile's folder), so
+    ``nox -s plan`` and ``python -m ftmatrix plan`` run one code path.
+    """
     args, extra = build_parser().parse_known_args(argv)
     env = dict(os.environ if env is None else env)
     for key, variable in (
@@ -728,12 +709,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if value:
             env[variable] = value
     try:
-        return dispatch(args, extra, env, root=Path.cwd(), now=datetime.now(UTC))
-    except tuple(kind for kind, _ in FATAL_ERRORS) as exc:
-        code = next(code for kind, code in FATAL_ERRORS if isinstance(exc, kind))
-        prefix = "ftmatrix: bisect" if code is ExitCode.BISECT else "ftmatrix"
-        print(f"{prefix}: {exc}", file=sys.stderr)
-        return code
+        return dispatch(args, extra, env, root=root or Path.cwd(), now=datetime.now(UTC))
+    except FatalError as exc:
+        print(exc.describe(), file=sys.stderr)
+        return exc.return_code
 
 
 def dispatch(

@@ -19,6 +19,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ftmatrix.errors import ConfigError as ConfigError  # noqa: PLC0414 -- a re-export
+
 NOT_INSTALLED = "none"
 """The axis value meaning: this package is not installed in the cell."""
 
@@ -49,16 +51,6 @@ BISECT_KEYS = ("budget",)
 # Keys every rule of `exclude` / `include` may name besides packages.
 RULE_EXTRA_KEYS = ("python", "hardware")
 DEFAULT_HARDWARE = {"cpu": {"runs-on": ["ubuntu-latest"], "gpus": 0}}
-
-
-class ConfigError(Exception):
-    """One or more problems in a matrix file, each a line naming file, key and value."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = tuple(problems)
-        count = len(self.problems)
-        header = f"{count} problem{'s' if count != 1 else ''} in the matrix configuration:"
-        super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,6 +7,7 @@ names from find-links folders, so a wheelhouse counts as an index.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import urllib.error
@@ -27,14 +28,18 @@ from packaging.utils import (
 from packaging.version import Version
 
 from ftmatrix.config import InstallOptions
+from ftmatrix.errors import PackageIndexError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
+# Where the primary index comes from when matrix.yaml names none, first found wins (as uv).
+PRIMARY_VARIABLES = ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL")
+EXTRA_VARIABLES = ("UV_EXTRA_INDEX_URL", "PIP_EXTRA_INDEX_URL")
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_SECONDS = 60
 
 
-class IndexError_(Exception):
-    """The index could not be read."""
+# The name callers knew it by before errors.py held every fatal error.
+IndexError_ = PackageIndexError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,8 +60,15 @@ def list_releases(
 ) -> list[Release]:
     """Every non-yanked release of ``package`` on the configured indexes, oldest first."""
     found: dict[Version, Release] = {}
-    for url in index_urls(install, env):
-        for release in _from_index(url, package):
+    for url, origin in configured_indexes(install, env):
+        try:
+            from_index = _from_index(url, package)
+        except _Unreadable as exc:
+            raise PackageIndexError(
+                f"package index {url} ({origin}) cannot be read: {exc} "
+                f"(listing the releases of {package})"
+            ) from exc
+        for release in from_index:
             _keep(found, release)
     for folder in find_links(install, env):
         for release in _from_folder(Path(folder), package):
@@ -69,19 +81,30 @@ def list_releases(
 
 def index_urls(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
     """The primary index (matrix.yaml, then UV_/PIP_ variables, then PyPI) and the extras."""
-    primary = (
-        install.index_url
-        or env.get("UV_INDEX_URL")
-        or env.get("UV_DEFAULT_INDEX")
-        or env.get("PIP_INDEX_URL")
-        or DEFAULT_INDEX
+    return [url for url, _ in configured_indexes(install, env)]
+
+
+def configured_indexes(install: InstallOptions, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Each index URL with what chose it (a matrix key, a variable), for error messages."""
+    primary = next(
+        (
+            (url, origin)
+            for url, origin in (
+                (install.index_url, "set by install.index-url"),
+                *((env.get(name), f"set by {name}") for name in PRIMARY_VARIABLES),
+            )
+            if url
+        ),
+        (DEFAULT_INDEX, "the default index"),
     )
     extras = [
-        *install.extra_index_urls,
-        *env.get("UV_EXTRA_INDEX_URL", "").split(),
-        *env.get("PIP_EXTRA_INDEX_URL", "").split(),
+        *((url, "set by install.extra-index-urls") for url in install.extra_index_urls),
+        *((url, f"set by {name}") for name in EXTRA_VARIABLES for url in env.get(name, "").split()),
     ]
-    return list(dict.fromkeys([primary, *extras]))
+    found: dict[str, str] = {}
+    for url, origin in [primary, *extras]:
+        found.setdefault(url, origin)
+    return list(found.items())
 
 
 def find_links(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
@@ -100,10 +123,13 @@ def _from_index(url: str, package: str) -> list[Release]:
     if body is None:
         return []
     if JSON_ACCEPT in content_type:
-        files = [
-            (f.get("filename", ""), f.get("upload-time"), bool(f.get("yanked")))
-            for f in json.loads(body).get("files", [])
-        ]
+        try:
+            files = [
+                (f.get("filename", ""), f.get("upload-time"), bool(f.get("yanked")))
+                for f in json.loads(body).get("files", [])
+            ]
+        except (ValueError, AttributeError) as exc:
+            raise _Unreadable(f"its page for {name} is not a simple-API JSON page") from exc
     else:
         # PEP 503 HTML: names and yanked marks, no upload times.
         files = [
@@ -124,17 +150,24 @@ _ANCHOR = re.compile(r"<a(?P<attrs>[^>]*)>(?P<name>[^<]+)</a>", re.IGNORECASE)
 PYPI_HOST = "pypi.org"
 
 
+class _Unreadable(Exception):
+    """A page of an index that could not be read; list_releases names the index."""
+
+
 def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
-    request = urllib.request.Request(url, headers={"Accept": accept})
     try:
+        request = urllib.request.Request(url, headers={"Accept": accept})
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
             return response.read(), response.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None, ""
-        raise IndexError_(f"{url}: HTTP {exc.code}") from exc
-    except (urllib.error.URLError, TimeoutError) as exc:
-        raise IndexError_(f"{url}: could not be read: {exc}") from exc
+        raise _Unreadable(f"HTTP {exc.code} for {url}") from exc
+    except urllib.error.URLError as exc:
+        raise _Unreadable(str(exc.reason)) from exc
+    # A dropped connection, a timeout, a URL that is no URL: all mean the same to the user.
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise _Unreadable(str(exc) or type(exc).__name__) from exc
 
 
 def _with_pypi_upload_times(

@@ -22,12 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from ftmatrix.errors import LeaseError
+
 POLL_SECONDS = 1.0
 LEASE_VARIABLE = "FTMATRIX_GPU_LEASE"
-
-
-class LeaseError(Exception):
-    """More devices asked for than the machine has."""
 
 
 @contextmanager

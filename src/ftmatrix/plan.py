@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ftmatrix.config import NOT_INSTALLED, Matrix, Rule, pattern_specifier
+from ftmatrix.errors import PlanError
 
 # Short label prefixes for the packages everyone in this field knows; others keep
 # their name. Labels must stay stable: changing one renames every cell.
@@ -32,10 +33,6 @@ SHORT_NAMES = {
 
 
 PROBE_SUFFIX = "pastcap"
-
-
-class PlanError(Exception):
-    """A plan that cannot be made: a rule or selector that matches no cell, or no cell left."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ftmatrix.errors import SettingsError
+
 ENV_VARS = {
     "FTMATRIX_MATRIX": "The matrix file (default: matrix.yaml).",
     "FTMATRIX_PROFILE": "The profile to apply (default: the file's default-profile).",
@@ -68,10 +70,6 @@ class Settings:
 def new_run_id(now: datetime) -> str:
     """Sortable and readable: ``20261122T143512Z``."""
     return now.strftime("%Y%m%dT%H%M%SZ")
-
-
-class SettingsError(ValueError):
-    """An FTMATRIX_* variable whose value cannot be used."""
 
 
 def parse_shard(text: str) -> tuple[int, int] | None:

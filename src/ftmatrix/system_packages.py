@@ -46,6 +46,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix.config import InstallOptions
+from ftmatrix.errors import HostError as HostError  # noqa: PLC0414 -- a re-export
 from ftmatrix.plan import Cell
 from ftmatrix.status import Status
 
@@ -72,10 +73,6 @@ for dist in metadata.distributions():
 print(json.dumps({"python": sys.executable, "version": "%d.%d" % sys.version_info[:2],
                   "site": list(dict.fromkeys(dirs)), "dists": dists}))
 """
-
-
-class HostError(Exception):
-    """The host interpreter cannot be asked what it has."""
 
 
 @dataclass(frozen=True, kw_only=True)

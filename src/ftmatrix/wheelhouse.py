@@ -36,6 +36,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix.config import InstallOptions, Limits
+from ftmatrix.errors import WheelhouseError
 from ftmatrix.plan import Cell
 from ftmatrix.records import write_atomically
 from ftmatrix.resolve import (
@@ -78,10 +79,6 @@ PLATFORM_EXAMPLES = (
     "manylinux_2_28_x86_64, manylinux2014_aarch64, musllinux_1_2_x86_64, "
     "macosx_14_0_arm64, win_amd64"
 )
-
-
-class WheelhouseError(Exception):
-    """A wheelhouse that cannot be made as asked: the message is one line for the user."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,135 @@
+"""Every fatal error ftmatrix anticipates, each with the exit code it ends a command with.
+
+One table (as cibuildwheel's ``errors.py``): each class carries its ``return_code``.
+An inner function raises; ``main()`` and the noxfile catch :class:`FatalError`,
+print :meth:`FatalError.describe` (one message, no traceback) and exit with the
+code, so ``nox -s plan`` and ``python -m ftmatrix plan`` end the same way.
+
+Standard library only: the modules that run inside a cell's venv import it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import ClassVar
+
+
+class ExitCode(enum.IntEnum):
+    """What a command's exit status means; one code per kind of fatal error."""
+
+    OK = 0
+    FAILED = 1  # the command ran, but something it ran failed (a cell session, ...)
+    USAGE = 2
+    CONFIG = 3
+    PLAN = 4
+    BISECT = 5
+    WHEELHOUSE = 6
+    SETTINGS = 7
+    INDEX = 8
+    LEASE = 9
+    HOST = 10
+
+
+class FatalError(Exception):
+    """An anticipated failure that ends the command: a message for the user, no traceback."""
+
+    return_code: ClassVar[ExitCode] = ExitCode.FAILED
+    # What failed, between "ftmatrix:" and the message, where the message does not say it.
+    context: ClassVar[str] = ""
+
+    def describe(self) -> str:
+        """The line (or block, for several problems) the user reads: ``ftmatrix: ...``."""
+        return ": ".join(part for part in ("ftmatrix", self.context, str(self)) if part)
+
+
+class UsageError(FatalError):
+    """Command-line arguments that cannot be used as given (argparse's own errors exit 2 too)."""
+
+    return_code = ExitCode.USAGE
+
+
+class ConfigError(FatalError):
+    """One or more problems in a matrix file, each a line naming file, key and value."""
+
+    return_code = ExitCode.CONFIG
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        header = f"{count} problem{'s' if count != 1 else ''} in the matrix configuration:"
+        super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
+
+
+class PlanError(FatalError):
+    """A plan that cannot be made: a rule or selector that matches no cell, or no cell left."""
+
+    return_code = ExitCode.PLAN
+
+
+class BisectError(FatalError):
+    """The ends do not bracket a change: the 'good' end is not good, or the 'bad' end not bad."""
+
+    return_code = ExitCode.BISECT
+    context = "bisect"
+
+
+class WheelhouseError(FatalError):
+    """A wheelhouse that cannot be made as asked: a cell that does not resolve for the
+    platform, a download that fails, a folder that cannot be written."""
+
+    return_code = ExitCode.WHEELHOUSE
+
+
+class SettingsError(FatalError, ValueError):
+    """An FTMATRIX_* variable whose value cannot be used."""
+
+    return_code = ExitCode.SETTINGS
+
+
+class PackageIndexError(FatalError):
+    """A package index that cannot be read (unreachable, an HTTP error, not an index)."""
+
+    return_code = ExitCode.INDEX
+
+
+class LeaseError(FatalError):
+    """More devices asked for than the machine has."""
+
+    return_code = ExitCode.LEASE
+
+
+class HostError(FatalError):
+    """The host interpreter (install.system-packages) cannot be asked what it has."""
+
+    return_code = ExitCode.HOST
+
+
+# The table the README shows: each fatal error, the exit code it ends a command with.
+FATAL_ERRORS: tuple[type[FatalError], ...] = (
+    UsageError,
+    ConfigError,
+    PlanError,
+    BisectError,
+    WheelhouseError,
+    SettingsError,
+    PackageIndexError,
+    LeaseError,
+    HostError,
+)
+
+
+def exit_code_table_markdown() -> str:
+    """README's exit-code table, derived from the classes above."""
+    rows = [
+        "| exit code | error | when |",
+        "|---|---|---|",
+        f"| {ExitCode.OK.value} | | success |",
+        f"| {ExitCode.FAILED.value} | | the command ran, but something it ran failed "
+        "(a cell session, nox itself) |",
+    ]
+    for kind in sorted(FATAL_ERRORS, key=lambda k: k.return_code):
+        meaning = " ".join((kind.__doc__ or "").split()).rstrip(".")
+        meaning = meaning[:1].lower() + meaning[1:]
+        rows.append(f"| {kind.return_code.value} | `{kind.__name__}` | {meaning} |")
+    return "\n".join(rows)
