@@ -15,10 +15,10 @@ import pytest
 from conftest import SFT, cell
 
 from ftmatrix.autobisect import ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.status import Status
 from ftmatrix.cli import main
 from ftmatrix.known_issues import parse_known_issues
-from ftmatrix.records import CellRecordFile, record_path
-from ftmatrix.status import Status
 from ftmatrix.store import load_findings
 
 RELEASES = {

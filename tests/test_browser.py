@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from conftest import make_record
 
-from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.cell.status import Status
 from ftmatrix.report import write_report
-from ftmatrix.status import Status
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2;alert(1)">'

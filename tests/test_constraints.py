@@ -9,10 +9,10 @@ from pathlib import Path
 
 from conftest import SFT, cell
 
+from ftmatrix.cell.records import CellRecordFile, Record, record_path
+from ftmatrix.cell.status import Status
 from ftmatrix.constraints import derive_constraints, write_constraints
-from ftmatrix.records import CellRecordFile, Record, record_path
 from ftmatrix.report import write_report
-from ftmatrix.status import Status
 
 
 def lines(records: list[Record]) -> list[str]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ftmatrix.cell.status import status_table_markdown
 from ftmatrix.settings import ENV_VARS
-from ftmatrix.status import status_table_markdown
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()

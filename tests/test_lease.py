@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.lease import LeaseError, lease_devices
+from ftmatrix.cell.lease import LeaseError, lease_devices
 
 
 def hold(lock_dir: str, wanted: int, devices: list[str], seconds: float, out) -> None:

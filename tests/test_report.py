@@ -9,6 +9,8 @@ from pathlib import Path
 
 from conftest import make_record
 
+from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.cell.status import Status
 from ftmatrix.changes import changes_since_previous, pass_rates
 from ftmatrix.failures import failure_groups
 from ftmatrix.grid import (
@@ -21,9 +23,7 @@ from ftmatrix.grid import (
     worst_of,
 )
 from ftmatrix.known_issues import parse_known_issues
-from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
 from ftmatrix.report import render_html, render_markdown, reproduce_command, write_report
-from ftmatrix.status import Status
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 XSS = '<script>alert(1)</script><img src=x onerror="alert(2)">'

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
-from ftmatrix.records import CellRecordFile, record_path
-from ftmatrix.status import Status
+from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.status import Status
 from ftmatrix.store import (
     SCHEMA_VERSION,
     load_findings,

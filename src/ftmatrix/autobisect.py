@@ -26,9 +26,9 @@ from packaging.version import InvalidVersion, Version
 
 from ftmatrix.bisect import BisectError, Finding, Step, Verdict, releases_between
 from ftmatrix.bisect_cells import BisectRequest
+from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
+from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, explain
-from ftmatrix.records import WHOLE_CELL, Record, newest_per
-from ftmatrix.status import Status
 
 
 class ReleasesUnavailable(Exception):

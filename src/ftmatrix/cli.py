@@ -29,6 +29,8 @@ from ftmatrix.autobisect import AutoJob, ReleasesUnavailable, choose_bisects, im
 from ftmatrix.bisect import BisectError
 from ftmatrix.bisect_cells import BisectRequest, finding_document, run_bisect
 from ftmatrix.caps import RequiresLookup, plan_probes
+from ftmatrix.cell.records import Record, read_records, write_atomically
+from ftmatrix.cell.status import Status
 from ftmatrix.config import ConfigError, InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.index import IndexError_, list_releases
 from ftmatrix.known_issues import load_known_issues
@@ -45,14 +47,12 @@ from ftmatrix.plan import (
     plan_cells,
     select_cells,
 )
-from ftmatrix.records import Record, read_records, write_atomically
 from ftmatrix.report import INSTALLABILITY_FILE, write_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.runner import RETRY_DELAYS, TRANSIENT, current_python, with_test_runners
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
-from ftmatrix.status import Status
 from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
 from ftmatrix.wheelhouse import Target, WheelhouseError, build_wheelhouse, summary_line

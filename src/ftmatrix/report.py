@@ -19,6 +19,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from ftmatrix.cell.records import WHOLE_CELL, Record, write_atomically
+from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.changes import Change, changes_since_previous
 from ftmatrix.constraints import write_constraints
 from ftmatrix.failures import FailureGroup, failure_groups
@@ -38,9 +40,7 @@ from ftmatrix.grid import (
     worst_of,
 )
 from ftmatrix.known_issues import load_known_issues
-from ftmatrix.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.resolve import conflict_summary
-from ftmatrix.status import PROBLEM_STATUSES, Status
 from ftmatrix.store import load_findings, merge_outputs, newest_records, pass_rate_table
 
 STATUS_COLOURS = {

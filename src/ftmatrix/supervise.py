@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -27,8 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.progress import Progress
-from ftmatrix.records import (
+from ftmatrix.cell.processes import die_with_parent
+from ftmatrix.cell.records import (
     CellRecordFile,
     Record,
     collected_cases_path,
@@ -40,11 +39,10 @@ from ftmatrix.records import (
     worker_case_paths,
     write_atomically,
 )
-from ftmatrix.status import Status
+from ftmatrix.cell.status import Status
+from ftmatrix.progress import Progress
 
 POLL_SECONDS = 0.25
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-_LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
 OUTPUT_TAIL_LINES = 60
 # pytest's own exit codes: ok, tests failed, interrupted, internal error, usage, none collected.
 PYTEST_EXIT_CODES = {0, 1, 2, 3, 4, 5}
@@ -567,20 +565,6 @@ def _read_note(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return note
-
-
-def die_with_parent() -> bool:
-    """Be killed when the parent dies (a lost runner, ``kill -9``); False where it cannot.
-
-    The supervisor's child (pytest) and pytest-xdist's workers ask it: otherwise an
-    orphaned training run would go on writing records that a resumed run is also
-    writing. Linux only; elsewhere the child outlives its parent. Safe between fork
-    and exec: it only calls prctl through a libc handle loaded at import.
-    """
-    if _LIBC is None:
-        return False
-    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    return True
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
