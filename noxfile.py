@@ -29,7 +29,7 @@ from ftmatrix.cli import (
 from ftmatrix.config import ConfigError
 from ftmatrix.plan import Cell, PlanError
 from ftmatrix.progress import Progress
-from ftmatrix.report import write_report
+from ftmatrix.report.render import write_report
 from ftmatrix.runner import CellContext, current_python, run_cell
 from ftmatrix.selectors import check_released
 from ftmatrix.settings import Settings, SettingsError, known_issues_file

@@ -34,7 +34,7 @@ except ImportError:  # the test extra brings it; without it, no page-load figure
 
 from ftmatrix.cell.records import CellRecordFile, Record, record_path  # noqa: E402
 from ftmatrix.cell.status import Status  # noqa: E402
-from ftmatrix.report import write_report  # noqa: E402
+from ftmatrix.report.render import write_report  # noqa: E402
 from ftmatrix.store import open_store, refresh_pass_rates  # noqa: E402
 
 CHROMIUM_ARGS = [

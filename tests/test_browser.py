@@ -18,7 +18,7 @@ from conftest import make_record
 
 from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, record_path
 from ftmatrix.cell.status import Status
-from ftmatrix.report import write_report
+from ftmatrix.report.render import write_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2;alert(1)">'

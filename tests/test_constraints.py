@@ -12,7 +12,7 @@ from conftest import SFT, cell
 from ftmatrix.cell.records import CellRecordFile, Record, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.constraints import derive_constraints, write_constraints
-from ftmatrix.report import write_report
+from ftmatrix.report.render import write_report
 
 
 def lines(records: list[Record]) -> list[str]:

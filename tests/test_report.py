@@ -11,9 +11,10 @@ from conftest import make_record
 
 from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, record_path
 from ftmatrix.cell.status import Status
-from ftmatrix.changes import changes_since_previous, pass_rates
-from ftmatrix.failures import failure_groups
-from ftmatrix.grid import (
+from ftmatrix.known_issues import parse_known_issues
+from ftmatrix.report.changes import changes_since_previous, pass_rates
+from ftmatrix.report.failures import failure_groups
+from ftmatrix.report.grid import (
     GridEntry,
     build_grid,
     grid_axes,
@@ -22,8 +23,7 @@ from ftmatrix.grid import (
     pivot_data,
     worst_of,
 )
-from ftmatrix.known_issues import parse_known_issues
-from ftmatrix.report import render_html, render_markdown, reproduce_command, write_report
+from ftmatrix.report.render import render_html, render_markdown, reproduce_command, write_report
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 XSS = '<script>alert(1)</script><img src=x onerror="alert(2)">'
@@ -170,7 +170,7 @@ def test_badges_and_embedded_data_cannot_break_out_of_the_page(tmp_path: Path):
 
 
 def test_headline_keeps_the_cause_of_an_announced_error():
-    from ftmatrix.grid import headline
+    from ftmatrix.report.grid import headline
 
     lazy = (
         "Failed to import trl.trainer.grpo_trainer because of the following error (look up "

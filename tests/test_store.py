@@ -83,7 +83,7 @@ def test_findings_are_kept(tmp_path: Path):
 
 
 def test_newest_runs_and_pass_rates_come_straight_from_sql(tmp_path: Path):
-    from ftmatrix.changes import pass_rates
+    from ftmatrix.report.changes import pass_rates
     from ftmatrix.store import newest_records, pass_rate_table
 
     records = [

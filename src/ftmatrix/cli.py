@@ -25,9 +25,9 @@ from typing import Any, TextIO
 
 from packaging.version import Version
 
-from ftmatrix.autobisect import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
-from ftmatrix.bisect import BisectError
-from ftmatrix.bisect_cells import BisectRequest, finding_document, run_bisect
+from ftmatrix.bisect.auto import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.bisect.cells import BisectRequest, finding_document, run_bisect
+from ftmatrix.bisect.search import BisectError
 from ftmatrix.caps import RequiresLookup, plan_probes
 from ftmatrix.cell.records import Record, read_records, write_atomically
 from ftmatrix.cell.status import Status
@@ -47,7 +47,7 @@ from ftmatrix.plan import (
     plan_cells,
     select_cells,
 )
-from ftmatrix.report import INSTALLABILITY_FILE, write_report
+from ftmatrix.report.render import INSTALLABILITY_FILE, write_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.runner import RETRY_DELAYS, TRANSIENT, current_python, with_test_runners
 from ftmatrix.selectors import check_released, resolve_selectors

@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ftmatrix.bisect import BudgetSpent, Finding, Verdict, bisect, confirm, releases_between
+from ftmatrix.bisect.search import BudgetSpent, Finding, Verdict, bisect, confirm, releases_between
 from ftmatrix.cell.records import WHOLE_CELL, write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.config import Matrix

@@ -21,10 +21,11 @@ from typing import Any
 
 from ftmatrix.cell.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
-from ftmatrix.changes import Change, changes_since_previous
 from ftmatrix.constraints import write_constraints
-from ftmatrix.failures import FailureGroup, failure_groups
-from ftmatrix.grid import (
+from ftmatrix.known_issues import load_known_issues
+from ftmatrix.report.changes import Change, changes_since_previous
+from ftmatrix.report.failures import FailureGroup, failure_groups
+from ftmatrix.report.grid import (
     DEFAULT_COLUMNS,
     DEFAULT_ROWS,
     Grid,
@@ -39,7 +40,6 @@ from ftmatrix.grid import (
     status_css_name,
     worst_of,
 )
-from ftmatrix.known_issues import load_known_issues
 from ftmatrix.resolve import conflict_summary
 from ftmatrix.store import load_findings, merge_outputs, newest_records, pass_rate_table
 
@@ -722,4 +722,4 @@ def _md(text: str) -> str:
 # and setAttribute, never as markup.
 @cache
 def _asset(name: str) -> str:
-    return (files("ftmatrix") / "assets" / name).read_text(encoding="utf-8")
+    return (files("ftmatrix.report") / "assets" / name).read_text(encoding="utf-8")
