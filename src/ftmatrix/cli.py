@@ -592,7 +592,7 @@ def _autobisect(
     nothing = selection.nothing_reason()
     if nothing is not None:
         print(f"nothing to bisect: {nothing}")
-        for item in selection.passed:
+        for item in selection.left_out:
             print(f"  not bisected: {item.what}: {item.reason}")
         return ExitCode.OK
     searches = len(selection.jobs)
@@ -605,7 +605,7 @@ def _autobisect(
         print(f"  bisect: {job.describe()}")
     for job in selection.over_budget:
         print(f"  over budget: {job.describe()}")
-    for item in selection.passed:
+    for item in selection.left_out:
         print(f"  not bisected: {item.what}: {item.reason}")
     if args.dry_run:
         return ExitCode.OK

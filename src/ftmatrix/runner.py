@@ -53,8 +53,7 @@ from ftmatrix.resolve import (
     run_uv,
     uv_index_args,
 )
-from ftmatrix.supervise import Limits as CaseLimits
-from ftmatrix.supervise import run_cases
+from ftmatrix.supervise import CaseLimits, run_cases
 from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
 # Frameworks must never reach the model hub from a cell: everything is built offline.

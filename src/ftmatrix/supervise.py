@@ -53,7 +53,7 @@ ALONE_ARG = "--ftmatrix-alone"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Limits:
+class CaseLimits:
     """What one case and one cell may use."""
 
     case_seconds: float
@@ -88,7 +88,7 @@ def run_cases(
     record_file: Path,
     cases_dir: Path,
     env: Mapping[str, str],
-    limits: Limits,
+    limits: CaseLimits,
     make_record: RecordFactory,
     log: Log,
     progress: Progress | None = None,
@@ -289,7 +289,7 @@ def _attempt(
     env: Mapping[str, str],
     cwd: Path | None,
     record_file: Path,
-    limits: Limits,
+    limits: CaseLimits,
     cell_deadline: float,
     watcher: _RecordWatcher,
     on_casualty: Casualty,
@@ -366,7 +366,7 @@ class _Workers:
         self,
         record_file: Path,
         pgid: int,
-        limits: Limits,
+        limits: CaseLimits,
         output: Callable[[], str],
         on_casualty: Casualty,
     ) -> None:
@@ -425,7 +425,7 @@ def _note_key(note: Mapping[str, Any]) -> tuple[str, str, float]:
     return str(note.get("worker")), str(note["case"]), float(note["started"])
 
 
-def _verdict(attempt: Attempt, limits: Limits) -> tuple[Status, str]:
+def _verdict(attempt: Attempt, limits: CaseLimits) -> tuple[Status, str]:
     if attempt.killed_for is Status.TIMEOUT:
         if attempt.cell_deadline_passed:
             return Status.TIMEOUT, f"the cell ran past its {limits.cell_seconds:g} s limit"
@@ -436,11 +436,11 @@ def _verdict(attempt: Attempt, limits: Limits) -> tuple[Status, str]:
 
 
 # Each reason in one place: the single-process and the per-worker verdicts give the same.
-def _case_timeout_reason(limits: Limits) -> str:
+def _case_timeout_reason(limits: CaseLimits) -> str:
     return f"the case ran past its {limits.case_seconds:g} s limit"
 
 
-def _oom_reason(limits: Limits) -> str:
+def _oom_reason(limits: CaseLimits) -> str:
     assert limits.memory_bytes is not None
     return f"the case's processes used more than {limits.memory_bytes / 2**30:.1f} GiB"
 
@@ -488,7 +488,7 @@ def _record_cell_problem(
 
 
 def _record_unrun(
-    record_file: Path, collected: Path, make_record: RecordFactory, limits: Limits
+    record_file: Path, collected: Path, make_record: RecordFactory, limits: CaseLimits
 ) -> None:
     file = CellRecordFile(record_file)
     done = {r.case for r in file.records}
