@@ -29,10 +29,11 @@ from ftmatrix.cli import (
 from ftmatrix.config import ConfigError
 from ftmatrix.plan import Cell, PlanError
 from ftmatrix.progress import Progress
-from ftmatrix.report.render import write_report
+from ftmatrix.report.render import render_report
 from ftmatrix.runner import CellContext, current_python, run_cell
 from ftmatrix.selectors import check_released
 from ftmatrix.settings import Settings, SettingsError, known_issues_file
+from ftmatrix.store import merge_outputs
 from ftmatrix.system_packages import venv_interpreter
 
 nox.needs_version = ">=2025.2.9"
@@ -147,7 +148,13 @@ def report(session: nox.Session) -> None:
     """Build reports/index.html, summary.md and results.json from whatever records exist."""
     settings = Settings.from_env(os.environ, root=ROOT, now=STARTED)
     out = settings.out
-    grid = write_report(out, now=datetime.now(UTC), known_issues=known_issues_file(settings))
+    merged = merge_outputs(out)
+    grid = render_report(
+        out,
+        now=datetime.now(UTC),
+        problems=merged.problems,
+        known_issues=known_issues_file(settings),
+    )
     session.log(f"{out / 'index.html'}: {len(grid.records)} records, {len(grid.rows)} cells")
 
 

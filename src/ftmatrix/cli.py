@@ -47,7 +47,7 @@ from ftmatrix.plan import (
     plan_cells,
     select_cells,
 )
-from ftmatrix.report.render import INSTALLABILITY_FILE, write_report
+from ftmatrix.report.render import INSTALLABILITY_FILE, render_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.runner import RETRY_DELAYS, TRANSIENT, current_python, with_test_runners
 from ftmatrix.selectors import check_released, resolve_selectors
@@ -747,7 +747,13 @@ def dispatch(
     """Run one subcommand; fatal errors propagate to :func:`main`."""
     if args.command == "report":
         settings = Settings.from_env(env, root=root, now=now)
-        grid = write_report(settings.out, now=now, known_issues=known_issues_file(settings))
+        merged = merge_outputs(settings.out)
+        grid = render_report(
+            settings.out,
+            now=now,
+            problems=merged.problems,
+            known_issues=known_issues_file(settings),
+        )
         print(
             f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
             f"{len(grid.rows)} cells)"

@@ -1,6 +1,6 @@
 """The compatibility report: HTML for people, Markdown for job summaries, JSON for tools.
 
-Pure functions from the grid, failure groups and changes to text; :func:`write_report`
+Pure functions from the grid, failure groups and changes to text; :func:`render_report`
 is the only I/O. Every value that comes from a record is escaped: messages are
 framework output and may contain anything, markup included. The page's style and
 scripts live in ``assets/`` and are inlined, so the page stays one self-contained file.
@@ -41,7 +41,7 @@ from ftmatrix.report.grid import (
     worst_of,
 )
 from ftmatrix.resolve import conflict_summary
-from ftmatrix.store import load_findings, merge_outputs, newest_records, pass_rate_table
+from ftmatrix.store import load_findings, newest_records, pass_rate_table
 
 STATUS_COLOURS = {
     # Colour-blind-safe pairs (Okabe-Ito based); the status text is always shown too.
@@ -198,13 +198,20 @@ def render_json(
     return json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n"
 
 
-def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = None) -> Grid:
-    """Merge ``out_dir/records`` into the history, then write the reports from the history.
+def render_report(
+    out_dir: Path,
+    *,
+    now: datetime,
+    problems: Sequence[str] = (),
+    known_issues: Path | None = None,
+) -> Grid:
+    """Write the reports from ``out_dir``'s history; it reads the history, never writes it.
 
-    ``known_issues`` (a known_issues.yaml) links failure groups to upstream reports.
+    Merge the new records first (:func:`ftmatrix.store.merge_outputs`) and pass on the
+    unreadable ones it names as ``problems``. ``known_issues`` (a known_issues.yaml) links
+    failure groups to upstream reports.
     """
     store = out_dir / "history.sqlite"
-    merged = merge_outputs(out_dir)
     latest = newest_records(store)
     # Cap probes ran past a declared requirement: shown apart, never in the grid.
     probes = [r for r in latest if r.beyond_cap]
@@ -219,7 +226,7 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
     html = render_html(
         grid,
         generated_at=now,
-        problems=merged.problems,
+        problems=problems,
         groups=groups,
         changes=changes,
         trend=pass_rate_table(store),
