@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from ftmatrix.cell.records import read_records  # noqa: E402
 from ftmatrix.cli import load  # noqa: E402
-from ftmatrix.records import read_records  # noqa: E402
 
 
 def run_ftmatrix(work: Path, env: dict[str, str], *, resume: bool = False, jobs: int = 1) -> float:

@@ -32,10 +32,10 @@ try:
 except ImportError:  # the test extra brings it; without it, no page-load figure
     sync_playwright = None
 
-from ftmatrix.records import CellRecordFile, Record, record_path  # noqa: E402
-from ftmatrix.report import write_report  # noqa: E402
-from ftmatrix.status import Status  # noqa: E402
-from ftmatrix.store import open_store, refresh_pass_rates  # noqa: E402
+from ftmatrix.cell.records import CellRecordFile, Record, record_path  # noqa: E402
+from ftmatrix.cell.status import Status  # noqa: E402
+from ftmatrix.report.render import render_report  # noqa: E402
+from ftmatrix.store import merge_outputs, open_store, refresh_pass_rates  # noqa: E402
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -159,7 +159,8 @@ def main() -> None:
         file.records = [synthetic(args.nights - 1, cell, c, rng) for c in range(args.cases)]
         file.save()
     start = time.perf_counter()
-    write_report(out, now=datetime.now(UTC), known_issues=ROOT / "known_issues.yaml")
+    merge_outputs(out)
+    render_report(out, now=datetime.now(UTC), known_issues=ROOT / "known_issues.yaml")
     report = time.perf_counter() - start
     with closing(sqlite3.connect(store)) as connection:
         rows = connection.execute("SELECT COUNT(*) FROM records").fetchone()[0]

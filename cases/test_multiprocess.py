@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _processes import launch_command, run_ranks
 
-from ftmatrix.pytest_plugin import GpuLease, cpu_only_env
+from ftmatrix.cell.plugin import GpuLease, cpu_only_env
 
 SCRIPT = Path(__file__).parent / "scripts" / "sft_distributed.py"
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ftmatrix.records import Record
-from ftmatrix.status import Status
+from ftmatrix.cell.records import Record
+from ftmatrix.cell.status import Status
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import SFT, cell
 
-from ftmatrix.autobisect import ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.bisect.auto import ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.status import Status
 from ftmatrix.cli import main
 from ftmatrix.known_issues import parse_known_issues
-from ftmatrix.records import CellRecordFile, record_path
-from ftmatrix.status import Status
 from ftmatrix.store import load_findings
 
 RELEASES = {
@@ -62,7 +62,7 @@ def test_no_passing_neighbour_one_pin_apart_means_nothing_to_bisect():
     ]
     selection = choose_bisects(records, budget=8, releases=releases)
     assert selection.jobs == ()
-    assert [(p.what, p.kind) for p in selection.passed] == [
+    assert [(p.what, p.kind) for p in selection.left_out] == [
         ("test_sft.py::test_sft in cpu-py3.11-trl1.1.0-transformers5.0.0", "no-neighbour")
     ]
     assert selection.nothing_reason() == (
@@ -104,7 +104,7 @@ def test_a_failure_already_bisected_or_known_is_not_bisected_again():
         records, budget=8, releases=releases, findings=[by_signature, by_search], known=known
     )
     assert selection.jobs == ()
-    assert [(p.kind, p.reason) for p in selection.passed] == [
+    assert [(p.kind, p.reason) for p in selection.left_out] == [
         ("bisected", "already bisected: trl last good 1.0.1, first bad 1.0.2"),
         ("known", "known issue trl-x"),
         ("bisected", "already bisected: trl last good 1.0.2, first bad 1.1.0"),
@@ -186,7 +186,7 @@ def test_releases_missing_from_the_index_or_an_unreadable_index_are_reported():
         (unreachable, "transformers: https://pypi.org/simple/transformers/: could not be read"),
     ):
         selection = choose_bisects(records, budget=8, releases=lookup)
-        assert [(p.kind, p.reason) for p in selection.passed] == [("no-releases", reason)]
+        assert [(p.kind, p.reason) for p in selection.left_out] == [("no-releases", reason)]
 
 
 def test_a_budget_of_zero_is_off_and_asks_the_index_nothing():

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ftmatrix.bisect import BisectError, BudgetSpent, Verdict, bisect, confirm, releases_between
+from ftmatrix.bisect.search import (
+    BisectError,
+    BudgetSpent,
+    Verdict,
+    bisect,
+    confirm,
+    releases_between,
+)
 
 
 @st.composite

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from conftest import make_record
 
-from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
-from ftmatrix.report import write_report
-from ftmatrix.status import Status
+from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.cell.status import Status
+from ftmatrix.report.render import render_report
+from ftmatrix.store import merge_outputs
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2;alert(1)">'
@@ -66,7 +67,8 @@ def report(tmp_path: Path) -> Path:
                 signature="abcdefabcdef" if broken else None,
             )
         )
-    write_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
     return tmp_path / "index.html"
 
 
@@ -172,7 +174,8 @@ def pivot_report(tmp_path: Path) -> Path:
                     exception_type="RuntimeError" if broken else None,
                 )
             )
-    write_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
     return tmp_path / "index.html"
 
 

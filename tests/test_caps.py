@@ -112,10 +112,10 @@ def test_a_cell_blocked_by_a_cap_is_probed_past_it_and_shown_apart(tmp_path: Pat
 
 def test_a_probe_is_kept_only_where_it_installs_past_the_cap():
     from ftmatrix.caps import plan_probes
+    from ftmatrix.cell.status import Status
     from ftmatrix.config import parse_matrix
     from ftmatrix.plan import plan_cells
     from ftmatrix.resolve import Resolution
-    from ftmatrix.status import Status
 
     plan = plan_cells(
         parse_matrix(

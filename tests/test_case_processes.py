@@ -96,7 +96,7 @@ import pytest
 sys.path.insert(0, {str(ROOT / "cases")!r})
 from test_multiprocess import launch
 
-from ftmatrix.pytest_plugin import GpuLease
+from ftmatrix.cell.plugin import GpuLease
 
 CHILDREN = Path(__file__).parent / "children"
 
@@ -178,7 +178,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
                 "-m",
                 "pytest",
                 "-p",
-                "ftmatrix.pytest_plugin",
+                "ftmatrix.cell.plugin",
                 "-p",
                 "no:cacheprovider",
             ),

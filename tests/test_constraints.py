@@ -9,10 +9,11 @@ from pathlib import Path
 
 from conftest import SFT, cell
 
+from ftmatrix.cell.records import CellRecordFile, Record, record_path
+from ftmatrix.cell.status import Status
 from ftmatrix.constraints import derive_constraints, write_constraints
-from ftmatrix.records import CellRecordFile, Record, record_path
-from ftmatrix.report import write_report
-from ftmatrix.status import Status
+from ftmatrix.report.render import render_report
+from ftmatrix.store import merge_outputs
 
 
 def lines(records: list[Record]) -> list[str]:
@@ -227,7 +228,8 @@ def test_the_report_writes_the_constraints_files(tmp_path: Path):
         cell(Status.PASS, trl="1.16.0", transformers="5.23.0"),
     ]:
         CellRecordFile(record_path(tmp_path, run, record.cell_id)).add(record)
-    write_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
     text = (tmp_path / "constraints" / "sft-cpu.txt").read_text()
     assert "\n# trl!=0.19.1  # with transformers==5.23.0: fails sft: " in text
 

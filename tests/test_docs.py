@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ftmatrix.cell.status import status_table_markdown
 from ftmatrix.settings import ENV_VARS
-from ftmatrix.status import status_table_markdown
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
@@ -85,3 +85,17 @@ def test_the_readme_case_runs_as_written_and_passes(tmp_path: Path):
     ), record
     assert record["metrics"]["steps"] == 2
     assert math.isfinite(record["metrics"]["loss"])
+
+
+def test_the_layout_names_every_module():
+    layout = re.search(r"^## Layout\n.*?```text\n(.*?)```", README, re.DOTALL | re.MULTILINE)
+    assert layout, "README has no Layout section with a tree"
+    shown = set(re.findall(r"[\w/]+\.py|\w+/", layout.group(1)))
+    package = ROOT / "src" / "ftmatrix"
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package)
+        if relative.name == "__init__.py":
+            if relative.parent != Path():
+                assert f"{relative.parent.name}/" in shown, relative.parent
+        else:
+            assert relative.name in shown, relative

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
+from ftmatrix.cell.status import Status
 from ftmatrix.config import ConfigError
 from ftmatrix.known_issues import explain, load_known_issues, parse_known_issues
-from ftmatrix.status import Status
 
 KNOWN = load_known_issues(Path(__file__).parent.parent / "known_issues.yaml")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from ftmatrix.cell.records import read_records
 from ftmatrix.known_issues import explain, load_known_issues
-from ftmatrix.records import read_records
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"

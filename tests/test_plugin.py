@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.pytest_plugin import hardware_gap, package_gap
+from ftmatrix.cell.plugin import hardware_gap, package_gap
 
 pytest_plugins = ["pytester"]
 
@@ -51,7 +51,7 @@ def test_setup_error(broken_fixture):
     pass
 
 def test_dynamic_na():
-    from ftmatrix.pytest_plugin import not_applicable
+    from ftmatrix.cell.plugin import not_applicable
     not_applicable("no GRPOTrainer in this trl")
 
 def test_out_of_memory():
@@ -79,7 +79,7 @@ def run_plugin(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
     out = tmp_path / "out.jsonl"
     pytester.runpytest_subprocess(
         "-p",
-        "ftmatrix.pytest_plugin",
+        "ftmatrix.cell.plugin",
         "--ftmatrix-cell",
         str(cell_file),
         "--ftmatrix-record",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
+from ftmatrix.cell.status import Status
 from ftmatrix.progress import Progress
-from ftmatrix.status import Status
 
 
 class Clock:

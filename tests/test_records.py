@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
-from ftmatrix.records import (
+from ftmatrix.cell.records import (
     SCHEMA_VERSION,
     CellRecordFile,
     Record,
@@ -18,7 +18,7 @@ from ftmatrix.records import (
     record_path,
     redact,
 )
-from ftmatrix.status import Status
+from ftmatrix.cell.status import Status
 
 
 def test_round_trip_through_json():

@@ -9,9 +9,12 @@ from pathlib import Path
 
 from conftest import make_record
 
-from ftmatrix.changes import changes_since_previous, pass_rates
-from ftmatrix.failures import failure_groups
-from ftmatrix.grid import (
+from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.cell.status import Status
+from ftmatrix.known_issues import parse_known_issues
+from ftmatrix.report.changes import changes_since_previous, pass_rates
+from ftmatrix.report.failures import failure_groups
+from ftmatrix.report.grid import (
     GridEntry,
     build_grid,
     grid_axes,
@@ -20,10 +23,8 @@ from ftmatrix.grid import (
     pivot_data,
     worst_of,
 )
-from ftmatrix.known_issues import parse_known_issues
-from ftmatrix.records import WHOLE_CELL, CellRecordFile, record_path
-from ftmatrix.report import render_html, render_markdown, reproduce_command, write_report
-from ftmatrix.status import Status
+from ftmatrix.report.render import render_html, render_markdown, render_report, reproduce_command
+from ftmatrix.store import merge_outputs, newest_records
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 XSS = '<script>alert(1)</script><img src=x onerror="alert(2)">'
@@ -79,7 +80,8 @@ def test_markdown_and_json_reports(tmp_path: Path):
     CellRecordFile(record_path(tmp_path, "r1", "c1")).add(
         make_record(status=Status.FAIL, message="a | b\nsecond line")
     )
-    grid = write_report(tmp_path, now=NOW)
+    merge_outputs(tmp_path)
+    grid = render_report(tmp_path, now=NOW)
     assert len(grid.records) == 1
     markdown = (tmp_path / "summary.md").read_text()
     assert "| cpu-py3.11-trl1.16.0 | fail |" in markdown
@@ -87,6 +89,15 @@ def test_markdown_and_json_reports(tmp_path: Path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["counts"] == {"fail": 1}
     assert (tmp_path / "index.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_rendering_reads_the_history_and_never_writes_it(tmp_path: Path):
+    # Merging is its own step: records not merged yet are not in the report, nor the history.
+    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(make_record(status=Status.FAIL))
+    assert len(render_report(tmp_path, now=NOW).records) == 0
+    assert newest_records(tmp_path / "history.sqlite") == []
+    merged = merge_outputs(tmp_path)
+    assert len(render_report(tmp_path, now=NOW, problems=merged.problems).records) == 1
 
 
 def test_markdown_for_no_records():
@@ -162,7 +173,8 @@ def test_badges_and_embedded_data_cannot_break_out_of_the_page(tmp_path: Path):
     CellRecordFile(record_path(tmp_path, "r1", "c1")).add(
         make_record(status=Status.FAIL, message=XSS, pins={"trl": "</script><script>alert(3)"})
     )
-    write_report(tmp_path, now=NOW)
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=NOW)
     page = (tmp_path / "index.html").read_text()
     assert "</script><script>alert(3)" not in page
     badge = json.loads((tmp_path / "badges" / "sft.json").read_text())
@@ -170,7 +182,7 @@ def test_badges_and_embedded_data_cannot_break_out_of_the_page(tmp_path: Path):
 
 
 def test_headline_keeps_the_cause_of_an_announced_error():
-    from ftmatrix.grid import headline
+    from ftmatrix.report.grid import headline
 
     lazy = (
         "Failed to import trl.trainer.grpo_trainer because of the following error (look up "
@@ -427,7 +439,8 @@ def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path
     )
     CellRecordFile(record_path(tmp_path, "r1", plain.cell_id)).add(plain)
     CellRecordFile(record_path(tmp_path, "r1", probe.cell_id)).add(probe)
-    grid = write_report(tmp_path, now=NOW)
+    merge_outputs(tmp_path)
+    grid = render_report(tmp_path, now=NOW)
     assert grid.rows == ("cpu-py3.11-trl1.16.0",)  # the probe is not a row of the grid
     page = (tmp_path / "index.html").read_text()
     assert (

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import conflict_summary, lock_id, resolve_cell
-from ftmatrix.status import Status
 
 CELL = Cell(python="3.11", pins=(("six", "1.17.0"),), hardware="cpu")
 

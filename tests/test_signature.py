@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ftmatrix.signature import compute_signature, innermost_framework_frame, normalise_message
+from ftmatrix.cell.signature import compute_signature, innermost_framework_frame, normalise_message
 
 # The four breaks DESIGN.md names, each seen with different sizes or devices.
 VARIANTS = [

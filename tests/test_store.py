@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
-from ftmatrix.records import CellRecordFile, record_path
-from ftmatrix.status import Status
+from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.status import Status
 from ftmatrix.store import (
     SCHEMA_VERSION,
     load_findings,
@@ -83,7 +83,7 @@ def test_findings_are_kept(tmp_path: Path):
 
 
 def test_newest_runs_and_pass_rates_come_straight_from_sql(tmp_path: Path):
-    from ftmatrix.changes import pass_rates
+    from ftmatrix.report.changes import pass_rates
     from ftmatrix.store import newest_records, pass_rate_table
 
     records = [

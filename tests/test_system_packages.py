@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from ftmatrix.cell.status import Status
 from ftmatrix.config import ConfigError, InstallOptions, parse_matrix
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import locked_requirements, resolve_cell, uv_binary
-from ftmatrix.status import Status
 from ftmatrix.system_packages import (
     Host,
     HostDistribution,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
+from ftmatrix.cell.records import CellRecordFile, Record, collected_cases_path, read_records
 from ftmatrix.config import ConfigError, Limits, parse_matrix
 from ftmatrix.plan import Cell
-from ftmatrix.records import CellRecordFile, Record, collected_cases_path, read_records
 from ftmatrix.runner import parallel_args, with_test_runners, worker_count
 
 pytest_plugins = ["pytester"]
@@ -106,7 +106,7 @@ def test_the_shared_pass_leaves_the_exclusive_cases_to_run_alone(
     out = tmp_path / "out.jsonl"
     pytester.runpytest_subprocess(
         "-p",
-        "ftmatrix.pytest_plugin",
+        "ftmatrix.cell.plugin",
         "--ftmatrix-cell",
         str(tmp_path / "cell.json"),
         "--ftmatrix-record",

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import make_record
 
+from ftmatrix.cell.records import CellRecordFile, record_path
 from ftmatrix.cli import build_parser
-from ftmatrix.records import CellRecordFile, record_path
 from ftmatrix.settings import ENV_VARS
 
 ROOT = Path(__file__).parent.parent

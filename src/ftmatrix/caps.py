@@ -36,6 +36,8 @@ from packaging.specifiers import Specifier
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
 from ftmatrix.index import (
     JSON_ACCEPT,
@@ -46,9 +48,7 @@ from ftmatrix.index import (
     index_urls,
 )
 from ftmatrix.plan import IMPOSSIBLE, Cell, Plan
-from ftmatrix.records import write_atomically
 from ftmatrix.resolve import Resolution, cache_dir
-from ftmatrix.status import Status
 
 # Operators whose violation by a newer version is a cap.
 CAP_OPERATORS = ("<", "<=", "!=")

@@ -25,9 +25,11 @@ from typing import Any, TextIO
 
 from packaging.version import Version
 
-from ftmatrix.autobisect import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
-from ftmatrix.bisect_cells import BisectRequest, finding_document, run_bisect
+from ftmatrix.bisect.auto import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.bisect.cells import BisectRequest, finding_document, run_bisect
 from ftmatrix.caps import RequiresLookup, plan_probes
+from ftmatrix.cell.records import Record, read_records, write_atomically
+from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.errors import BisectError, ExitCode, FatalError, PackageIndexError, UsageError
 from ftmatrix.index import list_releases
@@ -44,14 +46,12 @@ from ftmatrix.plan import (
     plan_cells,
     select_cells,
 )
-from ftmatrix.records import Record, read_records, write_atomically
-from ftmatrix.report import INSTALLABILITY_FILE, write_report
+from ftmatrix.report.render import INSTALLABILITY_FILE, render_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.runner import RETRY_DELAYS, TRANSIENT, current_python, with_test_runners
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
-from ftmatrix.status import Status
 from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
 from ftmatrix.wheelhouse import Target, build_wheelhouse, summary_line
@@ -579,7 +579,7 @@ def _autobisect(
     nothing = selection.nothing_reason()
     if nothing is not None:
         print(f"nothing to bisect: {nothing}")
-        for item in selection.passed:
+        for item in selection.left_out:
             print(f"  not bisected: {item.what}: {item.reason}")
         return ExitCode.OK
     searches = len(selection.jobs)
@@ -592,7 +592,7 @@ def _autobisect(
         print(f"  bisect: {job.describe()}")
     for job in selection.over_budget:
         print(f"  over budget: {job.describe()}")
-    for item in selection.passed:
+    for item in selection.left_out:
         print(f"  not bisected: {item.what}: {item.reason}")
     if args.dry_run:
         return ExitCode.OK
@@ -726,7 +726,13 @@ def dispatch(
     """Run one subcommand; fatal errors propagate to :func:`main`."""
     if args.command == "report":
         settings = Settings.from_env(env, root=root, now=now)
-        grid = write_report(settings.out, now=now, known_issues=known_issues_file(settings))
+        merged = merge_outputs(settings.out)
+        grid = render_report(
+            settings.out,
+            now=now,
+            problems=merged.problems,
+            known_issues=known_issues_file(settings),
+        )
         print(
             f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
             f"{len(grid.rows)} cells)"

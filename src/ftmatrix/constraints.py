@@ -40,9 +40,9 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ftmatrix.grid import version_order
-from ftmatrix.records import WHOLE_CELL, Record, newest_per, write_atomically
-from ftmatrix.status import Status
+from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per, write_atomically
+from ftmatrix.cell.status import Status
+from ftmatrix.report.grid import version_order
 
 # Cell labels named in one comment; the JSON lists them all.
 LABELS_SHOWN = 3

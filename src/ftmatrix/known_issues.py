@@ -20,8 +20,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ftmatrix.cell.records import Record
 from ftmatrix.config import ConfigError
-from ftmatrix.records import Record
 
 ENTRY_KEYS = ("id", "title", "upstream", "match", "affected", "fixed-in", "workaround")
 MATCH_KEYS = ("signatures", "exception", "message", "frame", "packages")

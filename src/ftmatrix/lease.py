@@ -2,15 +2,8 @@
 
 Each device has a lock file; a cell holds an exclusive ``flock`` on the files of
 the devices it uses for as long as it runs. The kernel drops a lock when its
-holder dies, so a killed cell never leaves a device leased.
-
-What a cell's cases see of its lease: the pytest process sees only the first
-leased GPU (CUDA_VISIBLE_DEVICES), since with several visible, transformers'
-Trainer wraps the model in DataParallel, which no in-process case asks for;
-the whole lease is named in FTMATRIX_GPU_LEASE, for the cases that declare
-``gpus=N`` and start their own processes on it. A cell without a lease sees no
-GPU. Runs inside cells too (the results plugin reads the lease): standard
-library only.
+holder dies, so a killed cell never leaves a device leased. What the cell's
+cases see of the lease is ``ftmatrix.cell.lease``.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ from typing import IO
 from ftmatrix.errors import LeaseError
 
 POLL_SECONDS = 1.0
-LEASE_VARIABLE = "FTMATRIX_GPU_LEASE"
 
 
 @contextmanager
@@ -75,22 +67,6 @@ def lease_devices(
         yield [d for d, _ in held]
     finally:
         _release(held)
-
-
-def lease_env(devices: Sequence[str]) -> dict[str, str]:
-    """The environment of a cell's pytest: its first leased GPU visible, the lease named.
-
-    No devices (a CPU cell, even on a GPU machine): no GPU visible, none leased.
-    """
-    return {"CUDA_VISIBLE_DEVICES": ",".join(devices[:1]), LEASE_VARIABLE: ",".join(devices)}
-
-
-def leased_devices(env: Mapping[str, str]) -> tuple[str, ...] | None:
-    """The cell's leased GPUs from ``env``; None when no runner set a lease."""
-    lease = env.get(LEASE_VARIABLE)
-    if lease is None:
-        return None
-    return tuple(d.strip() for d in lease.split(",") if d.strip())
 
 
 def default_lock_dir(env: Mapping[str, str]) -> Path:

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TextIO
 
-from ftmatrix.status import Status
+from ftmatrix.cell.status import Status
 
 
 class Progress:

@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
 from ftmatrix.plan import Cell
-from ftmatrix.records import write_atomically
-from ftmatrix.status import Status
 from ftmatrix.system_packages import HostError, host_note, host_stack
 
 # The test runner every cell gets besides its pins.

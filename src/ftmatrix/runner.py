@@ -27,12 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
-from ftmatrix.hardware import probe_hardware
-from ftmatrix.lease import default_lock_dir, lease_devices, lease_env
-from ftmatrix.plan import Cell
-from ftmatrix.progress import Progress
-from ftmatrix.records import (
+from ftmatrix.cell.hardware import probe_hardware
+from ftmatrix.cell.lease import lease_env
+from ftmatrix.cell.records import (
     WHOLE_CELL,
     CellRecordFile,
     Record,
@@ -44,6 +41,11 @@ from ftmatrix.records import (
     redact,
     write_atomically,
 )
+from ftmatrix.cell.status import Status
+from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
+from ftmatrix.lease import default_lock_dir, lease_devices
+from ftmatrix.plan import Cell
+from ftmatrix.progress import Progress
 from ftmatrix.resolve import (
     last_lines,
     lock_id,
@@ -52,9 +54,7 @@ from ftmatrix.resolve import (
     run_uv,
     uv_index_args,
 )
-from ftmatrix.status import Status
-from ftmatrix.supervise import Limits as CaseLimits
-from ftmatrix.supervise import run_cases
+from ftmatrix.supervise import CaseLimits, run_cases
 from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
 # Frameworks must never reach the model hub from a cell: everything is built offline.
@@ -325,7 +325,7 @@ def pytest_command(
         "-m",
         "pytest",
         "-p",
-        "ftmatrix.pytest_plugin",
+        "ftmatrix.cell.plugin",
         "--ftmatrix-cell",
         str(cell_file),
         "--ftmatrix-record",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
+from ftmatrix.cell.records import Record, newest_per
 from ftmatrix.plan import Cell
-from ftmatrix.records import Record, newest_per
 
 
 def shard_cells(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.records import Record, read_records
+from ftmatrix.cell.records import Record, read_records
 
 # Passed and judged cases per operation, for the runs the ``runs`` subquery names.
 _PASS_RATES_OF_RUNS = """

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -27,8 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.progress import Progress
-from ftmatrix.records import (
+from ftmatrix.cell.processes import die_with_parent
+from ftmatrix.cell.records import (
     CellRecordFile,
     Record,
     collected_cases_path,
@@ -40,11 +39,10 @@ from ftmatrix.records import (
     worker_case_paths,
     write_atomically,
 )
-from ftmatrix.status import Status
+from ftmatrix.cell.status import Status
+from ftmatrix.progress import Progress
 
 POLL_SECONDS = 0.25
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-_LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
 OUTPUT_TAIL_LINES = 60
 # pytest's own exit codes: ok, tests failed, interrupted, internal error, usage, none collected.
 PYTEST_EXIT_CODES = {0, 1, 2, 3, 4, 5}
@@ -55,7 +53,7 @@ ALONE_ARG = "--ftmatrix-alone"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Limits:
+class CaseLimits:
     """What one case and one cell may use."""
 
     case_seconds: float
@@ -90,7 +88,7 @@ def run_cases(
     record_file: Path,
     cases_dir: Path,
     env: Mapping[str, str],
-    limits: Limits,
+    limits: CaseLimits,
     make_record: RecordFactory,
     log: Log,
     progress: Progress | None = None,
@@ -291,7 +289,7 @@ def _attempt(
     env: Mapping[str, str],
     cwd: Path | None,
     record_file: Path,
-    limits: Limits,
+    limits: CaseLimits,
     cell_deadline: float,
     watcher: _RecordWatcher,
     on_casualty: Casualty,
@@ -368,7 +366,7 @@ class _Workers:
         self,
         record_file: Path,
         pgid: int,
-        limits: Limits,
+        limits: CaseLimits,
         output: Callable[[], str],
         on_casualty: Casualty,
     ) -> None:
@@ -427,7 +425,7 @@ def _note_key(note: Mapping[str, Any]) -> tuple[str, str, float]:
     return str(note.get("worker")), str(note["case"]), float(note["started"])
 
 
-def _verdict(attempt: Attempt, limits: Limits) -> tuple[Status, str]:
+def _verdict(attempt: Attempt, limits: CaseLimits) -> tuple[Status, str]:
     if attempt.killed_for is Status.TIMEOUT:
         if attempt.cell_deadline_passed:
             return Status.TIMEOUT, f"the cell ran past its {limits.cell_seconds:g} s limit"
@@ -438,11 +436,11 @@ def _verdict(attempt: Attempt, limits: Limits) -> tuple[Status, str]:
 
 
 # Each reason in one place: the single-process and the per-worker verdicts give the same.
-def _case_timeout_reason(limits: Limits) -> str:
+def _case_timeout_reason(limits: CaseLimits) -> str:
     return f"the case ran past its {limits.case_seconds:g} s limit"
 
 
-def _oom_reason(limits: Limits) -> str:
+def _oom_reason(limits: CaseLimits) -> str:
     assert limits.memory_bytes is not None
     return f"the case's processes used more than {limits.memory_bytes / 2**30:.1f} GiB"
 
@@ -490,7 +488,7 @@ def _record_cell_problem(
 
 
 def _record_unrun(
-    record_file: Path, collected: Path, make_record: RecordFactory, limits: Limits
+    record_file: Path, collected: Path, make_record: RecordFactory, limits: CaseLimits
 ) -> None:
     file = CellRecordFile(record_file)
     done = {r.case for r in file.records}
@@ -567,20 +565,6 @@ def _read_note(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return note
-
-
-def die_with_parent() -> bool:
-    """Be killed when the parent dies (a lost runner, ``kill -9``); False where it cannot.
-
-    The supervisor's child (pytest) and pytest-xdist's workers ask it: otherwise an
-    orphaned training run would go on writing records that a resumed run is also
-    writing. Linux only; elsewhere the child outlives its parent. Safe between fork
-    and exec: it only calls prctl through a libc handle loaded at import.
-    """
-    if _LIBC is None:
-        return False
-    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    return True
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -45,10 +45,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
 from ftmatrix.errors import HostError as HostError  # noqa: PLC0414 -- a re-export
 from ftmatrix.plan import Cell
-from ftmatrix.status import Status
 
 HOST_PYTHON_VARIABLE = "FTMATRIX_HOST_PYTHON"
 PTH_NAME = "_ftmatrix_host_site.pth"

@@ -35,10 +35,10 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ftmatrix.cell.records import write_atomically
 from ftmatrix.config import InstallOptions, Limits
 from ftmatrix.errors import WheelhouseError
 from ftmatrix.plan import Cell
-from ftmatrix.records import write_atomically
 from ftmatrix.resolve import (
     RUNNER_REQUIREMENTS,
     UNSATISFIABLE,

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ftmatrix.cell.records import Record
+from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.known_issues import KnownIssue
-from ftmatrix.records import Record
-from ftmatrix.status import PROBLEM_STATUSES, Status
 
 
 @dataclass(frozen=True, kw_only=True)

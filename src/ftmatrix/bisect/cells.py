@@ -16,14 +16,14 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ftmatrix.bisect import BudgetSpent, Finding, Verdict, bisect, confirm, releases_between
+from ftmatrix.bisect.search import BudgetSpent, Finding, Verdict, bisect, confirm, releases_between
+from ftmatrix.cell.records import WHOLE_CELL, write_atomically
+from ftmatrix.cell.status import Status
 from ftmatrix.config import Matrix
 from ftmatrix.index import list_releases
 from ftmatrix.plan import Cell
-from ftmatrix.records import WHOLE_CELL, write_atomically
 from ftmatrix.resolve import uv_binary
 from ftmatrix.runner import CellContext, current_python, run_cell
-from ftmatrix.status import Status
 from ftmatrix.system_packages import venv_interpreter
 
 Log = Callable[[str], None]

@@ -15,9 +15,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ftmatrix.records import WHOLE_CELL, Record, newest_per
+from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
+from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.resolve import conflict_summary
-from ftmatrix.status import PROBLEM_STATUSES, Status
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ftmatrix.records import WHOLE_CELL, Record
-from ftmatrix.status import PROBLEM_STATUSES, Status
+from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """The results plugin: runs inside each cell's pytest and writes the cell's records.
 
-Activated with ``-p ftmatrix.pytest_plugin --ftmatrix-cell CELL.json --ftmatrix-record
+Activated with ``-p ftmatrix.cell.plugin --ftmatrix-cell CELL.json --ftmatrix-record
 OUT.jsonl``. It interprets the case markers (``operation``, ``requires_packages``,
 ``requires_hardware``), turns each case's outcome into exactly one status, and
 rewrites the cell's record file atomically after every case.
@@ -32,9 +32,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ftmatrix.hardware import probe_hardware, usable_gpu_count
-from ftmatrix.lease import LEASE_VARIABLE, leased_devices
-from ftmatrix.records import (
+from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
+from ftmatrix.cell.lease import LEASE_VARIABLE, leased_devices
+from ftmatrix.cell.processes import die_with_parent
+from ftmatrix.cell.records import (
     CellRecordFile,
     Record,
     collected_cases_path,
@@ -44,9 +45,8 @@ from ftmatrix.records import (
     redact,
     write_atomically,
 )
-from ftmatrix.signature import compute_signature, framework_module, innermost_framework_frame
-from ftmatrix.status import Status
-from ftmatrix.supervise import die_with_parent
+from ftmatrix.cell.signature import compute_signature, framework_module, innermost_framework_frame
+from ftmatrix.cell.status import Status
 
 MARKERS = (
     "operation(name): the operation family this case reproduces (sft, grpo, lora, ...)",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ftmatrix.status import Status
+from ftmatrix.cell.status import Status
 
 try:
     import fcntl

@@ -5,7 +5,7 @@ entry explains it and no finding in the history already covers its signature or
 its search) and a *neighbour* cell, one that differs from it in exactly one
 package pin, passes the same case on the same hardware class and Python. The
 search then runs over that package's releases between the two pins, the other
-pins held (:func:`ftmatrix.bisect_cells.run_bisect` builds the cells).
+pins held (:func:`ftmatrix.bisect.cells.run_bisect` builds the cells).
 
 Failures that share a signature are bisected once, from the neighbour that costs
 fewest builds. Jobs are taken most widespread failure first; each costs its
@@ -24,11 +24,11 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ftmatrix.bisect import BisectError, Finding, Step, Verdict, releases_between
-from ftmatrix.bisect_cells import BisectRequest
+from ftmatrix.bisect.cells import BisectRequest
+from ftmatrix.bisect.search import BisectError, Finding, Step, Verdict, releases_between
+from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
+from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, explain
-from ftmatrix.records import WHOLE_CELL, Record, newest_per
-from ftmatrix.status import Status
 
 
 class ReleasesUnavailable(Exception):
@@ -83,7 +83,7 @@ class AutoJob:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Passed:
+class LeftOut:
     """A failure that is not bisected, and why."""
 
     what: str
@@ -100,7 +100,7 @@ class Selection:
     failures: int
     jobs: tuple[AutoJob, ...] = ()
     over_budget: tuple[AutoJob, ...] = ()
-    passed: tuple[Passed, ...] = ()
+    left_out: tuple[LeftOut, ...] = ()
 
     @property
     def estimated(self) -> int:
@@ -117,7 +117,7 @@ class Selection:
         if not self.failures:
             return f"no failure among {self.records} records (the newest run of each cell)"
         counts: dict[str, int] = {}
-        for item in self.passed:
+        for item in self.left_out:
             counts[item.kind] = counts.get(item.kind, 0) + 1
         if self.over_budget:
             counts["over-budget"] = len(self.over_budget)
@@ -174,7 +174,7 @@ def choose_bisects(
         return listed[package]
 
     candidates: list[AutoJob] = []
-    passed: list[Passed] = []
+    left_out: list[LeftOut] = []
     for members in groups.values():
         first = members[0]
         what = f"{first.case} in {first.cell_label}" + (
@@ -182,17 +182,17 @@ def choose_bisects(
         )
         entry = next((e for r in members if (e := explain(r, known)) is not None), None)
         if entry is not None:
-            passed.append(Passed(what=what, kind="known", reason=f"known issue {entry.id}"))
+            left_out.append(LeftOut(what=what, kind="known", reason=f"known issue {entry.id}"))
             continue
         done = next(
             (f for f in findings if first.signature and f.get("signature") == first.signature), None
         )
         if done is not None:
-            passed.append(Passed(what=what, kind="bisected", reason=_finding_text(done)))
+            left_out.append(LeftOut(what=what, kind="bisected", reason=_finding_text(done)))
             continue
         options, why = _options(members, passing, findings, listing)
         if not options:
-            passed.append(Passed(what=what, kind=why[0], reason=why[1]))
+            left_out.append(LeftOut(what=what, kind=why[0], reason=why[1]))
             continue
         best = min(options, key=lambda j: (j.cost, j.request.id))
         candidates.append(
@@ -220,7 +220,7 @@ def choose_bisects(
         failures=len(breaks),
         jobs=tuple(chosen),
         over_budget=tuple(over),
-        passed=tuple(passed),
+        left_out=tuple(left_out),
     )
 
 

@@ -1,6 +1,6 @@
 """The compatibility report: HTML for people, Markdown for job summaries, JSON for tools.
 
-Pure functions from the grid, failure groups and changes to text; :func:`write_report`
+Pure functions from the grid, failure groups and changes to text; :func:`render_report`
 is the only I/O. Every value that comes from a record is escaped: messages are
 framework output and may contain anything, markup included. The page's style and
 scripts live in ``assets/`` and are inlined, so the page stays one self-contained file.
@@ -19,10 +19,13 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.changes import Change, changes_since_previous
+from ftmatrix.cell.records import WHOLE_CELL, Record, write_atomically
+from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.constraints import write_constraints
-from ftmatrix.failures import FailureGroup, failure_groups
-from ftmatrix.grid import (
+from ftmatrix.known_issues import load_known_issues
+from ftmatrix.report.changes import Change, changes_since_previous
+from ftmatrix.report.failures import FailureGroup, failure_groups
+from ftmatrix.report.grid import (
     DEFAULT_COLUMNS,
     DEFAULT_ROWS,
     Grid,
@@ -37,11 +40,8 @@ from ftmatrix.grid import (
     status_css_name,
     worst_of,
 )
-from ftmatrix.known_issues import load_known_issues
-from ftmatrix.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.resolve import conflict_summary
-from ftmatrix.status import PROBLEM_STATUSES, Status
-from ftmatrix.store import load_findings, merge_outputs, newest_records, pass_rate_table
+from ftmatrix.store import load_findings, newest_records, pass_rate_table
 
 STATUS_COLOURS = {
     # Colour-blind-safe pairs (Okabe-Ito based); the status text is always shown too.
@@ -198,13 +198,20 @@ def render_json(
     return json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n"
 
 
-def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = None) -> Grid:
-    """Merge ``out_dir/records`` into the history, then write the reports from the history.
+def render_report(
+    out_dir: Path,
+    *,
+    now: datetime,
+    problems: Sequence[str] = (),
+    known_issues: Path | None = None,
+) -> Grid:
+    """Write the reports from ``out_dir``'s history; it reads the history, never writes it.
 
-    ``known_issues`` (a known_issues.yaml) links failure groups to upstream reports.
+    Merge the new records first (:func:`ftmatrix.store.merge_outputs`) and pass on the
+    unreadable ones it names as ``problems``. ``known_issues`` (a known_issues.yaml) links
+    failure groups to upstream reports.
     """
     store = out_dir / "history.sqlite"
-    merged = merge_outputs(out_dir)
     latest = newest_records(store)
     # Cap probes ran past a declared requirement: shown apart, never in the grid.
     probes = [r for r in latest if r.beyond_cap]
@@ -219,7 +226,7 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
     html = render_html(
         grid,
         generated_at=now,
-        problems=merged.problems,
+        problems=problems,
         groups=groups,
         changes=changes,
         trend=pass_rate_table(store),
@@ -722,4 +729,4 @@ def _md(text: str) -> str:
 # and setAttribute, never as markup.
 @cache
 def _asset(name: str) -> str:
-    return (files("ftmatrix") / "assets" / name).read_text(encoding="utf-8")
+    return (files("ftmatrix.report") / "assets" / name).read_text(encoding="utf-8")

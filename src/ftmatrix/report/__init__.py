@@ -1,0 +1,1 @@
+"""The report: the grid of records, its failures and changes, rendered as one HTML page."""
