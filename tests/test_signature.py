@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
-from ftmatrix.signature import compute_signature, innermost_framework_frame, normalise_message
+import json
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.failures import failure_groups
+from ftmatrix.records import Record
+from ftmatrix.signature import (
+    blame,
+    clean_paths,
+    compute_signature,
+    innermost_framework_frame,
+    normalise_message,
+    unwrap_message,
+)
+
+pytest_plugins = ["pytester"]
 
 # The four breaks DESIGN.md names, each seen with different sizes or devices.
 VARIANTS = [
@@ -65,3 +81,156 @@ def test_innermost_framework_frame_ignores_the_test_runner():
     functions = ["pyfunc_call", "test_sft", "__init__", "train", "decode"]
     assert innermost_framework_frame(files, functions) == "transformers/trainer.py:train"
     assert innermost_framework_frame(files[:2], functions[:2]) is None
+
+
+# The two messages one break gave in the default matrix (peft 0.17.1, transformers 5.23.0),
+# as the issue reported them: directly, and through trl's lazy import.
+HYBRIDCACHE = (
+    "cannot import name 'HybridCache' from 'transformers' "
+    "(/tmp/a/.nox/matrix-cpu-py3-11-torch2-13-0-tf5-23-0-trl0-19-1-peft0-17-1-nounsloth"
+    "/lib/python3.11/site-packages/transformers/__init__.py)"
+)
+HYBRIDCACHE_WRAPPED = (
+    "Failed to import trl.trainer.sft_trainer because of the following error (look up to "
+    "see its traceback):\ncannot import name 'HybridCache' from 'transformers' "
+    "(/home/runner/work/x/.nox/matrix-cpu-py3-11-torch2-13-0-tf5-23-0-trl1-16-0-peft0-17-1-"
+    "nounsloth/lib/python3.11/site-packages/transformers/__init__.py)"
+)
+
+
+def test_known_wrappers_unwrap_to_the_inner_message():
+    inner = unwrap_message(HYBRIDCACHE_WRAPPED)
+    assert inner.startswith("cannot import name 'HybridCache' from 'transformers' (")
+    assert normalise_message(inner) == normalise_message(HYBRIDCACHE)
+    assert unwrap_message("plain message") == "plain message"
+    # A wrapper with nothing inside is not unwrapped to nothing.
+    assert unwrap_message("Failed to import x because of the following error:") != ""
+
+
+def test_machine_paths_become_placeholders_and_urls_stay():
+    assert clean_paths(HYBRIDCACHE) == (
+        "cannot import name 'HybridCache' from 'transformers' (<venv>/.../transformers/__init__.py)"
+    )
+    assert clean_paths(unwrap_message(HYBRIDCACHE_WRAPPED)) == clean_paths(HYBRIDCACHE)
+    frames = (
+        'File "/usr/lib/python3.11/importlib/__init__.py", line 126, in import_module\n'
+        "../../../../tmp/a/.nox/m/lib/python3.11/site-packages/trl/trainer/sft_trainer.py:12: "
+        "in <module>\n/work/wt/x/cases/test_sft.py:33: in test_sft\n"
+        "see https://github.com/huggingface/peft/issues/3333 and /home/bob/models/x.bin\n"
+        "<frozen importlib._bootstrap>:1204: in _gcd_import"
+    )
+    assert clean_paths(frames) == (
+        'File "<python>/importlib/__init__.py", line 126, in import_module\n'
+        "<venv>/.../trl/trainer/sft_trainer.py:12: in <module>\n"
+        "<cases>/test_sft.py:33: in test_sft\n"
+        "see https://github.com/huggingface/peft/issues/3333 and <path>/x.bin\n"
+        "<frozen importlib._bootstrap>:1204: in _gcd_import"
+    )
+
+
+def test_blame_names_the_importer_and_the_provider_with_versions():
+    packages = {"peft": "0.17.1", "transformers": "5.23.0", "trl": "1.16.0"}
+    assert (
+        blame(HYBRIDCACHE_WRAPPED, "peft/peft_model.py:<module>", packages)
+        == "peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have"
+    )
+    assert (
+        blame("module 'transformers' has no attribute 'HybridCache'", "trl/x.py:f", packages)
+        == "trl 1.16.0 uses HybridCache, which transformers 5.23.0 does not have"
+    )
+    assert (
+        blame("No module named 'vllm'", "trl/import_utils.py:f", packages)
+        == "trl 1.16.0 imports vllm, which is not installed"
+    )
+    # A package missing a piece of itself, or no frame to name the importer: no blame.
+    assert blame("cannot import name 'x' from 'peft.utils'", "peft/a.py:f", packages) is None
+    assert blame(HYBRIDCACHE, None, packages) is None
+
+
+# The structure of the break, in stand-ins under a folder named site-packages: peft's
+# module imports a name its transformers lacks; trl's _LazyModule (its code and text
+# copied from trl 1.16.0's _lazy_module.py) wraps the ImportError in a RuntimeError.
+STAND_INS = {
+    "transformers/__init__.py": "class Cache: ...\n",
+    "peft/__init__.py": "from peft.peft_model import PeftModel\n",
+    "peft/peft_model.py": "from transformers import Cache, HybridCache\nclass PeftModel: ...\n",
+    "trl/__init__.py": (
+        "import importlib\n"
+        "def _get_module(module_name):\n"
+        "    try:\n"
+        "        return importlib.import_module('.' + module_name, 'trl')\n"
+        "    except Exception as e:\n"
+        "        raise RuntimeError(\n"
+        "            f'Failed to import trl.{module_name} because of the following error '\n"
+        "            f'(look up to see its traceback):\\n{e}'\n"
+        "        ) from e\n"
+        "def __getattr__(name):\n"
+        "    return getattr(_get_module('trainer.sft_trainer'), name)\n"
+    ),
+    "trl/trainer/__init__.py": "",
+    "trl/trainer/sft_trainer.py": "from peft import PeftModel\nclass SFTTrainer: ...\n",
+}
+
+
+def run_plugin(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
+    """Run pytester's case files with the results plugin; the records by case name."""
+    cell = {"run_id": "r1", "id": "c1", "label": "cpu-x1", "python": "3.11", "pins": {}}
+    cell_file = tmp_path / "cell.json"
+    cell_file.write_text(json.dumps({**cell, "hardware": "cpu"}))
+    out = tmp_path / "out.jsonl"
+    pytester.runpytest_subprocess(
+        "-p", "ftmatrix.pytest_plugin", "--ftmatrix-cell", str(cell_file),
+        "--ftmatrix-record", str(out),
+    )  # fmt: skip
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    return {r["case"].split("::")[1]: r for r in lines}
+
+
+CASES = """
+import sys
+sys.path.insert(0, {site!r})
+
+def test_direct():
+    from peft import PeftModel
+
+def test_through_trl():
+    from trl import SFTTrainer
+
+def test_raised_while_handling():
+    try:
+        {{}}["key"]
+    except KeyError:
+        from peft import PeftModel
+"""
+
+
+def test_the_plugin_follows_the_chain_to_one_signature_blamed_on_peft(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    for name, text in STAND_INS.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    pytester.makepyfile(test_cases=CASES.format(site=str(site)))
+    records = run_plugin(pytester, tmp_path)
+    direct, wrapped = records["test_direct"], records["test_through_trl"]
+    assert wrapped["exception_type"] == "RuntimeError"
+    assert wrapped["message"].startswith("Failed to import trl.trainer.sft_trainer")
+    assert wrapped["root_exception_type"] == direct["root_exception_type"] == "ImportError"
+    assert wrapped["root_frame"] == direct["root_frame"] == "peft/peft_model.py:<module>"
+    assert (
+        direct["signature"]
+        == wrapped["signature"]
+        == records["test_raised_while_handling"]["signature"]
+    )
+    assert direct["root_message"] == (
+        "cannot import name 'HybridCache' from 'transformers' (<venv>/.../transformers/__init__.py)"
+    )
+    # The record keeps the raw text apart; what is published has no machine path.
+    assert str(site) in wrapped["raw_traceback"]
+    assert str(tmp_path) not in wrapped["traceback"]
+    assert str(tmp_path) not in wrapped["message"] + direct["message"]
+    groups = failure_groups([Record.from_mapping(r) for r in records.values()])
+    assert len(groups) == 1 and len(groups[0].records) == 3
+    assert groups[0].message == direct["root_message"]
+    assert groups[0].blame == "peft imports HybridCache, which transformers does not have"

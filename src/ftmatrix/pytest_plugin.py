@@ -44,7 +44,13 @@ from ftmatrix.records import (
     redact,
     write_atomically,
 )
-from ftmatrix.signature import compute_signature, framework_module, innermost_framework_frame
+from ftmatrix.signature import (
+    clean_paths,
+    compute_signature,
+    framework_module,
+    innermost_framework_frame,
+    unwrap_message,
+)
 from ftmatrix.status import Status
 from ftmatrix.supervise import die_with_parent
 
@@ -373,16 +379,28 @@ class _Recorder:
         fields: dict[str, Any] = {"reason": reason}
         if failure is not None and failure.crashed is not None:
             # As the supervisor records a process that died: how, and no exception.
-            fields.update(message=reason, traceback=redact(failure.traceback, os.environ))
+            fields.update(message=reason, **_texts(failure.traceback, "traceback"))
         elif failure is not None:
             message = redact(failure.message[:MESSAGE_LIMIT], os.environ) or ""
             frame = innermost_framework_frame(failure.filenames, failure.functions)
+            # The signature follows the chain to its root, so a break seen through a
+            # wrapper (trl's lazy import) and without one is one group.
+            root_frame = (
+                innermost_framework_frame(failure.root_filenames, failure.root_functions) or frame
+            )
+            root_type = failure.root_type or failure.exception_type
+            root_message = clean_paths(
+                unwrap_message(redact(failure.root_message[:MESSAGE_LIMIT], os.environ) or "")
+            )
             fields.update(
                 exception_type=failure.exception_type,
-                message=message,
                 framework_frame=frame,
-                signature=compute_signature(failure.exception_type, message, frame),
-                traceback=redact(failure.traceback, os.environ),
+                root_exception_type=root_type,
+                root_message=root_message,
+                root_frame=root_frame,
+                signature=compute_signature(root_type, root_message, root_frame),
+                **_texts(message, "message"),
+                **_texts(failure.traceback, "traceback"),
             )
         return self._base_record(
             case=state.item.nodeid,
@@ -428,6 +446,11 @@ class Failure:
     memory_error: bool = False  # a MemoryError (or subclass) in this process
     assertion: bool = False  # an AssertionError (or subclass: a case's check) was raised
     causes: str = ""  # the messages of the exceptions it was raised from
+    # The root cause: the innermost exception it came from (itself when none).
+    root_type: str = ""
+    root_message: str = ""
+    root_filenames: tuple[str, ...] = ()
+    root_functions: tuple[str, ...] = ()
     crashed: str | None = None  # how a child process died, when it did not raise
 
     @classmethod
@@ -439,6 +462,9 @@ class Failure:
             return cls(
                 exception_type=error.exception_type or "",
                 message=error.message,
+                # The child's chain is known by its text only: unwrap_message reads it.
+                root_type=error.exception_type or "",
+                root_message=error.message,
                 filenames=tuple(f for f, _ in error.frames),
                 functions=tuple(f for _, f in error.frames),
                 traceback="\n".join(t for t in (error.child_traceback, longrepr) if t) or None,
@@ -447,7 +473,15 @@ class Failure:
                 assertion=(error.exception_type or "").endswith("AssertionError"),
             )
         filenames, functions = _frames(tb)
+        root = _root_cause(error)
+        root_filenames, root_functions = (
+            (filenames, functions) if root is error else _frames(root.__traceback__)
+        )
         return cls(
+            root_type=_qualified_name(type(root)),
+            root_message=str(root),
+            root_filenames=tuple(root_filenames),
+            root_functions=tuple(root_functions),
             exception_type=_qualified_name(type(error)),
             message=str(error),
             filenames=tuple(filenames),
@@ -528,6 +562,35 @@ def _out_of_memory(failure: Failure, name: str, output: str) -> bool:
         return True
     # vLLM's LLM saw its engine's process fail; that process printed the cause.
     return VLLM_ENGINE_FAILED in failure.message and VLLM_STARTUP_MEMORY in output
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The innermost exception ``error`` came from.
+
+    An explicit ``__cause__`` (``raise ... from``) is always followed. An implicit
+    ``__context__`` only where the outer message repeats the inner one (a wrapper
+    that raised without ``from``): otherwise the outer error is a new one raised
+    while handling the inner (``from transformers import X`` raises ImportError in
+    the context of the lazy module's AttributeError), and the outer says more.
+    """
+    current, seen = error, {id(error)}
+    while True:
+        inner = current.__cause__
+        context = current.__context__
+        if inner is None and context is not None and not current.__suppress_context__:
+            inner = context if str(context) and str(context) in str(current) else None
+        if inner is None or id(inner) in seen:
+            return current
+        seen.add(id(inner))
+        current = inner
+
+
+def _texts(text: str | None, name: str) -> dict[str, str | None]:
+    """``name`` with the machine's paths replaced (and secrets redacted), and
+    ``raw_<name>`` with the paths kept, where they differ."""
+    raw = redact(text, os.environ)
+    clean = None if raw is None else clean_paths(raw)
+    return {name: clean, f"raw_{name}": raw if raw != clean else None}
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:

@@ -144,6 +144,7 @@ def render_markdown(
             )
             lines.append(
                 f"- {len(group.records)} x {group.status.value} {known}: {_md(first[:200])}"
+                + (f" ({_md(group.blame)})" if group.blame else "")
             )
     problems = [r for r in grid.records if r.status in PROBLEM_STATUSES]
     if problems:
@@ -174,6 +175,7 @@ def render_json(
                 "status": g.status.value,
                 "exception_type": g.exception_type,
                 "message": g.message,
+                "blame": g.blame,
                 "cells": [r.cell_label for r in g.records],
                 "cases": sorted({r.case for r in g.records}),
                 "versions": g.versions,
@@ -205,7 +207,8 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
     """
     store = out_dir / "history.sqlite"
     merged = merge_outputs(out_dir)
-    latest = newest_records(store)
+    # Published text shows no machine's paths: records keep them (raw_*), pages not.
+    latest = [r.published() for r in newest_records(store)]
     # Cap probes ran past a declared requirement: shown apart, never in the grid.
     probes = [r for r in latest if r.beyond_cap]
     plain = [r for r in latest if not r.beyond_cap]
@@ -213,7 +216,11 @@ def write_report(out_dir: Path, *, now: datetime, known_issues: Path | None = No
     known = load_known_issues(known_issues) if known_issues else ()
     groups = failure_groups(grid.records, known, load_findings(store))
     changes = changes_since_previous(
-        [r for r in [*newest_records(store, back=1), *latest] if not r.beyond_cap]
+        [
+            r
+            for r in [*(x.published() for x in newest_records(store, back=1)), *latest]
+            if not r.beyond_cap
+        ]
     )
     installability = read_installability(out_dir)
     html = render_html(
@@ -618,7 +625,8 @@ def _groups(groups: Sequence[FailureGroup]) -> str:
         sections.append(
             f"<section class=group><h3>{_badge(group.status)} {len(group.records)} x "
             f"<code>{escape(group.exception_type or '')}</code> {escape(first[:300])}</h3>"
-            f"<p>{known}</p>{late}<p class=versions>Versions: {versions}</p>"
+            + (f"<p class=blame>{escape(group.blame)}</p>" if group.blame else "")
+            + f"<p>{known}</p>{late}<p class=versions>Versions: {versions}</p>"
             + (f"<ul class=first-bad>{bad}</ul>" if bad else "")
             + f"<details><summary>{len(group.records)} cells</summary><ul>{cells}</ul></details>"
             "</section>"
