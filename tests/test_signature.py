@@ -15,6 +15,7 @@ from ftmatrix.signature import (
     compute_signature,
     innermost_framework_frame,
     normalise_message,
+    root_of_traceback,
     unwrap_message,
 )
 
@@ -234,3 +235,30 @@ def test_the_plugin_follows_the_chain_to_one_signature_blamed_on_peft(
     assert len(groups) == 1 and len(groups[0].records) == 3
     assert groups[0].message == direct["root_message"]
     assert groups[0].blame == "peft imports HybridCache, which transformers does not have"
+
+
+def test_a_child_s_traceback_text_gives_its_root_cause_and_frames():
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/lib/python3.11/site-packages/trl/import_utils.py", line 144, in _get_module\n'
+        "    return importlib.import_module(...)\n"
+        '  File "/v/lib/python3.11/site-packages/peft/peft_model.py", line 37, in <module>\n'
+        "    from transformers import Cache, HybridCache\n"
+        "ImportError: cannot import name 'HybridCache' from 'transformers' (/v/x.py)\n"
+        "\nThe above exception was the direct cause of the following exception:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/r/cases/_rank.py", line 9, in main\n'
+        "    from trl import SFTTrainer\n"
+        "RuntimeError: Failed to import trl.trainer.sft_trainer because of the following "
+        "error (look up to see its traceback):\ncannot import name 'HybridCache'\n"
+    )
+    kind, frames = root_of_traceback(text)
+    assert kind == "ImportError"
+    assert innermost_framework_frame(*zip(*frames, strict=True)) == "peft/peft_model.py:<module>"
+    # Raised while handling another error (not from it): the outer one is the root.
+    handling = text.replace("direct cause of the following", "x").replace(
+        "The above exception was the x exception:",
+        "During handling of the above exception, another exception occurred:",
+    )
+    assert root_of_traceback(handling)[0] == "RuntimeError"
+    assert root_of_traceback("no traceback") == (None, [])

@@ -49,6 +49,7 @@ from ftmatrix.signature import (
     compute_signature,
     framework_module,
     innermost_framework_frame,
+    root_of_traceback,
     unwrap_message,
 )
 from ftmatrix.status import Status
@@ -459,11 +460,14 @@ class Failure:
     ) -> Failure:
         """The failure a case raised; a :class:`ChildProcessFailure` tells its child's."""
         if isinstance(error, ChildProcessFailure):
+            # The child's chain is known by its text only: its traceback's sections.
+            root_type, root_frames = root_of_traceback(_first_traceback(error))
             return cls(
+                root_type=root_type or error.exception_type or "",
+                root_filenames=tuple(f for f, _ in root_frames),
+                root_functions=tuple(f for _, f in root_frames),
                 exception_type=error.exception_type or "",
                 message=error.message,
-                # The child's chain is known by its text only: unwrap_message reads it.
-                root_type=error.exception_type or "",
                 root_message=error.message,
                 filenames=tuple(f for f, _ in error.frames),
                 functions=tuple(f for _, f in error.frames),
@@ -562,6 +566,16 @@ def _out_of_memory(failure: Failure, name: str, output: str) -> bool:
         return True
     # vLLM's LLM saw its engine's process fail; that process printed the cause.
     return VLLM_ENGINE_FAILED in failure.message and VLLM_STARTUP_MEMORY in output
+
+
+def _first_traceback(error: ChildProcessFailure) -> str:
+    """The child's own traceback, without the output appended after it (which may hold
+    other processes' tracebacks): up to the line that names its exception."""
+    text = error.child_traceback or ""
+    first = (error.message or "").strip().splitlines()[:1]
+    marker = f"{error.exception_type}: {first[0]}" if first else None
+    end = text.find(marker) if marker else -1
+    return text[: end + len(marker)] if marker and end >= 0 else text
 
 
 def _root_cause(error: BaseException) -> BaseException:

@@ -38,8 +38,10 @@ from ftmatrix.grid import (
     worst_of,
 )
 from ftmatrix.known_issues import load_known_issues
+from ftmatrix.overview import group_id, render_compatibility, render_headline, render_hud
 from ftmatrix.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.resolve import conflict_summary
+from ftmatrix.signature import clean_paths
 from ftmatrix.status import PROBLEM_STATUSES, Status
 from ftmatrix.store import load_findings, merge_outputs, newest_records, pass_rate_table
 
@@ -90,19 +92,25 @@ def render_html(
         f"<p class=meta>Generated {escape(generated_at.isoformat(timespec='seconds'))}"
         f" from {len(grid.records)} records of {len(grid.rows)} cells"
         f" (runs: {escape(', '.join(grid.runs) or 'none')}).</p>",
+        render_headline(grid.records, changes, groups),
         _summary(counts),
         _legend(),
+        render_compatibility(entries, values),
+        render_hud(entries, values),
+        "<section id=pivot aria-labelledby=pivot-title><h2 id=pivot-title>Any two axes</h2>",
         _filters(grid, values),
         _grid_table(grid, entries, values),
+        "</section>",
         _changes(changes),
         _groups(groups),
         _trend(trend or {}),
         _stack_checker(grid),
         _failures(grid),
-        f"<script>\n{_asset('pivot.js')}\n{_asset('report.js')}</script>",
+        f"<script>\n{_asset('state.js')}\n{_asset('pivot.js')}\n{_asset('overview.js')}\n"
+        f"{_asset('report.js')}</script>",
     ]
     if problems:
-        items = "".join(f"<li>{escape(p)}</li>" for p in problems)
+        items = "".join(f"<li>{escape(clean_paths(p))}</li>" for p in problems)
         parts.append(f"<h2>Unreadable records</h2><ul class=problems>{items}</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -498,7 +506,6 @@ def _grid_table(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list
         body.append(f"<tr><th scope=row><code>{escape(row)}</code></th>{cells}</tr>")
     head = "".join(f"<th scope=col>{escape(c)}</th>" for c in columns)
     return (
-        "<h2>Cells</h2>"
         "<p class=meta>A result is one case in one cell; a cell that never got to run its"
         " cases (say, uninstallable) counts once for each of them. A grid cell holding"
         " several results shows the worst, how many have it and out of how many; open"
@@ -623,7 +630,8 @@ def _groups(groups: Sequence[FailureGroup]) -> str:
             for r in group.records
         )
         sections.append(
-            f"<section class=group><h3>{_badge(group.status)} {len(group.records)} x "
+            f'<section class=group id="{group_id(group)}"><h3>{_badge(group.status)} '
+            f"{len(group.records)} x "
             f"<code>{escape(group.exception_type or '')}</code> {escape(first[:300])}</h3>"
             + (f"<p class=blame>{escape(group.blame)}</p>" if group.blame else "")
             + f"<p>{known}</p>{late}<p class=versions>Versions: {versions}</p>"

@@ -175,3 +175,38 @@ def _named(module: str, packages: Mapping[str, str]) -> str:
     versions = {_top(k): v for k, v in packages.items()}
     version = versions.get(_top(module))
     return f"{module} {version}" if version else module
+
+
+_DIRECT_CAUSE = "\nThe above exception was the direct cause of the following exception:\n"
+_DURING_HANDLING = "\nDuring handling of the above exception, another exception occurred:\n"
+_FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.MULTILINE)
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)", re.MULTILINE)
+
+
+def root_of_traceback(text: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The root cause's type and frames (file, function; outermost first) in a Python
+    traceback as text (a child process's): the innermost section reached from the last
+    one through "direct cause" links (``raise ... from``), as the in-process chain is
+    followed through ``__cause__``."""
+    sections: list[str] = []
+    links: list[str] = []
+    rest = text
+    while True:
+        cut = min(
+            ((rest.find(m), m) for m in (_DIRECT_CAUSE, _DURING_HANDLING) if m in rest),
+            default=None,
+        )
+        if cut is None:
+            sections.append(rest)
+            break
+        sections.append(rest[: cut[0]])
+        links.append(cut[1])
+        rest = rest[cut[0] + len(cut[1]) :]
+    at = len(sections) - 1
+    while at > 0 and links[at - 1] == _DIRECT_CAUSE:
+        at -= 1
+    section = sections[at]
+    frames = [(m[1], m[2]) for m in _FRAME_LINE.finditer(section)]
+    last_frame = max((m.end() for m in _FRAME_LINE.finditer(section)), default=0)
+    kind = _EXCEPTION_LINE.search(section, last_frame)
+    return (kind[1] if kind else None), frames
