@@ -448,3 +448,48 @@ def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path
         {"cap": "unsloth 2026.10.7: trl<=1.15.0", "hardware": "cpu", "outcome": "grpo fail"}
     ]
     assert results["installability"]["uninstallable_values"][0]["pins"] == {"trl": "1.16.0"}
+
+
+def test_published_reports_show_no_path_of_the_machine(tmp_path: Path):
+    # Paths as this machine writes them: its environment's packages, its standard
+    # library, the cases' folder, a temporary folder.
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    cases = tmp_path / "checkout" / "cases"
+    message = (
+        f"cannot import name 'HybridCache' from 'transformers' ({site}/transformers/__init__.py)"
+    )
+    traceback = (
+        f'  File "{cases}/test_sft.py", line 3, in test_sft\n'
+        f'  File "{stdlib}/importlib/__init__.py", line 126, in import_module\n'
+        f'  File "{site}/peft/peft_model.py", line 37, in <module>\n'
+        f"    open('{tmp_path}/model/config.json')\nImportError: {message}"
+    )
+    record = make_record(
+        status=Status.FAIL,
+        exception_type="ImportError",
+        message=message,
+        raw_message=message,
+        traceback=traceback,
+        raw_traceback=traceback,
+        root_message=message,
+        reason=f"see {tmp_path}/log.txt",
+        attempts=({"status": "fail", "message": message},),
+    )
+    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(record)
+    write_report(tmp_path, now=NOW)
+    machine = (site, stdlib, str(cases), str(tmp_path), str(Path.home()))
+    for name in ("index.html", "summary.md", "results.json"):
+        text = (tmp_path / name).read_text()
+        assert "&lt;venv&gt;/.../transformers/__init__.py" in text or (
+            "<venv>/.../transformers/__init__.py" in text
+        ), name
+        leaked = [p for p in machine if p in text or escape(p) in text]
+        assert leaked == [], (name, leaked)
+    results = json.loads((tmp_path / "results.json").read_text())
+    published = results["records"][0]
+    assert published["raw_message"] is None and published["raw_traceback"] is None
+    assert '"<cases>/test_sft.py"' in published["traceback"]
+    assert '"<python>/importlib/__init__.py"' in published["traceback"]
