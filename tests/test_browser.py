@@ -358,9 +358,7 @@ def test_first_screen_answers_at_1280_px_and_a_square_opens_its_records(pivot_pa
     fail = square(page, "5.23.0", "0.19.1")
     expect(fail).to_have_text("1")
     expect(fail).to_have_class("sq s-fail")
-    expect(fail).to_have_attribute(
-        "title", "transformers 5.23.0 \u00d7 trl 0.19.1: 1 fail, 5 pass"
-    )
+    expect(fail).to_have_attribute("title", "transformers 5.23.0 \u00d7 trl 0.19.1: 1 fail, 5 pass")
     expect(square(page, "4.57.6", "1.16.0")).to_have_class("sq s-uninstallable")
     fail.click()
     items = page.locator("#selection li")
@@ -383,7 +381,12 @@ def test_first_screen_answers_at_1280_px_and_a_square_opens_its_records(pivot_pa
     # The compact grid: cells x operations, a square opens that cell's records there.
     hud = page.locator("table.hud tbody tr")
     expect(hud).to_have_count(len(PIVOT_CELLS))
-    hud.filter(has_text="peft5").locator("button.sq[data-op='grpo']").click()
+    hud_square = hud.filter(has_text="peft5").locator("button.sq[data-op='grpo']")
+    hud_square.hover()
+    expect(hud_square).to_have_attribute(
+        "title", "cpu-py3.11-tf5.23.0-trl0.19.1-peft5 grpo: 1 fail"
+    )
+    hud_square.click()
     expect(items).to_have_count(1)
     expect(items.first).to_contain_text("test_grpo.py::test_grpo")
     assert_nothing_ran(page, problems)
@@ -427,5 +430,28 @@ def test_dark_mode_and_print(pivot_report: Path):
         assert background == "rgb(13, 17, 23)"
         page.emulate_media(media="print")
         assert page.locator("#compat-controls").is_hidden()
+        page.context.browser.close()
+    assert problems == []
+
+
+def test_a_large_matrix_draws_the_any_two_axes_table_when_scrolled_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from playwright.sync_api import expect, sync_playwright
+
+    import ftmatrix.report
+
+    monkeypatch.setattr(ftmatrix.report, "SERVER_PIVOT_LIMIT", 0)
+    for number, label in enumerate(["cpu-a", "cpu-b"]):
+        CellRecordFile(record_path(tmp_path, "r1", f"c{number}")).add(
+            make_record(cell_id=f"c{number}", cell_label=label, pins={"trl": f"1.{number}.0"})
+        )
+    write_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
+    assert "<table class=grid>" not in (tmp_path / "index.html").read_text()
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        page = open_page(playwright, (tmp_path / "index.html").as_uri(), problems)
+        page.locator("#grid-holder").scroll_into_view_if_needed()
+        expect(page.locator("table.grid tbody tr")).to_have_count(2)
         page.context.browser.close()
     assert problems == []

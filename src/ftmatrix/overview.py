@@ -196,17 +196,24 @@ def compatibility_table(
     )
 
 
-def _square(statuses: Sequence[Status], where: str, data: dict[str, str]) -> str:
+def _square(statuses: Sequence[Status], where: str | None, data: dict[str, str]) -> str:
+    """A square button: the worst status's colour and count; ``where`` titles it with
+    the breakdown (the compact grid's squares get theirs from the script on hover,
+    which keeps a 500-cell grid small)."""
     worst, count, total = worst_of(statuses)
-    tally = Counter(statuses)
-    breakdown = ", ".join(f"{tally[s]} {s.value}" for s in sorted(tally, key=lambda s: -s.severity))
-    title = f"{where}: {breakdown}"
+    title = ""
+    if where is not None:
+        tally = Counter(statuses)
+        breakdown = ", ".join(
+            f"{tally[s]} {s.value}" for s in sorted(tally, key=lambda s: -s.severity)
+        )
+        title = f' title="{escape(where)}: {escape(breakdown)}"'
     attributes = "".join(f' data-{k}="{escape(v)}"' for k, v in data.items())
     # A pass square counts every result (all passed); another counts those of its status.
     shown = total if worst is Status.PASS else count
     return (
-        f'<button type=button class="sq s-{status_css_name(worst)}"{attributes}'
-        f' title="{escape(title)}" aria-label="{escape(title)}">{shown}</button>'
+        f'<button type=button class="sq s-{status_css_name(worst)}"{attributes}{title}>'
+        f"{shown}</button>"
     )
 
 
@@ -230,7 +237,7 @@ def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> st
         tds = "".join(
             "<td>"
             + (
-                _square(statuses, f"{label} {op}", {"cell": label, "op": op})
+                _square(statuses, None, {"op": op})
                 if (statuses := buckets.get((label, op)))
                 else ""
             )

@@ -485,11 +485,32 @@ def _filters(grid: Grid, values: dict[str, list[str]]) -> str:
     )
 
 
+# Above this many results the any-two-axes table is drawn by the page's script only.
+SERVER_PIVOT_LIMIT = 3000
+
+
 def _grid_table(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
     # The default view, rendered here so the page reads with scripts off; the script
     # re-renders the same pivot from the embedded data when the axes or filters change.
     if not grid.rows:
         return "<p>No records found. Run <code>nox -s matrix</code> first.</p>"
+    intro = (
+        "<p class=meta>A result is one case in one cell; a cell that never got to run its"
+        " cases (say, uninstallable) counts once for each of them. A grid cell holding"
+        " several results shows the worst, how many have it and out of how many; open"
+        " it for the list.</p>"
+        f"<p id=pivot-summary class=meta>{len(entries)} results,"
+        f" rows: {DEFAULT_ROWS}, columns: {DEFAULT_COLUMNS}.</p>"
+    )
+    if len(entries) > SERVER_PIVOT_LIMIT:
+        # A large matrix: the compact grid above reads without scripts; this table is
+        # drawn by the script when scrolled to, so it costs neither bytes nor first paint.
+        return (
+            intro
+            + "<div class=scroll id=grid-holder><noscript><p>This table needs scripts; the"
+            " grid above and the failures below do not.</p></noscript></div>"
+            + _pivot_data(entries, values)
+        )
     table = pivot(entries, rows=DEFAULT_ROWS, columns=DEFAULT_COLUMNS)
     rows = [
         v for v in values[DEFAULT_ROWS] if any((v, c) in table for c in values[DEFAULT_COLUMNS])
@@ -506,13 +527,7 @@ def _grid_table(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list
         body.append(f"<tr><th scope=row><code>{escape(row)}</code></th>{cells}</tr>")
     head = "".join(f"<th scope=col>{escape(c)}</th>" for c in columns)
     return (
-        "<p class=meta>A result is one case in one cell; a cell that never got to run its"
-        " cases (say, uninstallable) counts once for each of them. A grid cell holding"
-        " several results shows the worst, how many have it and out of how many; open"
-        " it for the list.</p>"
-        f"<p id=pivot-summary class=meta>{len(entries)} results,"
-        f" rows: {DEFAULT_ROWS}, columns: {DEFAULT_COLUMNS}.</p>"
-        "<div class=scroll id=grid-holder><table class=grid>"
+        intro + "<div class=scroll id=grid-holder><table class=grid>"
         f"<thead><tr><th scope=col>{DEFAULT_ROWS} \\ {DEFAULT_COLUMNS}</th>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></div>" + _pivot_data(entries, values)
     )

@@ -166,13 +166,34 @@
     if (scroll) { section.scrollIntoView(); }
   }
 
+  function hudSelection(button) {
+    var row = button.closest("tr");
+    return {cell: row.cells[0].textContent, op: button.getAttribute("data-op")};
+  }
+  // The compact grid's squares carry no title (a large grid would double in size):
+  // it is written when the pointer or the focus first reaches one.
+  function describe(event) {
+    var button = event.target.closest ? event.target.closest("button.sq[data-op]") : null;
+    if (!button || button.title) { return; }
+    var selection = hudSelection(button), counts = {};
+    members(selection).forEach(function (i) {
+      counts[recs[i + 3]] = (counts[recs[i + 3]] || 0) + 1;
+    });
+    button.title = selection.cell + " " + selection.op + ": " + Object.keys(counts)
+      .sort(function (x, y) { return y - x; })
+      .map(function (k) { return counts[k] + " " + data.statuses[k][0]; }).join(", ");
+    button.setAttribute("aria-label", button.title);
+  }
+  document.addEventListener("mouseover", describe);
+  document.addEventListener("focusin", describe);
+
   document.addEventListener("click", function (event) {
     var target = event.target;
     var button = target.closest ? target.closest("button.sq") : null;
     if (button) {
       var selection;
-      if (button.hasAttribute("data-cell")) {
-        selection = {cell: button.getAttribute("data-cell"), op: button.getAttribute("data-op")};
+      if (button.hasAttribute("data-op")) {
+        selection = hudSelection(button);
         S.set({cell: selection.cell, cop: selection.op, sa: null, sb: null});
       } else {
         selection = {a: button.getAttribute("data-a"), b: button.getAttribute("data-b")};

@@ -232,4 +232,13 @@
   var restored = chosen[0] !== DEFAULT[0] || chosen[1] !== DEFAULT[1] || text.value ||
     status.value || filters.some(function (select) { return select.value !== ""; });
   if (restored) { render(); }
+  else if (!holder.querySelector("table")) {
+    // Not drawn by the server (a large matrix): draw it when it comes into view.
+    if (window.IntersectionObserver) {
+      var watcher = new IntersectionObserver(function (seen) {
+        if (seen[0].isIntersecting) { watcher.disconnect(); render(); }
+      });
+      watcher.observe(holder);
+    } else { render(); }
+  }
 })();
