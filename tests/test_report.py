@@ -493,3 +493,40 @@ def test_published_reports_show_no_path_of_the_machine(tmp_path: Path):
     assert published["raw_message"] is None and published["raw_traceback"] is None
     assert '"<cases>/test_sft.py"' in published["traceback"]
     assert '"<python>/importlib/__init__.py"' in published["traceback"]
+
+
+def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_cause():
+    from ftmatrix.overview import render_headline
+
+    packages = {"peft": "0.17.1", "transformers": "5.22.0"}
+    before = make_record(run_id="r1", packages=packages)
+    after = make_record(
+        run_id="r2",
+        status=Status.FAIL,
+        exception_type="ImportError",
+        message="cannot import name 'HybridCache' from 'transformers' (<venv>/...)",
+        root_message="cannot import name 'HybridCache' from 'transformers' (<venv>/...)",
+        root_frame="peft/peft_model.py:<module>",
+        signature="abcabcabcabc",
+        packages={**packages, "transformers": "5.23.0"},
+    )
+    down = make_record(
+        run_id="r2",
+        cell_id="other",
+        cell_label="cpu-other",
+        case=WHOLE_CELL,
+        status=Status.UNINSTALLABLE,
+        reason="No solution found",
+    )
+    groups = failure_groups([after])
+    html = render_headline([after, down], changes_since_previous([before, after]), groups)
+    assert "<strong>1</strong> cell ran 1 case; <strong>1</strong> could not install." in html
+    assert (
+        "<strong>broke</strong>: 1 result (sft) in 1 cell when transformers 5.22.0 \u2192 "
+        "5.23.0 moved" in html
+    )
+    assert "1 &times; peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have" in (
+        html
+    )
+    assert "reused" not in html  # the records say nothing of reuse
+    assert "Nothing broke" in render_headline([before], [], [])

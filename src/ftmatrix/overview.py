@@ -71,7 +71,7 @@ def render_headline(
     }
     ran = cells - not_installed
     results = sum(1 for r in records if r.case != WHOLE_CELL)
-    facts = [f"<strong>{len(ran)}</strong> cells ran {results} cases"]
+    facts = [f"<strong>{len(ran)}</strong> {_plural(len(ran), 'cell')} ran {_n(results, 'case')}"]
     if not_installed:
         facts.append(f"<strong>{len(not_installed)}</strong> could not install")
     reused = {r.cell_id for r in records if getattr(r, "reused_from", None)}
@@ -94,6 +94,14 @@ def render_headline(
         more = f" (of {len(groups)})" if len(groups) > 3 else ""
         parts.append(f"<p class=causes-head>Largest causes{more}:</p><ul class=causes>{items}</ul>")
     return f"<section id=headline aria-label=headline>{''.join(parts)}</section>"
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else word + "s"
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {_plural(count, word)}"
 
 
 def _cause_text(group: FailureGroup) -> str:
@@ -122,8 +130,8 @@ def _changes_headline(changes: Sequence[Change]) -> str:
         operations = ", ".join(sorted({c.after.operation for c in members}))
         because = f" when {escape(moved)} moved" if moved else " with no package moving"
         items.append(
-            f"<li class={kind}><strong>{word}</strong>: {len(members)} results"
-            f" ({escape(operations)}) in {cells} cell{'s' if cells != 1 else ''}{because}</li>"
+            f"<li class={kind}><strong>{word}</strong>: {_n(len(members), 'result')}"
+            f" ({escape(operations)}) in {_n(cells, 'cell')}{because}</li>"
         )
     return f"<ul class=changed>{''.join(items)}</ul>"
 
