@@ -506,8 +506,7 @@ def _grid_table(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list
         # A large matrix: the compact grid above reads without scripts; this table is
         # drawn by the script when scrolled to, so it costs neither bytes nor first paint.
         return (
-            intro
-            + "<div class=scroll id=grid-holder><noscript><p>This table needs scripts; the"
+            intro + "<div class=scroll id=grid-holder><noscript><p>This table needs scripts; the"
             " grid above and the failures below do not.</p></noscript></div>"
             + _pivot_data(entries, values)
         )
