@@ -26,6 +26,7 @@ from ftmatrix.grid import (
     CELL_AXES,
     GridEntry,
     axis_value,
+    headline,
     status_css_name,
     version_order,
     worst_of,
@@ -107,8 +108,7 @@ def _n(count: int, word: str) -> str:
 def _cause_text(group: FailureGroup) -> str:
     if group.blame:
         return group.blame
-    first = unwrap_message(group.message).splitlines()
-    return (first[0] if first else group.status.value)[:160]
+    return (headline(unwrap_message(group.message)) or group.status.value)[:160]
 
 
 def _changes_headline(changes: Sequence[Change]) -> str:
