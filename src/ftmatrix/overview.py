@@ -252,7 +252,7 @@ def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> st
             + "</td>"
             for op in operations
         )
-        body.append(f"<tr><th scope=row><code>{escape(label)}</code></th>{tds}</tr>")
+        body.append(f"<tr><th scope=row class=label>{escape(label)}</th>{tds}</tr>")
     return (
         "<section id=hud aria-labelledby=hud-title>"
         "<h2 id=hud-title>Every cell, every operation</h2>"
