@@ -208,7 +208,7 @@ def _square(statuses: Sequence[Status], where: str | None, data: dict[str, str])
     """A square button: the worst status's colour and count; ``where`` titles it with
     the breakdown (the compact grid's squares get theirs from the script on hover,
     which keeps a 500-cell grid small)."""
-    worst, count, total = worst_of(statuses)
+    worst, count, _ = worst_of(statuses)
     title = ""
     if where is not None:
         tally = Counter(statuses)
@@ -217,11 +217,9 @@ def _square(statuses: Sequence[Status], where: str | None, data: dict[str, str])
         )
         title = f' title="{escape(where)}: {escape(breakdown)}"'
     attributes = "".join(f' data-{k}="{escape(v)}"' for k, v in data.items())
-    # A pass square counts every result (all passed); another counts those of its status.
-    shown = total if worst is Status.PASS else count
     return (
         f'<button type=button class="sq s-{status_css_name(worst)}"{attributes}{title}>'
-        f"{shown}</button>"
+        f"{count}</button>"
     )
 
 

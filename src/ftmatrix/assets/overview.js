@@ -36,8 +36,7 @@
     });
     var title = where + ": " + Object.keys(counts).sort(function (x, y) { return y - x; })
       .map(function (s) { return counts[s] + " " + data.statuses[s][0]; }).join(", ");
-    var button = el("button", "sq s-" + data.statuses[worst][1],
-      String(data.statuses[worst][0] === "pass" ? members.length : counts[worst]));
+    var button = el("button", "sq s-" + data.statuses[worst][1], String(counts[worst]));
     button.type = "button";
     button.title = title;
     button.setAttribute("aria-label", title);
