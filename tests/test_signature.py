@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from ftmatrix.failures import failure_groups
-from ftmatrix.records import Record
+from ftmatrix.records import CellRecordFile, Record, record_path
+from ftmatrix.report import write_report
 from ftmatrix.signature import (
     blame,
     clean_paths,
@@ -262,3 +265,41 @@ def test_a_child_s_traceback_text_gives_its_root_cause_and_frames():
     )
     assert root_of_traceback(handling)[0] == "RuntimeError"
     assert root_of_traceback("no traceback") == (None, [])
+
+
+# Records the results plugin wrote in the default matrix's two peft 0.17.1 x
+# transformers 5.23.0 cells (trl 0.19.1 and 1.16.0): one per way the break showed
+# (imported directly, through trl's lazy import, in a child process), as written, with
+# this machine's paths in their raw text; tracebacks cut to their last 4,000 characters.
+REAL = Path(__file__).parent / "data" / "hybridcache_records.jsonl"
+
+
+def test_real_hybridcache_failures_form_one_group_blamed_on_peft(tmp_path: Path) -> None:
+    from ftmatrix.known_issues import load_known_issues
+
+    records = [Record.from_mapping(json.loads(line)) for line in REAL.read_text().splitlines()]
+    assert {r.pins["trl"] for r in records} == {"0.19.1", "1.16.0"}
+    assert len({r.exception_type for r in records}) > 1  # ImportError, RuntimeError, ...
+    wrapped = [r for r in records if (r.message or "").startswith("Failed to import trl.")]
+    assert wrapped, "a message through trl's lazy import"
+    # Signed by the raised error, as before, they split; by the root cause, one group.
+    assert len({compute_signature(r.exception_type or "", r.message or "", r.framework_frame)
+                for r in records}) > 1  # fmt: skip
+    known = load_known_issues(Path(__file__).parent.parent / "known_issues.yaml")
+    (group,) = failure_groups(records, known)
+    assert group.blame == "peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have"
+    assert group.known is not None and group.known.id == "peft-hybridcache-removed"
+    assert group.message == (
+        "cannot import name 'HybridCache' from 'transformers' (<venv>/.../transformers/__init__.py)"
+    )
+    # Their raw text holds this machine's paths; nothing published does.
+    raw = "\n".join(f"{r.raw_message}\n{r.raw_traceback}" for r in records)
+    machine = set(re.findall(r"(/[^\s'\"()]+?)/lib/python3\.\d+/site-packages/", raw))
+    assert machine
+    for number, record in enumerate(records):
+        CellRecordFile(record_path(tmp_path, "r1", f"c{number}")).add(record)
+    write_report(tmp_path, now=datetime(2026, 11, 23, tzinfo=UTC))
+    for name in ("index.html", "summary.md", "results.json"):
+        text = (tmp_path / name).read_text()
+        assert [p for p in machine if p in text] == [], name
+        assert "peft 0.17.1 imports HybridCache" in text, name
