@@ -329,3 +329,133 @@ def test_record_text_on_the_axes_stays_text(pivot_page):
     expect(spanning).to_contain_text(XSS_REASON)
     expect(page.locator("table.grid img")).to_have_count(0)
     assert_nothing_ran(page, problems)
+
+
+def open_page(playwright: Any, url: str, problems: list[str], **options: Any) -> Any:
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    page = browser.new_page(viewport={"width": 1280, "height": 900}, **options)
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    page.goto(url)
+    return page
+
+
+def square(page: Any, row: str, column: str) -> Any:
+    """The compatibility table's square for ``row`` x ``column``."""
+    return page.locator(f"table.compat button.sq[data-a='{row}'][data-b='{column}']")
+
+
+def test_first_screen_answers_at_1280_px_and_a_square_opens_its_records(pivot_page):
+    from playwright.sync_api import expect
+
+    page, problems = pivot_page
+    expect(page.locator("#headline")).to_contain_text("8 cells ran 22 cases")
+    expect(page.locator("#headline")).to_contain_text("1 could not install")
+    table = page.locator("table.compat")
+    expect(table.locator("caption")).to_have_text("transformers \u00d7 trl, all operations")
+    box = table.bounding_box()
+    assert box is not None and box["y"] + box["height"] < 900  # on the first screen
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    # Worst status, with the count; hover for the summary.
+    fail = square(page, "5.23.0", "0.19.1")
+    expect(fail).to_have_text("1")
+    expect(fail).to_have_class("sq s-fail")
+    expect(fail).to_have_attribute("title", "transformers 5.23.0 \u00d7 trl 0.19.1: 1 fail, 5 pass")
+    expect(square(page, "4.57.6", "1.16.0")).to_have_class("sq s-uninstallable")
+    fail.click()
+    items = page.locator("#selection li")
+    expect(items).to_have_count(6)
+    expect(items.first).to_contain_text("fail")
+    expect(items.first).to_contain_text("window.__xss=2")  # the message, as text
+    assert "sa=5.23.0" in page.url and "sb=0.19.1" in page.url
+    items.first.locator("a", has_text="details").click()
+    expect(page.locator("details.failure[open]")).to_have_count(1)
+    # Another operation redraws the table; another package as rows shows its values as text.
+    page.select_option("#compat-op", "grpo")
+    expect(square(page, "5.23.0", "0.19.1")).to_have_attribute(
+        "title", "transformers 5.23.0 \u00d7 trl 0.19.1: 1 fail, 1 pass"
+    )
+    assert "op=grpo" in page.url
+    page.select_option("#compat-op", "")
+    page.select_option("#compat-a", "peft")
+    expect(page.locator("table.compat tbody th", has_text=XSS_VERSION)).to_have_count(1)
+    expect(page.locator("table.compat img, #selection img")).to_have_count(0)
+    # The compact grid: cells x operations, a square opens that cell's records there.
+    hud = page.locator("table.hud tbody tr")
+    expect(hud).to_have_count(len(PIVOT_CELLS))
+    hud_square = hud.filter(has_text="peft5").locator("button.sq[data-op='grpo']")
+    hud_square.hover()
+    expect(hud_square).to_have_attribute(
+        "title", "cpu-py3.11-tf5.23.0-trl0.19.1-peft5 grpo: 1 fail"
+    )
+    hud_square.click()
+    expect(items).to_have_count(1)
+    expect(items.first).to_contain_text("test_grpo.py::test_grpo")
+    assert_nothing_ran(page, problems)
+
+
+def test_a_deep_link_restores_the_view(pivot_report: Path):
+    from playwright.sync_api import expect, sync_playwright
+
+    problems: list[str] = []
+    view = (
+        "#a=peft&b=trl&op=grpo&sa=0.17.1&sb=0.19.1"
+        "&rows=transformers&cols=trl&f.peft=0.17.1&group=" + "{group}"
+    )
+    with sync_playwright() as playwright:
+        page = open_page(playwright, pivot_report.as_uri(), problems)
+        group = page.locator("section.group").first.get_attribute("id")
+        page.goto(pivot_report.as_uri() + view.format(group=group))
+        page.reload()
+        expect(page.locator("table.compat caption")).to_have_text("peft \u00d7 trl, grpo")
+        items = page.locator("#selection li")
+        expect(items).to_have_count(2)  # peft 0.17.1 x trl 0.19.1, grpo: n/a and pass
+        expect(page.locator("#pivot-summary")).to_contain_text("13 of 26 results")
+        assert page.locator("#row-axis option:checked").inner_text() == "transformers"
+        expect(page.locator(f"#{group} details")).to_have_attribute("open", "")
+        # Keyboard: a square is a button; Enter opens its records.
+        page.locator("table.compat button.sq").first.focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#selection")).to_be_focused()
+        assert page.evaluate("window.__xss") is None
+        page.context.browser.close()
+    assert problems == []
+
+
+def test_dark_mode_and_print(pivot_report: Path):
+    from playwright.sync_api import sync_playwright
+
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        page = open_page(playwright, pivot_report.as_uri(), problems, color_scheme="dark")
+        background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(13, 17, 23)"
+        page.emulate_media(media="print")
+        assert page.locator("#compat-controls").is_hidden()
+        page.context.browser.close()
+    assert problems == []
+
+
+def test_a_large_matrix_draws_the_any_two_axes_table_when_scrolled_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from playwright.sync_api import expect, sync_playwright
+
+    import ftmatrix.report
+
+    monkeypatch.setattr(ftmatrix.report, "SERVER_PIVOT_LIMIT", 0)
+    for number, label in enumerate(["cpu-a", "cpu-b"]):
+        CellRecordFile(record_path(tmp_path, "r1", f"c{number}")).add(
+            make_record(cell_id=f"c{number}", cell_label=label, pins={"trl": f"1.{number}.0"})
+        )
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
+    assert "<table class=grid>" not in (tmp_path / "index.html").read_text()
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        page = open_page(playwright, (tmp_path / "index.html").as_uri(), problems)
+        page.locator("#grid-holder").scroll_into_view_if_needed()
+        expect(page.locator("table.grid tbody tr")).to_have_count(2)
+        page.context.browser.close()
+    assert problems == []

@@ -461,3 +461,86 @@ def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path
         {"cap": "unsloth 2026.10.7: trl<=1.15.0", "hardware": "cpu", "outcome": "grpo fail"}
     ]
     assert results["installability"]["uninstallable_values"][0]["pins"] == {"trl": "1.16.0"}
+
+
+def test_published_reports_show_no_path_of_the_machine(tmp_path: Path):
+    # Paths as this machine writes them: its environment's packages, its standard
+    # library, the cases' folder, a temporary folder.
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    cases = tmp_path / "checkout" / "cases"
+    message = (
+        f"cannot import name 'HybridCache' from 'transformers' ({site}/transformers/__init__.py)"
+    )
+    traceback = (
+        f'  File "{cases}/test_sft.py", line 3, in test_sft\n'
+        f'  File "{stdlib}/importlib/__init__.py", line 126, in import_module\n'
+        f'  File "{site}/peft/peft_model.py", line 37, in <module>\n'
+        f"    open('{tmp_path}/model/config.json')\nImportError: {message}"
+    )
+    record = make_record(
+        status=Status.FAIL,
+        exception_type="ImportError",
+        message=message,
+        raw_message=message,
+        traceback=traceback,
+        raw_traceback=traceback,
+        root_message=message,
+        reason=f"see {tmp_path}/log.txt",
+        attempts=({"status": "fail", "message": message},),
+    )
+    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(record)
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=NOW)
+    machine = (site, stdlib, str(cases), str(tmp_path), str(Path.home()))
+    for name in ("index.html", "summary.md", "results.json"):
+        text = (tmp_path / name).read_text()
+        assert "&lt;venv&gt;/.../transformers/__init__.py" in text or (
+            "<venv>/.../transformers/__init__.py" in text
+        ), name
+        leaked = [p for p in machine if p in text or escape(p) in text]
+        assert leaked == [], (name, leaked)
+    results = json.loads((tmp_path / "results.json").read_text())
+    published = results["records"][0]
+    assert published["raw_message"] is None and published["raw_traceback"] is None
+    assert '"<cases>/test_sft.py"' in published["traceback"]
+    assert '"<python>/importlib/__init__.py"' in published["traceback"]
+
+
+def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_cause():
+    from ftmatrix.report.overview import render_headline
+
+    packages = {"peft": "0.17.1", "transformers": "5.22.0"}
+    before = make_record(run_id="r1", packages=packages)
+    after = make_record(
+        run_id="r2",
+        status=Status.FAIL,
+        exception_type="ImportError",
+        message="cannot import name 'HybridCache' from 'transformers' (<venv>/...)",
+        root_message="cannot import name 'HybridCache' from 'transformers' (<venv>/...)",
+        root_frame="peft/peft_model.py:<module>",
+        signature="abcabcabcabc",
+        packages={**packages, "transformers": "5.23.0"},
+    )
+    down = make_record(
+        run_id="r2",
+        cell_id="other",
+        cell_label="cpu-other",
+        case=WHOLE_CELL,
+        status=Status.UNINSTALLABLE,
+        reason="No solution found",
+    )
+    groups = failure_groups([after])
+    html = render_headline([after, down], changes_since_previous([before, after]), groups)
+    assert "<strong>1</strong> cell ran 1 case; <strong>1</strong> could not install." in html
+    assert (
+        "<strong>broke</strong>: 1 result (sft) in 1 cell when transformers 5.22.0 \u2192 "
+        "5.23.0 moved" in html
+    )
+    assert "1 &times; peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have" in (
+        html
+    )
+    assert "reused" not in html  # the records say nothing of reuse
+    assert "Nothing broke" in render_headline([before], [], [])

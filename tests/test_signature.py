@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
-from ftmatrix.cell.signature import compute_signature, innermost_framework_frame, normalise_message
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.cell.records import CellRecordFile, Record, record_path
+from ftmatrix.cell.signature import (
+    blame,
+    clean_paths,
+    compute_signature,
+    innermost_framework_frame,
+    normalise_message,
+    root_of_traceback,
+    unwrap_message,
+)
+from ftmatrix.report.failures import failure_groups
+from ftmatrix.report.render import render_report
+from ftmatrix.store import merge_outputs
+
+pytest_plugins = ["pytester"]
 
 # The four breaks DESIGN.md names, each seen with different sizes or devices.
 VARIANTS = [
@@ -65,3 +86,222 @@ def test_innermost_framework_frame_ignores_the_test_runner():
     functions = ["pyfunc_call", "test_sft", "__init__", "train", "decode"]
     assert innermost_framework_frame(files, functions) == "transformers/trainer.py:train"
     assert innermost_framework_frame(files[:2], functions[:2]) is None
+
+
+# The two messages one break gave in the default matrix (peft 0.17.1, transformers 5.23.0),
+# as the issue reported them: directly, and through trl's lazy import.
+HYBRIDCACHE = (
+    "cannot import name 'HybridCache' from 'transformers' "
+    "(/tmp/a/.nox/matrix-cpu-py3-11-torch2-13-0-tf5-23-0-trl0-19-1-peft0-17-1-nounsloth"
+    "/lib/python3.11/site-packages/transformers/__init__.py)"
+)
+HYBRIDCACHE_WRAPPED = (
+    "Failed to import trl.trainer.sft_trainer because of the following error (look up to "
+    "see its traceback):\ncannot import name 'HybridCache' from 'transformers' "
+    "(/home/runner/work/x/.nox/matrix-cpu-py3-11-torch2-13-0-tf5-23-0-trl1-16-0-peft0-17-1-"
+    "nounsloth/lib/python3.11/site-packages/transformers/__init__.py)"
+)
+
+
+def test_known_wrappers_unwrap_to_the_inner_message():
+    inner = unwrap_message(HYBRIDCACHE_WRAPPED)
+    assert inner.startswith("cannot import name 'HybridCache' from 'transformers' (")
+    assert normalise_message(inner) == normalise_message(HYBRIDCACHE)
+    assert unwrap_message("plain message") == "plain message"
+    # A wrapper with nothing inside is not unwrapped to nothing.
+    assert unwrap_message("Failed to import x because of the following error:") != ""
+
+
+def test_machine_paths_become_placeholders_and_urls_stay():
+    assert clean_paths(HYBRIDCACHE) == (
+        "cannot import name 'HybridCache' from 'transformers' (<venv>/.../transformers/__init__.py)"
+    )
+    assert clean_paths(unwrap_message(HYBRIDCACHE_WRAPPED)) == clean_paths(HYBRIDCACHE)
+    frames = (
+        'File "/usr/lib/python3.11/importlib/__init__.py", line 126, in import_module\n'
+        "../../../../tmp/a/.nox/m/lib/python3.11/site-packages/trl/trainer/sft_trainer.py:12: "
+        "in <module>\n/work/wt/x/cases/test_sft.py:33: in test_sft\n"
+        "see https://github.com/huggingface/peft/issues/3333 and /home/bob/models/x.bin\n"
+        "<frozen importlib._bootstrap>:1204: in _gcd_import"
+    )
+    assert clean_paths(frames) == (
+        'File "<python>/importlib/__init__.py", line 126, in import_module\n'
+        "<venv>/.../trl/trainer/sft_trainer.py:12: in <module>\n"
+        "<cases>/test_sft.py:33: in test_sft\n"
+        "see https://github.com/huggingface/peft/issues/3333 and <path>/x.bin\n"
+        "<frozen importlib._bootstrap>:1204: in _gcd_import"
+    )
+
+
+def test_blame_names_the_importer_and_the_provider_with_versions():
+    packages = {"peft": "0.17.1", "transformers": "5.23.0", "trl": "1.16.0"}
+    assert (
+        blame(HYBRIDCACHE_WRAPPED, "peft/peft_model.py:<module>", packages)
+        == "peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have"
+    )
+    assert (
+        blame("module 'transformers' has no attribute 'HybridCache'", "trl/x.py:f", packages)
+        == "trl 1.16.0 uses HybridCache, which transformers 5.23.0 does not have"
+    )
+    assert (
+        blame("No module named 'vllm'", "trl/import_utils.py:f", packages)
+        == "trl 1.16.0 imports vllm, which is not installed"
+    )
+    # A package missing a piece of itself, or no frame to name the importer: no blame.
+    assert blame("cannot import name 'x' from 'peft.utils'", "peft/a.py:f", packages) is None
+    assert blame(HYBRIDCACHE, None, packages) is None
+
+
+# The structure of the break, in stand-ins under a folder named site-packages: peft's
+# module imports a name its transformers lacks; trl's _LazyModule (its code and text
+# copied from trl 1.16.0's _lazy_module.py) wraps the ImportError in a RuntimeError.
+STAND_INS = {
+    "transformers/__init__.py": "class Cache: ...\n",
+    "peft/__init__.py": "from peft.peft_model import PeftModel\n",
+    "peft/peft_model.py": "from transformers import Cache, HybridCache\nclass PeftModel: ...\n",
+    "trl/__init__.py": (
+        "import importlib\n"
+        "def _get_module(module_name):\n"
+        "    try:\n"
+        "        return importlib.import_module('.' + module_name, 'trl')\n"
+        "    except Exception as e:\n"
+        "        raise RuntimeError(\n"
+        "            f'Failed to import trl.{module_name} because of the following error '\n"
+        "            f'(look up to see its traceback):\\n{e}'\n"
+        "        ) from e\n"
+        "def __getattr__(name):\n"
+        "    return getattr(_get_module('trainer.sft_trainer'), name)\n"
+    ),
+    "trl/trainer/__init__.py": "",
+    "trl/trainer/sft_trainer.py": "from peft import PeftModel\nclass SFTTrainer: ...\n",
+}
+
+
+def run_plugin(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
+    """Run pytester's case files with the results plugin; the records by case name."""
+    cell = {"run_id": "r1", "id": "c1", "label": "cpu-x1", "python": "3.11", "pins": {}}
+    cell_file = tmp_path / "cell.json"
+    cell_file.write_text(json.dumps({**cell, "hardware": "cpu"}))
+    out = tmp_path / "out.jsonl"
+    pytester.runpytest_subprocess(
+        "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(cell_file),
+        "--ftmatrix-record", str(out),
+    )  # fmt: skip
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    return {r["case"].split("::")[1]: r for r in lines}
+
+
+CASES = """
+import sys
+sys.path.insert(0, {site!r})
+
+def test_direct():
+    from peft import PeftModel
+
+def test_through_trl():
+    from trl import SFTTrainer
+
+def test_raised_while_handling():
+    try:
+        {{}}["key"]
+    except KeyError:
+        from peft import PeftModel
+"""
+
+
+def test_the_plugin_follows_the_chain_to_one_signature_blamed_on_peft(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    for name, text in STAND_INS.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    pytester.makepyfile(test_cases=CASES.format(site=str(site)))
+    records = run_plugin(pytester, tmp_path)
+    direct, wrapped = records["test_direct"], records["test_through_trl"]
+    assert wrapped["exception_type"] == "RuntimeError"
+    assert wrapped["message"].startswith("Failed to import trl.trainer.sft_trainer")
+    assert wrapped["root_exception_type"] == direct["root_exception_type"] == "ImportError"
+    assert wrapped["root_frame"] == direct["root_frame"] == "peft/peft_model.py:<module>"
+    assert (
+        direct["signature"]
+        == wrapped["signature"]
+        == records["test_raised_while_handling"]["signature"]
+    )
+    assert direct["root_message"] == (
+        "cannot import name 'HybridCache' from 'transformers' (<venv>/.../transformers/__init__.py)"
+    )
+    # The record keeps the raw text apart; what is published has no machine path.
+    assert str(site) in wrapped["raw_traceback"]
+    assert str(tmp_path) not in wrapped["traceback"]
+    assert str(tmp_path) not in wrapped["message"] + direct["message"]
+    groups = failure_groups([Record.from_mapping(r) for r in records.values()])
+    assert len(groups) == 1 and len(groups[0].records) == 3
+    assert groups[0].message == direct["root_message"]
+    assert groups[0].blame == "peft imports HybridCache, which transformers does not have"
+
+
+def test_a_child_s_traceback_text_gives_its_root_cause_and_frames():
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/lib/python3.11/site-packages/trl/import_utils.py", line 144, in _get_module\n'
+        "    return importlib.import_module(...)\n"
+        '  File "/v/lib/python3.11/site-packages/peft/peft_model.py", line 37, in <module>\n'
+        "    from transformers import Cache, HybridCache\n"
+        "ImportError: cannot import name 'HybridCache' from 'transformers' (/v/x.py)\n"
+        "\nThe above exception was the direct cause of the following exception:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/r/cases/_rank.py", line 9, in main\n'
+        "    from trl import SFTTrainer\n"
+        "RuntimeError: Failed to import trl.trainer.sft_trainer because of the following "
+        "error (look up to see its traceback):\ncannot import name 'HybridCache'\n"
+    )
+    kind, frames = root_of_traceback(text)
+    assert kind == "ImportError"
+    assert innermost_framework_frame(*zip(*frames, strict=True)) == "peft/peft_model.py:<module>"
+    # Raised while handling another error (not from it): the outer one is the root.
+    handling = text.replace("direct cause of the following", "x").replace(
+        "The above exception was the x exception:",
+        "During handling of the above exception, another exception occurred:",
+    )
+    assert root_of_traceback(handling)[0] == "RuntimeError"
+    assert root_of_traceback("no traceback") == (None, [])
+
+
+# Records the results plugin wrote in the default matrix's two peft 0.17.1 x
+# transformers 5.23.0 cells (trl 0.19.1 and 1.16.0): one per way the break showed
+# (imported directly, through trl's lazy import, in a child process), as written, with
+# this machine's paths in their raw text; tracebacks cut to their last 4,000 characters.
+REAL = Path(__file__).parent / "data" / "hybridcache_records.jsonl"
+
+
+def test_real_hybridcache_failures_form_one_group_blamed_on_peft(tmp_path: Path) -> None:
+    from ftmatrix.known_issues import load_known_issues
+
+    records = [Record.from_mapping(json.loads(line)) for line in REAL.read_text().splitlines()]
+    assert {r.pins["trl"] for r in records} == {"0.19.1", "1.16.0"}
+    assert len({r.exception_type for r in records}) > 1  # ImportError, RuntimeError, ...
+    wrapped = [r for r in records if (r.message or "").startswith("Failed to import trl.")]
+    assert wrapped, "a message through trl's lazy import"
+    # Signed by the raised error, as before, they split; by the root cause, one group.
+    assert len({compute_signature(r.exception_type or "", r.message or "", r.framework_frame)
+                for r in records}) > 1  # fmt: skip
+    known = load_known_issues(Path(__file__).parent.parent / "known_issues.yaml")
+    (group,) = failure_groups(records, known)
+    assert group.blame == "peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have"
+    assert group.known is not None and group.known.id == "peft-hybridcache-removed"
+    assert group.message == (
+        "cannot import name 'HybridCache' from 'transformers' (<venv>/.../transformers/__init__.py)"
+    )
+    # Their raw text holds this machine's paths; nothing published does.
+    raw = "\n".join(f"{r.raw_message}\n{r.raw_traceback}" for r in records)
+    machine = set(re.findall(r"(/[^\s'\"()]+?)/lib/python3\.\d+/site-packages/", raw))
+    assert machine
+    for number, record in enumerate(records):
+        CellRecordFile(record_path(tmp_path, "r1", f"c{number}")).add(record)
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=datetime(2026, 11, 23, tzinfo=UTC))
+    for name in ("index.html", "summary.md", "results.json"):
+        text = (tmp_path / name).read_text()
+        assert [p for p in machine if p in text] == [], name
+        assert "peft 0.17.1 imports HybridCache" in text, name

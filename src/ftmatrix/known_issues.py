@@ -52,12 +52,23 @@ class KnownIssue:
     def _patterns_match(self, record: Record) -> bool:
         if self.exception is None and self.message is None:
             return False
-        checks = [
-            self.exception is None or bool(self.exception.search(record.exception_type or "")),
-            self.message is None or bool(self.message.search(record.message or "")),
-            self.frame is None or (record.framework_frame or "").startswith(self.frame),
+        # The raised error or its root cause: a pattern written for either matches
+        # both the wrapped and the unwrapped report of one break.
+        sides = [
+            (record.exception_type, record.message, record.framework_frame),
+            (record.root_exception_type, record.root_message, record.root_frame),
         ]
-        return all(checks)
+        return any(
+            all(
+                [
+                    self.exception is None or bool(self.exception.search(kind or "")),
+                    self.message is None or bool(self.message.search(message or "")),
+                    self.frame is None or (frame or "").startswith(self.frame),
+                ]
+            )
+            for kind, message, frame in sides
+            if kind or message
+        )
 
     def _packages_match(self, record: Record) -> bool:
         installed = {canonicalize_name(k): v for k, v in record.packages.items()}

@@ -45,7 +45,14 @@ from ftmatrix.cell.records import (
     redact,
     write_atomically,
 )
-from ftmatrix.cell.signature import compute_signature, framework_module, innermost_framework_frame
+from ftmatrix.cell.signature import (
+    clean_paths,
+    compute_signature,
+    framework_module,
+    innermost_framework_frame,
+    root_of_traceback,
+    unwrap_message,
+)
 from ftmatrix.cell.status import Status
 
 MARKERS = (
@@ -373,16 +380,28 @@ class _Recorder:
         fields: dict[str, Any] = {"reason": reason}
         if failure is not None and failure.crashed is not None:
             # As the supervisor records a process that died: how, and no exception.
-            fields.update(message=reason, traceback=redact(failure.traceback, os.environ))
+            fields.update(message=reason, **_texts(failure.traceback, "traceback"))
         elif failure is not None:
             message = redact(failure.message[:MESSAGE_LIMIT], os.environ) or ""
             frame = innermost_framework_frame(failure.filenames, failure.functions)
+            # The signature follows the chain to its root, so a break seen through a
+            # wrapper (trl's lazy import) and without one is one group.
+            root_frame = (
+                innermost_framework_frame(failure.root_filenames, failure.root_functions) or frame
+            )
+            root_type = failure.root_type or failure.exception_type
+            root_message = clean_paths(
+                unwrap_message(redact(failure.root_message[:MESSAGE_LIMIT], os.environ) or "")
+            )
             fields.update(
                 exception_type=failure.exception_type,
-                message=message,
                 framework_frame=frame,
-                signature=compute_signature(failure.exception_type, message, frame),
-                traceback=redact(failure.traceback, os.environ),
+                root_exception_type=root_type,
+                root_message=root_message,
+                root_frame=root_frame,
+                signature=compute_signature(root_type, root_message, root_frame),
+                **_texts(message, "message"),
+                **_texts(failure.traceback, "traceback"),
             )
         return self._base_record(
             case=state.item.nodeid,
@@ -429,6 +448,11 @@ class Failure:
     # An AssertionError or subclass (the cases' ContractError): a check that did not hold.
     assertion: bool = False
     causes: str = ""  # the messages of the exceptions it was raised from
+    # The root cause: the innermost exception it came from (itself when none).
+    root_type: str = ""
+    root_message: str = ""
+    root_filenames: tuple[str, ...] = ()
+    root_functions: tuple[str, ...] = ()
     crashed: str | None = None  # how a child process died, when it did not raise
 
     @classmethod
@@ -437,9 +461,15 @@ class Failure:
     ) -> Failure:
         """The failure a case raised; a :class:`ChildProcessFailure` tells its child's."""
         if isinstance(error, ChildProcessFailure):
+            # The child's chain is known by its text only: its traceback's sections.
+            root_type, root_frames = root_of_traceback(_first_traceback(error))
             return cls(
+                root_type=root_type or error.exception_type or "",
+                root_filenames=tuple(f for f, _ in root_frames),
+                root_functions=tuple(f for _, f in root_frames),
                 exception_type=error.exception_type or "",
                 message=error.message,
+                root_message=error.message,
                 filenames=tuple(f for f, _ in error.frames),
                 functions=tuple(f for _, f in error.frames),
                 traceback="\n".join(t for t in (error.child_traceback, longrepr) if t) or None,
@@ -447,7 +477,15 @@ class Failure:
                 assertion=(error.exception_type or "").rsplit(".", 1)[-1] == "AssertionError",
             )
         filenames, functions = _frames(tb)
+        root = _root_cause(error)
+        root_filenames, root_functions = (
+            (filenames, functions) if root is error else _frames(root.__traceback__)
+        )
         return cls(
+            root_type=_qualified_name(type(root)),
+            root_message=str(root),
+            root_filenames=tuple(root_filenames),
+            root_functions=tuple(root_functions),
             exception_type=_qualified_name(type(error)),
             message=str(error),
             filenames=tuple(filenames),
@@ -528,6 +566,45 @@ def _out_of_memory(failure: Failure, name: str, output: str) -> bool:
         return True
     # vLLM's LLM saw its engine's process fail; that process printed the cause.
     return VLLM_ENGINE_FAILED in failure.message and VLLM_STARTUP_MEMORY in output
+
+
+def _first_traceback(error: ChildProcessFailure) -> str:
+    """The child's own traceback, without the output appended after it (which may hold
+    other processes' tracebacks): up to the line that names its exception."""
+    text = error.child_traceback or ""
+    first = (error.message or "").strip().splitlines()[:1]
+    marker = f"{error.exception_type}: {first[0]}" if first else None
+    end = text.find(marker) if marker else -1
+    return text[: end + len(marker)] if marker and end >= 0 else text
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The innermost exception ``error`` came from.
+
+    An explicit ``__cause__`` (``raise ... from``) is always followed. An implicit
+    ``__context__`` only where the outer message repeats the inner one (a wrapper
+    that raised without ``from``): otherwise the outer error is a new one raised
+    while handling the inner (``from transformers import X`` raises ImportError in
+    the context of the lazy module's AttributeError), and the outer says more.
+    """
+    current, seen = error, {id(error)}
+    while True:
+        inner = current.__cause__
+        context = current.__context__
+        if inner is None and context is not None and not current.__suppress_context__:
+            inner = context if str(context) and str(context) in str(current) else None
+        if inner is None or id(inner) in seen:
+            return current
+        seen.add(id(inner))
+        current = inner
+
+
+def _texts(text: str | None, name: str) -> dict[str, str | None]:
+    """``name`` with the machine's paths replaced (and secrets redacted), and
+    ``raw_<name>`` with the paths kept, where they differ."""
+    raw = redact(text, os.environ)
+    clean = None if raw is None else clean_paths(raw)
+    return {name: clean, f"raw_{name}": raw if raw != clean else None}
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:

@@ -11,6 +11,7 @@ it imports the standard library only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import json
 import os
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 
 try:
@@ -65,6 +67,22 @@ FIELDS: dict[str, tuple[str | list[str], str]] = {
     "signature": (["string", "null"], "Hash grouping equal failures across cells."),
     "framework_frame": (["string", "null"], "Innermost frame inside a framework package."),
     "traceback": (["string", "null"], "Full traceback (secrets redacted)."),
+    "root_exception_type": (
+        ["string", "null"],
+        "Type of the root cause: the innermost exception the raised one came from "
+        "(its __cause__, a wrapped __context__, a known wrapper's inner error).",
+    ),
+    "root_message": (["string", "null"], "Message of the root cause (secrets redacted)."),
+    "root_frame": (["string", "null"], "Innermost framework frame of the root cause."),
+    "raw_message": (
+        ["string", "null"],
+        "`message` as raised, with the machine's paths (which `message` replaces by "
+        "placeholders such as <venv>); null when equal. Never published.",
+    ),
+    "raw_traceback": (
+        ["string", "null"],
+        "`traceback` with the machine's paths; null when equal. Never published.",
+    ),
     "metrics": ("object", "Numbers the case recorded (loss, grad norm, ...)."),
     "flaky": ("boolean", "True when two tries of the case disagreed."),
     "beyond_cap": (
@@ -106,6 +124,11 @@ class Record:
     signature: str | None = None
     framework_frame: str | None = None
     traceback: str | None = None
+    root_exception_type: str | None = None
+    root_message: str | None = None
+    root_frame: str | None = None
+    raw_message: str | None = None
+    raw_traceback: str | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
     flaky: bool = False
     attempts: tuple[Mapping[str, Any], ...] = ()
@@ -123,6 +146,23 @@ class Record:
         data["metrics"] = dict(self.metrics)
         data["attempts"] = [dict(a) for a in self.attempts]
         return data
+
+    def published(self) -> Record:
+        """This record as a public page shows it: the machine's paths replaced by
+        placeholders, the raw text (``raw_message``, ``raw_traceback``) left out."""
+        return dataclasses.replace(
+            self,
+            reason=_clean(self.reason),
+            message=_clean(self.message),
+            traceback=_clean(self.traceback),
+            root_message=_clean(self.root_message),
+            raw_message=None,
+            raw_traceback=None,
+            attempts=tuple(
+                {k: _clean(v) if isinstance(v, str) else v for k, v in a.items()}
+                for a in self.attempts
+            ),
+        )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Record:
@@ -155,6 +195,11 @@ _OPTIONAL_FIELDS = frozenset(
         "signature",
         "framework_frame",
         "traceback",
+        "root_exception_type",
+        "root_message",
+        "root_frame",
+        "raw_message",
+        "raw_traceback",
         "metrics",
         "flaky",
         "attempts",
@@ -327,6 +372,10 @@ def newest_per(records: Iterable[Record], key: Callable[[Record], K]) -> dict[K,
         if held is None or (record.run_id, record.finished_at) > (held.run_id, held.finished_at):
             newest[at] = record
     return newest
+
+
+def _clean(text: str | None) -> str | None:
+    return None if text is None else clean_paths(text)
 
 
 def _line(record: Record) -> str:

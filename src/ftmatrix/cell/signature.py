@@ -3,14 +3,22 @@
 A signature is the exception type, the message with its incidental details
 folded (numbers, sizes, addresses, paths, device ordinals, quoted names of
 temporary files), and the innermost traceback frame that lies inside a
-framework package, hashed. Runs inside cells: standard library only.
+framework package, hashed. It is taken from the root cause: the innermost
+exception of the chain (``__cause__``, wrapping ``__context__``) and the
+innermost message of the well-known wrappers (trl's lazy import), so one break
+seen through a wrapper and without it is one group.
+
+Paths of the machine that ran a cell are replaced by placeholders
+(``<venv>/.../transformers/__init__.py``): published text shows no machine's
+layout, and equal causes on different runners read the same.
+Runs inside cells: standard library only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 # Order matters: paths and addresses before bare numbers.
 _FOLDS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -29,6 +37,56 @@ def normalise_message(message: str) -> str:
     for pattern, replacement in _FOLDS:
         text = pattern.sub(replacement, text)
     return text.strip()
+
+
+# Wrappers that re-raise an import's error with its text inside their own: trl's
+# _LazyModule._get_module (0.x and 1.x), and transformers' before 4.5x. What
+# follows the marker is the wrapped exception's message.
+_WRAPPERS = (
+    re.compile(
+        r"^Failed to import [\w.]+ because of the following error"
+        r"(?: \(look up to see its traceback\))?:\s*",
+    ),
+)
+
+
+def unwrap_message(message: str) -> str:
+    """The innermost message inside known wrappers' text ("Failed to import X because ...")."""
+    text = message.strip()
+    while True:
+        for wrapper in _WRAPPERS:
+            match = wrapper.match(text)
+            if match and text[match.end() :].strip():
+                text = text[match.end() :].strip()
+                break
+        else:
+            return text
+
+
+# A machine's paths, most specific first. Installed packages keep their path inside
+# the environment; the standard library and the cases keep theirs below a name; any
+# other absolute (or ../-relative) path keeps its last part only.
+_PATH_CHARS = r"[^\s'\"()<>\[\],:;]"
+_CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(rf"{_PATH_CHARS}*?/(?:site|dist)-packages/"), "<venv>/.../"),
+    (re.compile(rf"{_PATH_CHARS}*?/lib/python\d+(?:\.\d+)?/"), "<python>/"),
+    (re.compile(rf"{_PATH_CHARS}*?/cases/(?={_PATH_CHARS})"), "<cases>/"),
+    (
+        re.compile(rf"(?<![\w:/.<>-])(?:/|(?:\.\./)+|~/)(?:{_PATH_CHARS}+/)+(?={_PATH_CHARS})"),
+        "<path>/",
+    ),
+)
+
+
+def clean_paths(text: str) -> str:
+    """``text`` with the running machine's paths replaced by placeholders.
+
+    ``/tmp/x/.nox/matrix-.../lib/python3.11/site-packages/transformers/__init__.py``
+    becomes ``<venv>/.../transformers/__init__.py``; URLs are left alone.
+    """
+    for pattern, replacement in _CLEAN:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def innermost_framework_frame(
@@ -64,3 +122,91 @@ def framework_module(filename: str) -> str | None:
             module = normalised.rsplit(marker, 1)[1]
             return None if module.startswith(_RUNNER_PACKAGES) else module
     return None
+
+
+# Breaks whose message names the missing piece and whose innermost framework frame
+# names the importer: "cannot import name 'X' from 'pkg'" raised in peft's module.
+_MISSING_NAME = re.compile(r"cannot import name '([\w.]+)' from '([\w.]+)'")
+_MISSING_ATTRIBUTE = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def blame(
+    root_message: str | None, root_frame: str | None, packages: Mapping[str, str]
+) -> str | None:
+    """Who breaks whom, where the trace shows it, with the installed versions.
+
+    "peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have": the
+    importer is the package of the innermost framework frame, the provider the module
+    the message names. None when the message or the frame does not say.
+    """
+    if not root_message or not root_frame:
+        return None
+    importer = root_frame.split("/", 1)[0]
+    text = unwrap_message(root_message)
+    if match := _MISSING_NAME.search(text):
+        name, provider, verb = match[1], match[2], "imports"
+    elif match := _MISSING_ATTRIBUTE.search(text):
+        provider, name, verb = match[1], match[2], "uses"
+    elif match := _MISSING_MODULE.search(text):
+        module = match[1]
+        provider, name, verb = module.split(".", 1)[0], module, "imports"
+        if "." not in module:
+            if _top(provider) == _top(importer):
+                return None
+            return f"{_named(importer, packages)} imports {module}, which is not installed"
+    else:
+        return None
+    provider_top = provider.split(".", 1)[0]
+    if _top(provider_top) == _top(importer):
+        return None  # a package missing a piece of itself names nobody else
+    return (
+        f"{_named(importer, packages)} {verb} {name}, "
+        f"which {_named(provider_top, packages)} does not have"
+    )
+
+
+def _top(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def _named(module: str, packages: Mapping[str, str]) -> str:
+    """``peft 0.17.1``: an import name with its distribution's installed version."""
+    versions = {_top(k): v for k, v in packages.items()}
+    version = versions.get(_top(module))
+    return f"{module} {version}" if version else module
+
+
+_DIRECT_CAUSE = "\nThe above exception was the direct cause of the following exception:\n"
+_DURING_HANDLING = "\nDuring handling of the above exception, another exception occurred:\n"
+_FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.MULTILINE)
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)", re.MULTILINE)
+
+
+def root_of_traceback(text: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The root cause's type and frames (file, function; outermost first) in a Python
+    traceback as text (a child process's): the innermost section reached from the last
+    one through "direct cause" links (``raise ... from``), as the in-process chain is
+    followed through ``__cause__``."""
+    sections: list[str] = []
+    links: list[str] = []
+    rest = text
+    while True:
+        cut = min(
+            ((rest.find(m), m) for m in (_DIRECT_CAUSE, _DURING_HANDLING) if m in rest),
+            default=None,
+        )
+        if cut is None:
+            sections.append(rest)
+            break
+        sections.append(rest[: cut[0]])
+        links.append(cut[1])
+        rest = rest[cut[0] + len(cut[1]) :]
+    at = len(sections) - 1
+    while at > 0 and links[at - 1] == _DIRECT_CAUSE:
+        at -= 1
+    section = sections[at]
+    frames = [(m[1], m[2]) for m in _FRAME_LINE.finditer(section)]
+    last_frame = max((m.end() for m in _FRAME_LINE.finditer(section)), default=0)
+    kind = _EXCEPTION_LINE.search(section, last_frame)
+    return (kind[1] if kind else None), frames

@@ -1,7 +1,9 @@
 """Failures grouped by cause: one group per signature (or whole-cell reason).
 
 Each group knows the known issue that explains it, if any (and the fixed releases
-that still fail), and the first-bad versions bisection found for its cases.
+that still fail), and the first-bad versions bisection found for its cases. Its
+message is the root cause's (the innermost error, not a wrapper's), and it names the
+package to blame where the trace shows it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ftmatrix.cell.records import Record
+from ftmatrix.cell.signature import blame, unwrap_message
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.known_issues import KnownIssue
 
@@ -27,6 +30,7 @@ class FailureGroup:
     known: KnownIssue | None
     late_fixes: tuple[str, ...]
     first_bad: tuple[dict[str, Any], ...]
+    blame: str | None = None  # "peft 0.17.1 imports HybridCache, which transformers ..."
 
     @property
     def versions(self) -> dict[str, list[str]]:
@@ -60,12 +64,25 @@ def failure_groups(
             FailureGroup(
                 key=key,
                 status=first.status,
-                exception_type=first.exception_type,
-                message=(first.message or first.reason or "").strip(),
+                exception_type=first.root_exception_type or first.exception_type,
+                message=root_message(first),
                 records=tuple(sorted(members, key=lambda r: (r.cell_label, r.case))),
                 known=entry,
                 late_fixes=tuple(late),
                 first_bad=tuple(f for f in findings if f.get("case") in cases),
+                blame=_blame(members),
             )
         )
     return sorted(groups, key=lambda g: (-len(g.records), g.key))
+
+
+def root_message(record: Record) -> str:
+    """The message worth reading: the root cause's, a wrapper's inner text, or the reason."""
+    text = record.root_message or unwrap_message(record.message or "") or record.reason or ""
+    return text.strip()
+
+
+def _blame(members: Sequence[Record]) -> str | None:
+    """The first blame the group's records give, with that record's versions."""
+    texts = [blame(root_message(r), r.root_frame or r.framework_frame, r.packages) for r in members]
+    return next((t for t in texts if t), None)

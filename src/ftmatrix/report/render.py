@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.records import WHOLE_CELL, Record, write_atomically
+from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.constraints import write_constraints
 from ftmatrix.known_issues import load_known_issues
@@ -40,6 +41,7 @@ from ftmatrix.report.grid import (
     status_css_name,
     worst_of,
 )
+from ftmatrix.report.overview import group_id, render_compatibility, render_headline, render_hud
 from ftmatrix.resolve import conflict_summary
 from ftmatrix.store import load_findings, newest_records, pass_rate_table
 
@@ -90,19 +92,25 @@ def render_html(
         f"<p class=meta>Generated {escape(generated_at.isoformat(timespec='seconds'))}"
         f" from {len(grid.records)} records of {len(grid.rows)} cells"
         f" (runs: {escape(', '.join(grid.runs) or 'none')}).</p>",
+        render_headline(grid.records, changes, groups),
         _summary(counts),
         _legend(),
+        render_compatibility(entries, values),
+        render_hud(entries, values),
+        "<section id=pivot aria-labelledby=pivot-title><h2 id=pivot-title>Any two axes</h2>",
         _filters(grid, values),
         _grid_table(grid, entries, values),
+        "</section>",
         _changes(changes),
         _groups(groups),
         _trend(trend or {}),
         _stack_checker(grid),
         _failures(grid),
-        f"<script>\n{_asset('pivot.js')}\n{_asset('report.js')}</script>",
+        f"<script>\n{_asset('state.js')}\n{_asset('pivot.js')}\n{_asset('overview.js')}\n"
+        f"{_asset('report.js')}</script>",
     ]
     if problems:
-        items = "".join(f"<li>{escape(p)}</li>" for p in problems)
+        items = "".join(f"<li>{escape(clean_paths(p))}</li>" for p in problems)
         parts.append(f"<h2>Unreadable records</h2><ul class=problems>{items}</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -144,6 +152,7 @@ def render_markdown(
             )
             lines.append(
                 f"- {len(group.records)} x {group.status.value} {known}: {_md(first[:200])}"
+                + (f" ({_md(group.blame)})" if group.blame else "")
             )
     problems = [r for r in grid.records if r.status in PROBLEM_STATUSES]
     if problems:
@@ -174,6 +183,7 @@ def render_json(
                 "status": g.status.value,
                 "exception_type": g.exception_type,
                 "message": g.message,
+                "blame": g.blame,
                 "cells": [r.cell_label for r in g.records],
                 "cases": sorted({r.case for r in g.records}),
                 "versions": g.versions,
@@ -212,7 +222,8 @@ def render_report(
     failure groups to upstream reports.
     """
     store = out_dir / "history.sqlite"
-    latest = newest_records(store)
+    # Published text shows no machine's paths: records keep them (raw_*), pages not.
+    latest = [r.published() for r in newest_records(store)]
     # Cap probes ran past a declared requirement: shown apart, never in the grid.
     probes = [r for r in latest if r.beyond_cap]
     plain = [r for r in latest if not r.beyond_cap]
@@ -220,7 +231,11 @@ def render_report(
     known = load_known_issues(known_issues) if known_issues else ()
     groups = failure_groups(grid.records, known, load_findings(store))
     changes = changes_since_previous(
-        [r for r in [*newest_records(store, back=1), *latest] if not r.beyond_cap]
+        [
+            r
+            for r in [*(x.published() for x in newest_records(store, back=1)), *latest]
+            if not r.beyond_cap
+        ]
     )
     installability = read_installability(out_dir)
     html = render_html(
@@ -477,11 +492,31 @@ def _filters(grid: Grid, values: dict[str, list[str]]) -> str:
     )
 
 
+# Above this many results the any-two-axes table is drawn by the page's script only.
+SERVER_PIVOT_LIMIT = 3000
+
+
 def _grid_table(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
     # The default view, rendered here so the page reads with scripts off; the script
     # re-renders the same pivot from the embedded data when the axes or filters change.
     if not grid.rows:
         return "<p>No records found. Run <code>nox -s matrix</code> first.</p>"
+    intro = (
+        "<p class=meta>A result is one case in one cell; a cell that never got to run its"
+        " cases (say, uninstallable) counts once for each of them. A grid cell holding"
+        " several results shows the worst, how many have it and out of how many; open"
+        " it for the list.</p>"
+        f"<p id=pivot-summary class=meta>{len(entries)} results,"
+        f" rows: {DEFAULT_ROWS}, columns: {DEFAULT_COLUMNS}.</p>"
+    )
+    if len(entries) > SERVER_PIVOT_LIMIT:
+        # A large matrix: the compact grid above reads without scripts; this table is
+        # drawn by the script when scrolled to, so it costs neither bytes nor first paint.
+        return (
+            intro + "<div class=scroll id=grid-holder><noscript><p>This table needs scripts; the"
+            " grid above and the failures below do not.</p></noscript></div>"
+            + _pivot_data(entries, values)
+        )
     table = pivot(entries, rows=DEFAULT_ROWS, columns=DEFAULT_COLUMNS)
     rows = [
         v for v in values[DEFAULT_ROWS] if any((v, c) in table for c in values[DEFAULT_COLUMNS])
@@ -498,14 +533,7 @@ def _grid_table(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list
         body.append(f"<tr><th scope=row><code>{escape(row)}</code></th>{cells}</tr>")
     head = "".join(f"<th scope=col>{escape(c)}</th>" for c in columns)
     return (
-        "<h2>Cells</h2>"
-        "<p class=meta>A result is one case in one cell; a cell that never got to run its"
-        " cases (say, uninstallable) counts once for each of them. A grid cell holding"
-        " several results shows the worst, how many have it and out of how many; open"
-        " it for the list.</p>"
-        f"<p id=pivot-summary class=meta>{len(entries)} results,"
-        f" rows: {DEFAULT_ROWS}, columns: {DEFAULT_COLUMNS}.</p>"
-        "<div class=scroll id=grid-holder><table class=grid>"
+        intro + "<div class=scroll id=grid-holder><table class=grid>"
         f"<thead><tr><th scope=col>{DEFAULT_ROWS} \\ {DEFAULT_COLUMNS}</th>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></div>" + _pivot_data(entries, values)
     )
@@ -623,9 +651,11 @@ def _groups(groups: Sequence[FailureGroup]) -> str:
             for r in group.records
         )
         sections.append(
-            f"<section class=group><h3>{_badge(group.status)} {len(group.records)} x "
+            f'<section class=group id="{group_id(group)}"><h3>{_badge(group.status)} '
+            f"{len(group.records)} x "
             f"<code>{escape(group.exception_type or '')}</code> {escape(first[:300])}</h3>"
-            f"<p>{known}</p>{late}<p class=versions>Versions: {versions}</p>"
+            + (f"<p class=blame>{escape(group.blame)}</p>" if group.blame else "")
+            + f"<p>{known}</p>{late}<p class=versions>Versions: {versions}</p>"
             + (f"<ul class=first-bad>{bad}</ul>" if bad else "")
             + f"<details><summary>{len(group.records)} cells</summary><ul>{cells}</ul></details>"
             "</section>"

@@ -13,6 +13,23 @@
   var status = document.getElementById("status-filter");
   var summary = document.getElementById("pivot-summary");
   var filters = Array.prototype.slice.call(controls.querySelectorAll("select.axis-filter"));
+  var S = window.ftmatrixState;
+  var DEFAULT = [+rowAxis.value, +columnAxis.value];
+  // The axes and filters live in the URL (rows, cols, q, status, f.<axis>), by name.
+  if (S) {
+    var fromUrl = [axes.indexOf(S.get("rows")), axes.indexOf(S.get("cols"))];
+    if (fromUrl[0] >= 0 && fromUrl[1] >= 0 && fromUrl[0] !== fromUrl[1]) {
+      rowAxis.value = String(fromUrl[0]);
+      columnAxis.value = String(fromUrl[1]);
+    }
+    if (S.get("q") !== null) { text.value = S.get("q"); }
+    if (S.get("status") !== null) { status.value = S.get("status"); }
+    filters.forEach(function (select) {
+      var wanted = S.get("f." + select.getAttribute("data-name"));
+      var at = wanted === null ? -1 : values[+select.getAttribute("data-axis")].indexOf(wanted);
+      if (at >= 0) { select.value = String(at); }
+    });
+  }
   var chosen = [+rowAxis.value, +columnAxis.value];
   var whole = {};
   data.whole.forEach(function (a) { whole[a] = true; });
@@ -99,6 +116,16 @@
     }
     return first >= 0 && whole[recs[first + 5]] ? first : -1;
   }
+  function remember() {
+    if (!S) { return; }
+    var state = {rows: axes[chosen[0]], cols: axes[chosen[1]], q: text.value, status: status.value};
+    filters.forEach(function (select) {
+      var axis = +select.getAttribute("data-axis");
+      state["f." + select.getAttribute("data-name")] =
+        select.value === "" || select.parentNode.hidden ? null : values[axis][+select.value];
+    });
+    S.set(state);
+  }
   function render() {
     var ra = chosen[0], ca = chosen[1], width = values[ca].length;
     var wanted = [];
@@ -179,8 +206,9 @@
   var pending = null;
   function later() {
     if (pending) { clearTimeout(pending); }
-    pending = setTimeout(function () { pending = null; render(); }, 120);
+    pending = setTimeout(function () { pending = null; render(); remember(); }, 120);
   }
+  function update() { render(); remember(); }
   function pickAxes(event) {
     var row = +rowAxis.value, column = +columnAxis.value;
     if (row === column) {  // the same axis twice: swap instead
@@ -189,15 +217,28 @@
       columnAxis.value = String(column);
     }
     chosen = [row, column];
-    render();
+    update();
   }
   rowAxis.addEventListener("change", pickAxes);
   columnAxis.addEventListener("change", pickAxes);
   text.addEventListener("input", later);
-  status.addEventListener("change", render);
-  filters.forEach(function (select) { select.addEventListener("change", render); });
+  status.addEventListener("change", update);
+  filters.forEach(function (select) { select.addEventListener("change", update); });
   filters.forEach(function (select) {
     var axis = +select.getAttribute("data-axis");
     select.parentNode.hidden = axis === chosen[0] || axis === chosen[1];
   });
+  // A link that names another view: draw it (the page's own HTML is the default view).
+  var restored = chosen[0] !== DEFAULT[0] || chosen[1] !== DEFAULT[1] || text.value ||
+    status.value || filters.some(function (select) { return select.value !== ""; });
+  if (restored) { render(); }
+  else if (!holder.querySelector("table")) {
+    // Not drawn by the server (a large matrix): draw it when it comes into view.
+    if (window.IntersectionObserver) {
+      var watcher = new IntersectionObserver(function (seen) {
+        if (seen[0].isIntersecting) { watcher.disconnect(); render(); }
+      });
+      watcher.observe(holder);
+    } else { render(); }
+  }
 })();

@@ -1,0 +1,261 @@
+"""The report's first screen: the headline, compatibility tables and a compact grid.
+
+The headline says what broke and what was fixed since the previous run, with the
+packages that moved, how many cells ran and how many could not install, and the
+largest causes. A compatibility table answers "does trl X work with transformers Y
+for GRPO?": package A's versions x package B's versions for one operation, one small
+square per pair coloured by the worst status, with the count. The compact grid shows
+cells x operations as small squares without messages, in the manner of pytorch's HUD.
+
+Pure functions to HTML. The default view is rendered here, so the page reads with
+scripts off; ``assets/overview.js`` redraws it from the embedded grid data when the
+reader picks other packages or an operation, and lists the records of a square.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from html import escape
+
+from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.signature import unwrap_message
+from ftmatrix.cell.status import Status
+from ftmatrix.report.changes import Change
+from ftmatrix.report.failures import FailureGroup
+from ftmatrix.report.grid import (
+    CASE_AXES,
+    CELL_AXES,
+    GridEntry,
+    axis_value,
+    headline,
+    status_css_name,
+    version_order,
+    worst_of,
+)
+
+# The question people ask most ("does trl X work with transformers Y?"): the pair the
+# first compatibility table shows when the matrix has both axes.
+PREFERRED_PAIR = ("transformers", "trl")
+ALL_OPERATIONS = ""
+
+
+def group_id(group: FailureGroup) -> str:
+    """The id of a failure group's section (``#group=...`` opens it): stable per cause."""
+    return "g-" + hashlib.sha256(group.key.encode()).hexdigest()[:10]
+
+
+def package_axes(values: dict[str, list[str]]) -> list[str]:
+    """The pinned packages with more than one value: the axes a compatibility table can use."""
+    fixed = set(CELL_AXES) | set(CASE_AXES)
+    return [a for a, vs in values.items() if a not in fixed and len(vs) > 1]
+
+
+def default_pair(values: dict[str, list[str]]) -> tuple[str, str] | None:
+    """The two packages of the first compatibility table (rows, columns)."""
+    axes = package_axes(values)
+    if all(a in axes for a in PREFERRED_PAIR):
+        return PREFERRED_PAIR
+    return (axes[0], axes[1]) if len(axes) >= 2 else None
+
+
+def render_headline(
+    records: Sequence[Record], changes: Sequence[Change], groups: Sequence[FailureGroup]
+) -> str:
+    """What happened, in a few lines: runs and cells, breaks and fixes, largest causes."""
+    cells = {r.cell_id for r in records}
+    not_installed = {
+        r.cell_id
+        for r in records
+        if r.case == WHOLE_CELL and r.status in (Status.UNINSTALLABLE, Status.INSTALL_ERROR)
+    }
+    ran = cells - not_installed
+    results = sum(1 for r in records if r.case != WHOLE_CELL)
+    facts = [f"<strong>{len(ran)}</strong> {_plural(len(ran), 'cell')} ran {_n(results, 'case')}"]
+    if not_installed:
+        facts.append(f"<strong>{len(not_installed)}</strong> could not install")
+    reused = {r.cell_id for r in records if getattr(r, "reused_from", None)}
+    if reused:
+        facts.append(f"<strong>{len(reused)}</strong> were reused from an earlier run")
+    parts = [f"<p class=facts>{'; '.join(facts)}.</p>"]
+    parts.append(_changes_headline(changes))
+    if groups:
+        items = "".join(
+            f'<li><a href="#group={group_id(g)}" data-group="{group_id(g)}">'
+            f"{len(g.records)} &times; {escape(_cause_text(g))}</a>"
+            + (
+                f" <span class=known>known: {escape(g.known.id)}</span>"
+                if g.known
+                else " <strong class=new>new</strong>"
+            )
+            + "</li>"
+            for g in groups[:3]
+        )
+        more = f" (of {len(groups)})" if len(groups) > 3 else ""
+        parts.append(f"<p class=causes-head>Largest causes{more}:</p><ul class=causes>{items}</ul>")
+    return f"<section id=headline aria-label=headline>{''.join(parts)}</section>"
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else word + "s"
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {_plural(count, word)}"
+
+
+def _cause_text(group: FailureGroup) -> str:
+    if group.blame:
+        return group.blame
+    return (headline(unwrap_message(group.message)) or group.status.value)[:160]
+
+
+def _changes_headline(changes: Sequence[Change]) -> str:
+    if not changes:
+        return "<p class=changed>Nothing broke and nothing was fixed since the previous run.</p>"
+    # One line per (kind, packages that moved): "broke: 8 results in 2 cells when ...".
+    lines: dict[tuple[str, str], list[Change]] = {}
+    for change in changes:
+        moved = ", ".join(
+            f"{k} {a or 'none'} \u2192 {b or 'none'}" for k, (a, b) in change.moved_packages.items()
+        )
+        lines.setdefault((change.kind, moved), []).append(change)
+    items = []
+    for (kind, moved), members in sorted(
+        lines.items(), key=lambda kv: (kv[0][0] != "regression", -len(kv[1]))
+    ):
+        word = "broke" if kind == "regression" else "fixed"
+        cells = len({c.after.cell_id for c in members})
+        operations = ", ".join(sorted({c.after.operation for c in members}))
+        because = f" when {escape(moved)} moved" if moved else " with no package moving"
+        items.append(
+            f"<li class={kind}><strong>{word}</strong>: {_n(len(members), 'result')}"
+            f" ({escape(operations)}) in {_n(cells, 'cell')}{because}</li>"
+        )
+    return f"<ul class=changed>{''.join(items)}</ul>"
+
+
+def render_compatibility(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
+    """The compatibility table's controls and its default view (all operations)."""
+    pair = default_pair(values)
+    if pair is None:
+        return ""
+    axes = package_axes(values)
+
+    def options(chosen: str) -> str:
+        return "".join(
+            f'<option value="{escape(a)}"{" selected" if a == chosen else ""}>{escape(a)}</option>'
+            for a in axes
+        )
+
+    operations = "".join(
+        f'<option value="{escape(op)}">{escape(op)}</option>' for op in values["operation"]
+    )
+    return (
+        "<section id=compat aria-labelledby=compat-title>"
+        "<h2 id=compat-title>Which versions work together</h2>"
+        "<form class=compat-controls id=compat-controls onsubmit='return false'>"
+        f"<label>rows <select id=compat-a>{options(pair[0])}</select></label> "
+        f"<label>columns <select id=compat-b>{options(pair[1])}</select></label> "
+        "<label>operation <select id=compat-op>"
+        f'<option value="">all (worst status)</option>{operations}</select></label></form>'
+        f"<div id=compat-holder>{compatibility_table(entries, pair[0], pair[1])}</div>"
+        "<div id=selection tabindex=-1 aria-live=polite></div></section>"
+    )
+
+
+def compatibility_table(
+    entries: Sequence[GridEntry], a: str, b: str, operation: str = ALL_OPERATIONS
+) -> str:
+    """Package ``a``'s versions x package ``b``'s: a square per pair, worst status and count."""
+    buckets: dict[tuple[str, str], list[Status]] = {}
+    for entry in entries:
+        if operation and entry.operation != operation:
+            continue
+        key = (axis_value(entry, a), axis_value(entry, b))
+        buckets.setdefault(key, []).append(entry.record.status)
+    rows = sorted({k[0] for k in buckets}, key=version_order)
+    columns = sorted({k[1] for k in buckets}, key=version_order)
+    head = "".join(f"<th scope=col>{escape(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        tds = []
+        for column in columns:
+            statuses = buckets.get((row, column))
+            if not statuses:
+                tds.append("<td></td>")
+                continue
+            tds.append(
+                "<td>"
+                + _square(
+                    statuses,
+                    f"{a} {row} \u00d7 {b} {column}",
+                    {"a": row, "b": column},
+                )
+                + "</td>"
+            )
+        body.append(f"<tr><th scope=row>{escape(row)}</th>{''.join(tds)}</tr>")
+    what = escape(operation or "all operations")
+    return (
+        f"<table class=compat><caption>{escape(a)} \u00d7 {escape(b)}, {what}</caption>"
+        f"<thead><tr><th scope=col>{escape(a)} \\ {escape(b)}</th>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _square(statuses: Sequence[Status], where: str | None, data: dict[str, str]) -> str:
+    """A square button: the worst status's colour and count; ``where`` titles it with
+    the breakdown (the compact grid's squares get theirs from the script on hover,
+    which keeps a 500-cell grid small)."""
+    worst, count, _ = worst_of(statuses)
+    title = ""
+    if where is not None:
+        tally = Counter(statuses)
+        breakdown = ", ".join(
+            f"{tally[s]} {s.value}" for s in sorted(tally, key=lambda s: -s.severity)
+        )
+        title = f' title="{escape(where)}: {escape(breakdown)}"'
+    attributes = "".join(f' data-{k}="{escape(v)}"' for k, v in data.items())
+    return (
+        f'<button type=button class="sq s-{status_css_name(worst)}"{attributes}{title}>'
+        f"{count}</button>"
+    )
+
+
+def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
+    """Cells x operations as small squares: the worst status of the cell's cases there."""
+    operations = values["operation"]
+    if not entries or not operations:
+        return ""
+    buckets: dict[tuple[str, str], list[Status]] = {}
+    for entry in entries:
+        buckets.setdefault((entry.record.cell_label, entry.operation), []).append(
+            entry.record.status
+        )
+    labels = sorted({e.record.cell_label for e in entries})
+    head = "".join(
+        f'<th scope=col><span class=vertical title="{escape(op)}">{escape(op)}</span></th>'
+        for op in operations
+    )
+    body = []
+    for label in labels:
+        tds = "".join(
+            "<td>"
+            + (
+                _square(statuses, None, {"op": op})
+                if (statuses := buckets.get((label, op)))
+                else ""
+            )
+            + "</td>"
+            for op in operations
+        )
+        body.append(f"<tr><th scope=row class=label>{escape(label)}</th>{tds}</tr>")
+    return (
+        "<section id=hud aria-labelledby=hud-title>"
+        "<h2 id=hud-title>Every cell, every operation</h2>"
+        "<p class=meta>One square per cell and operation: the worst status of its cases"
+        " and how many have it. Hover for the breakdown, click for the records.</p>"
+        f"<table class=hud><thead><tr><th scope=col>cell</th>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></section>"
+    )
