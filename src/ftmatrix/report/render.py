@@ -106,7 +106,8 @@ def render_html(
         _trend(trend or {}),
         _stack_checker(grid),
         _failures(grid),
-        f"<script>\n{_asset('state.js')}\n{_asset('pivot.js')}\n{_asset('overview.js')}\n"
+        f"<script>\n{_asset('state.js')}\n{_asset('records.js')}\n"
+        f"{_asset('pivot.js')}\n{_asset('overview.js')}\n"
         f"{_asset('report.js')}</script>",
     ]
     if problems:

@@ -14,25 +14,17 @@
   var selOp = document.getElementById("compat-op");
   var holder = document.getElementById("compat-holder");
 
-  function value(i, axis) {
-    return axis < OPERATION ? cells[recs[i]][axis + 1] : recs[i + 1 + axis - OPERATION];
-  }
-  function el(tag, className, content) {
-    var node = document.createElement(tag);
-    if (className) { node.className = className; }
-    if (content !== undefined) { node.textContent = content; }
-    return node;
-  }
-  function badge(severity) {
-    var s = data.statuses[severity];
-    return el("span", "status s-" + s[1], s[0]);
-  }
+  var UNINSTALLABLE = data.statuses.map(function (s) { return s[0]; }).indexOf("uninstallable");
+  var shared = window.ftmatrixRecords(data);
+  var value = shared.value, el = shared.el, badge = shared.badge;
   function square(members, where, attributes) {
-    var counts = {}, worst = -1;
+    // As the page's Python: a cell that could not install judges the square only when
+    // no cell with these two versions installed (it pins more than the two).
+    var counts = {}, worst = -1, rank = function (s) { return s === UNINSTALLABLE ? -1 : s; };
     members.forEach(function (i) {
       var s = recs[i + 3];
       counts[s] = (counts[s] || 0) + 1;
-      if (s > worst) { worst = s; }
+      if (worst < 0 || rank(s) > rank(worst)) { worst = s; }
     });
     var title = where + ": " + Object.keys(counts).sort(function (x, y) { return y - x; })
       .map(function (s) { return counts[s] + " " + data.statuses[s][0]; }).join(", ");

@@ -35,19 +35,8 @@
   data.whole.forEach(function (a) { whole[a] = true; });
   controls.hidden = false;
 
-  function value(i, axis) {
-    return axis < OPERATION ? cells[recs[i]][axis + 1] : recs[i + 1 + axis - OPERATION];
-  }
-  function el(tag, className, content) {
-    var node = document.createElement(tag);
-    if (className) { node.className = className; }
-    if (content !== undefined) { node.textContent = content; }
-    return node;
-  }
-  function badge(severity) {
-    var s = data.statuses[severity];
-    return el("span", "status s-" + s[1], s[0]);
-  }
+  var shared = window.ftmatrixRecords(data);
+  var value = shared.value, el = shared.el, badge = shared.badge;
   function problem(i) { return recs[i + 5] >= 0 && data.statuses[recs[i + 3]][2] === 1; }
   function detailLink(i) {
     var a = el("a", "", "details");
