@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
 from conftest import make_record
 
-from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, Record, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import parse_known_issues
 from ftmatrix.report.changes import changes_since_previous, pass_rates
@@ -23,6 +24,7 @@ from ftmatrix.report.grid import (
     pivot_data,
     worst_of,
 )
+from ftmatrix.report.overview import compatibility_table
 from ftmatrix.report.render import render_html, render_markdown, render_report, reproduce_command
 from ftmatrix.store import merge_outputs, newest_records
 
@@ -544,3 +546,25 @@ def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_ca
     )
     assert "reused" not in html  # the records say nothing of reuse
     assert "Nothing broke" in render_headline([before], [], [])
+
+
+def test_a_square_of_two_versions_is_judged_by_the_cells_that_installed():
+    """A cell that pins a third package the pair cannot install with (unsloth capping trl)
+    says nothing of the pair while other cells with the same two versions ran; only a pair
+    that installed nowhere shows uninstallable. The tooltip counts every result."""
+
+    def record(cell_id: str, status: Status, unsloth: str | None, trl: str) -> Record:
+        pins = {"transformers": "4.57.6", "trl": trl, "unsloth": unsloth}
+        return make_record(cell_id=cell_id, cell_label=f"cpu-{cell_id}", pins=pins, status=status)
+
+    records = [
+        record("ran", Status.PASS, None, "1.16.0"),
+        record("capped", Status.UNINSTALLABLE, "2026.10.7", "1.16.0"),
+        record("nowhere", Status.UNINSTALLABLE, "2026.10.7", "9.0.0"),
+    ]
+    table = compatibility_table(grid_entries(records), "transformers", "trl")
+    squares = re.findall(r'<button type=button class="sq s-([a-z-]+)"[^>]*title="([^"]*)"', table)
+    assert squares == [
+        ("pass", "transformers 4.57.6 \u00d7 trl 1.16.0: 1 uninstallable, 1 pass"),
+        ("uninstallable", "transformers 4.57.6 \u00d7 trl 9.0.0: 1 uninstallable"),
+    ]

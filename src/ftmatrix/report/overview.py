@@ -204,11 +204,22 @@ def compatibility_table(
     )
 
 
+def _installed_if_any(statuses: Sequence[Status]) -> Sequence[Status]:
+    """What a square is judged by: the results of cells that installed, where there are any.
+
+    A cell that could not install pins more than the square's two versions (unsloth with
+    a trl it caps, say): that is no verdict on the pair when other cells with the same
+    two versions installed and ran. The tooltip still counts it.
+    """
+    installed = [s for s in statuses if s is not Status.UNINSTALLABLE]
+    return installed or statuses
+
+
 def _square(statuses: Sequence[Status], where: str | None, data: dict[str, str]) -> str:
     """A square button: the worst status's colour and count; ``where`` titles it with
     the breakdown (the compact grid's squares get theirs from the script on hover,
     which keeps a 500-cell grid small)."""
-    worst, count, _ = worst_of(statuses)
+    worst, count, _ = worst_of(_installed_if_any(statuses))
     title = ""
     if where is not None:
         tally = Counter(statuses)
