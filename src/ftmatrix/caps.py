@@ -39,10 +39,10 @@ from packaging.version import InvalidVersion, Version
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
+from ftmatrix.errors import PackageIndexError
 from ftmatrix.index import (
     JSON_ACCEPT,
     TIMEOUT_SECONDS,
-    IndexError_,
     _fetch,
     find_links,
     index_urls,
@@ -197,7 +197,7 @@ def requires_dist(
     for url in index_urls(install, env):
         try:
             found = _index_requires(url, name, wanted)
-        except IndexError_:
+        except PackageIndexError:
             continue
         if found is not None:
             return found

@@ -38,10 +38,6 @@ JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_SECONDS = 60
 
 
-# The name callers knew it by before errors.py held every fatal error.
-IndexError_ = PackageIndexError
-
-
 @dataclass(frozen=True, kw_only=True)
 class Release:
     """One version of a package and when its first file was uploaded (None: unknown)."""
