@@ -586,10 +586,6 @@ def _one_combination(combos: Sequence[Mapping[str, Value]], counted: _Counted) -
     )
 
 
-def _pair_set(combo: Mapping[str, Value], names: Sequence[str]) -> frozenset[Any]:
-    return frozenset(_pairs(combo, names))
-
-
 def _has_pair(combo: Mapping[str, Value], pair: _Pair) -> bool:
     return combo.get(pair[0]) == pair[1] and combo.get(pair[2]) == pair[3]
 
