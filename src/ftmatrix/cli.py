@@ -30,6 +30,7 @@ from ftmatrix.bisect.cells import BisectRequest, finding_document, run_bisect
 from ftmatrix.caps import RequiresLookup, plan_probes
 from ftmatrix.cell.records import Record, read_records, write_atomically
 from ftmatrix.cell.status import Status
+from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.errors import BisectError, ExitCode, FatalError, PackageIndexError, UsageError
 from ftmatrix.index import list_releases
@@ -481,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the GitHub Actions job matrix (one job per hardware class and shard)",
     )
     ci.add_argument("--cells-per-shard", type=int, default=8, metavar="N")
+    add_check_parser(sub)
     house = sub.add_parser(
         "wheelhouse",
         help="download every wheel the selected cells need, for an offline runner",
@@ -724,6 +726,8 @@ def dispatch(
     now: datetime,
 ) -> int:
     """Run one subcommand; fatal errors propagate to :func:`main`."""
+    if args.command == "check":
+        return run_check(args, extra)
     if args.command == "report":
         settings = Settings.from_env(env, root=root, now=now)
         merged = merge_outputs(settings.out)

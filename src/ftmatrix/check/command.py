@@ -1,0 +1,257 @@
+"""``ftmatrix check``: its arguments, its inputs read, its verdicts printed.
+
+The I/O of check lives here (reading the stack and the results, printing);
+:mod:`ftmatrix.check.verdict` decides. The text and JSON forms are pure functions of
+a :class:`~ftmatrix.check.verdict.CheckReport`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ftmatrix.cell.status import PROBLEM_STATUSES
+from ftmatrix.check.results import read_results
+from ftmatrix.check.stack import Stack, ask_interpreter, parse_freeze, parse_trl_env
+from ftmatrix.check.verdict import (
+    OUTPUT_SCHEMA,
+    PYTHON,
+    SHOWN,
+    CheckReport,
+    Verdict,
+    case_message,
+    check_stack,
+    describe_match,
+)
+from ftmatrix.errors import UsageError
+
+VERDICT_ORDER = ("broken", "flaky", "mixed", "pass", "n/a", "untested")
+
+
+def add_check_parser(sub: Any) -> None:
+    """The ``check`` subcommand, on ``python -m ftmatrix``'s subparsers."""
+    check = sub.add_parser(
+        "check",
+        help="does my stack work? look it up in a published report's results.json",
+        description="Compare a stack (this environment, another interpreter, `pip freeze` or "
+        "`trl env` output) with the cells of a report's results.json: per operation and "
+        "hardware class, the verdict of the cells with your versions (or the nearest ones, "
+        "and how far), the known issues and derived constraints that apply, and the nearest "
+        "passing set. Exit 0: nothing known broken; 1: your versions are known to break a "
+        "requested operation; 2: bad input.",
+    )
+    stack = check.add_mutually_exclusive_group()
+    stack.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the interpreter whose installed packages are the stack "
+        "(default: the Python running ftmatrix)",
+    )
+    stack.add_argument(
+        "--freeze", metavar="FILE", help="`pip freeze` or `uv pip freeze` output; - for stdin"
+    )
+    stack.add_argument("--trl-env", metavar="FILE", help="`trl env` output; - for stdin")
+    check.add_argument(
+        "--results",
+        required=True,
+        metavar="PATH_OR_URL",
+        help="a report's results.json: a file, or an https:// (or http://) URL",
+    )
+    check.add_argument(
+        "--operation",
+        action="append",
+        default=[],
+        metavar="OP",
+        help="only these operations (repeatable, or comma-separated)",
+    )
+    check.add_argument(
+        "--hardware",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="only these hardware classes (repeatable, or comma-separated)",
+    )
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S", help="seconds to wait for a URL"
+    )
+
+
+def run_check(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    """Read the inputs, decide, print; the exit code of the verdicts (0 or 1)."""
+    if extra:
+        raise UsageError(f"check: unrecognized arguments: {' '.join(extra)}")
+    stack = read_stack(args)
+    results = read_results(args.results, timeout=args.timeout)
+    report = check_stack(
+        stack,
+        results,
+        operations=_names(args.operation),
+        hardware=_names(args.hardware),
+    )
+    if args.json:
+        print(json.dumps(report_json(report), indent=1))
+    else:
+        print(report_text(report))
+    return report.exit_code
+
+
+def read_stack(args: argparse.Namespace) -> Stack:
+    """The stack the arguments name: a freeze, a ``trl env``, or an interpreter."""
+    if args.freeze:
+        return parse_freeze(_read(args.freeze, "--freeze"), source=_source(args.freeze))
+    if args.trl_env:
+        return parse_trl_env(_read(args.trl_env, "--trl-env"), source=_source(args.trl_env))
+    return ask_interpreter(args.python or sys.executable)
+
+
+def report_text(report: CheckReport) -> str:
+    """What a person reads: the stack, the results, one paragraph per verdict, a summary."""
+    lines = [f"stack: {_stack_text(report)}", f"results: {_results_text(report)}"]
+    compared = ", ".join(report.axes)
+    lines.append(
+        f"compared on: {compared}"
+        + (
+            f"; not named by your input: {', '.join(report.unknown_axes)}"
+            if report.unknown_axes
+            else ""
+        )
+    )
+    for verdict in report.verdicts:
+        lines += ["", *_verdict_text(verdict, report)]
+    tally = Counter(v.verdict for v in report.verdicts)
+    summary = ", ".join(f"{tally[k]} {k}" for k in VERDICT_ORDER if tally[k])
+    broken = [f"{v.operation} on {v.hardware}" for v in report.verdicts if v.broken]
+    lines += [
+        "",
+        f"summary: {summary or 'no verdict'} (exit {int(report.exit_code)}"
+        + (f": broken {', '.join(broken)})" if broken else ")"),
+    ]
+    return "\n".join(lines)
+
+
+def report_json(report: CheckReport) -> dict[str, Any]:
+    """The machine form (its shape is documented in README.md, "Check your stack")."""
+    results = report.results
+    return {
+        "schema": OUTPUT_SCHEMA,
+        "exit_code": int(report.exit_code),
+        "stack": report.stack.to_dict(),
+        "results": {
+            "source": results.source,
+            "runs": list(results.runs),
+            "records": len(results.records),
+            "cells": len({r.cell_id for r in results.records}),
+        },
+        "axes": list(report.axes),
+        "unknown_axes": list(report.unknown_axes),
+        "verdicts": [
+            {
+                "operation": v.operation,
+                "hardware": v.hardware,
+                "verdict": v.verdict,
+                "why": v.why,
+                "exact": v.exact,
+                "cells": [m.to_dict(results) for m in v.cells],
+                "nearest_passing": [m.to_dict(results) for m in v.nearest_passing],
+                "known_issues": [
+                    {**issue.to_dict(), "cells": list(labels)} for issue, labels in v.known_issues
+                ],
+                "constraints": [
+                    {
+                        "requirement": c.requirement,
+                        "when": dict(c.when),
+                        "file": f"constraints/{v.operation}-{v.hardware}.txt",
+                    }
+                    for c in v.constraints
+                ],
+            }
+            for v in report.verdicts
+        ],
+    }
+
+
+def _verdict_text(verdict: Verdict, report: CheckReport) -> list[str]:
+    lines = [f"{verdict.operation} on {verdict.hardware}: {verdict.verdict}: {verdict.why}"]
+    first = verdict.cells[0]
+    if not verdict.exact or verdict.verdict == "mixed":
+        for match in verdict.cells[:SHOWN]:
+            lines.append(
+                f"  nearest: {describe_match(match)}"
+                if not verdict.exact
+                else f"  {describe_match(match)}"
+            )
+        if len(verdict.cells) > SHOWN:
+            lines.append(f"  ... and {len(verdict.cells) - SHOWN} more as near")
+    problems = [r for r in first.records if r.status in PROBLEM_STATUSES and r.case != "*"]
+    for record in problems[:SHOWN]:
+        message = case_message(record, report.results)
+        lines.append(f"  {record.status.value} {record.case}: {message}")
+    if len(problems) > SHOWN:
+        lines.append(f"  ... and {len(problems) - SHOWN} more")
+    for issue, labels in verdict.known_issues:
+        where = "" if verdict.exact else f" (in {', '.join(labels[:SHOWN])})"
+        lines.append(f"  known issue {issue.id}: {issue.title} {issue.upstream}{where}")
+        if issue.workaround:
+            lines.append(f"    workaround: {issue.workaround}")
+    for constraint in verdict.constraints:
+        when = ", ".join(
+            f"{k}=={v}" if v is not None else f"{k} not installed" for k, v in constraint.when
+        )
+        lines.append(
+            f"  constraint: {constraint.requirement}"
+            + (f" with {when}" if when else "")
+            + f" (constraints/{verdict.operation}-{verdict.hardware}.txt)"
+        )
+    for match in verdict.nearest_passing[:SHOWN]:
+        lines.append(f"  nearest passing: {match.label}, {match.distance_text()}")
+    if not verdict.nearest_passing and verdict.verdict not in ("pass", "n/a"):
+        lines.append("  nearest passing: none (no cell of the results passes it)")
+    return lines
+
+
+def _stack_text(report: CheckReport) -> str:
+    stack = report.stack
+    kind = {"freeze": "pip freeze", "trl-env": "trl env", "interpreter": "interpreter"}
+    parts = []
+    for axis in report.axes:
+        if axis == PYTHON:
+            continue
+        version = stack.version(axis)
+        parts.append(f"{axis} {version}" if version is not None else f"{axis} not installed")
+    python = f"Python {stack.python}" if stack.python else "Python not named"
+    unversioned = [f"{name} (no version: {why})" for name, why in stack.unversioned.items()]
+    return f"{stack.source} ({kind.get(stack.kind, stack.kind)}): {', '.join(parts)}; {python}" + (
+        f"; {', '.join(unversioned)}" if unversioned else ""
+    )
+
+
+def _results_text(report: CheckReport) -> str:
+    results = report.results
+    cells = len({r.cell_id for r in results.records})
+    runs = ", ".join(results.runs) or "no run"
+    return f"{results.source}: {len(results.records)} records of {cells} cells (run {runs})"
+
+
+def _names(values: Sequence[str]) -> list[str]:
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def _source(where: str) -> str:
+    return "<stdin>" if where == "-" else where
+
+
+def _read(where: str, option: str) -> str:
+    if where == "-":
+        return sys.stdin.read()
+    try:
+        return Path(where).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{option} {where}: not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"{option} {where}: cannot be read: {exc.strerror or exc}") from None

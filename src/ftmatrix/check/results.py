@@ -1,0 +1,161 @@
+"""A published report's results.json, read from a file or a URL, as check needs it.
+
+:func:`read_results` is the edge (a file, or HTTP(S) with a timeout); :func:`parse_results`
+is pure. What results.json publishes (``ftmatrix.report.render``, ``schema: 1``): the
+newest record of every (cell, case), and the failure groups with the known issue each
+is linked to. The constraints files are not in it; they are derived from its records by
+the function that wrote them (:func:`ftmatrix.constraints.derive_constraints`), so check
+and ``reports/constraints/`` say the same.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ftmatrix.cell.records import Record
+from ftmatrix.constraints import ConstraintSet, derive_constraints
+from ftmatrix.errors import UsageError
+
+RESULTS_SCHEMA = 1  # what render_json writes
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownIssueLink:
+    """A failure group's known issue, as results.json carries it."""
+
+    id: str
+    title: str
+    upstream: str
+    workaround: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "upstream": self.upstream,
+            "workaround": self.workaround,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """The records of one report, with what the report knows about their failures."""
+
+    source: str
+    runs: tuple[str, ...]
+    records: tuple[Record, ...]
+    known: Mapping[str, KnownIssueLink] = field(default_factory=dict)  # group key -> issue
+    blame: Mapping[str, str] = field(default_factory=dict)  # group key -> who is to blame
+    constraints: tuple[ConstraintSet, ...] = ()
+
+    def known_issue(self, record: Record) -> KnownIssueLink | None:
+        return self.known.get(group_key(record))
+
+    def blamed(self, record: Record) -> str | None:
+        return self.blame.get(group_key(record))
+
+
+def group_key(record: Record) -> str:
+    """The failure group a record belongs to: the key ftmatrix.report.failures groups by."""
+    return record.signature or f"{record.status.value}: {(record.reason or '')[:200]}"
+
+
+def read_results(where: str, *, timeout: float = 30) -> Results:
+    """results.json from a path or an ``https://`` (or ``http://``) URL."""
+    what = f"--results {where}"
+    if re.match(r"^https?://", where):
+        text = _fetch(where, what, timeout)
+    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", where):
+        raise UsageError(f"{what}: only https:// and http:// URLs or a file path can be read")
+    else:
+        try:
+            text = Path(where).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"{what}: not UTF-8 text, so not a results.json") from None
+        except OSError as exc:
+            raise UsageError(f"{what}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        start = " ".join(text[:40].split())
+        raise UsageError(
+            f"{what}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            f"it starts {start!r}"
+        ) from None
+    return parse_results(payload, source=where)
+
+
+def parse_results(payload: Any, *, source: str) -> Results:
+    """Validate a parsed results.json; a UsageError names the input and what is wrong."""
+    what = f"--results {source}"
+    if not isinstance(payload, dict) or "records" not in payload:
+        raise UsageError(f"{what}: not the results.json of an ftmatrix report (no 'records')")
+    schema = payload.get("schema")
+    if schema != RESULTS_SCHEMA:
+        if isinstance(schema, int):
+            age = "an older" if schema < RESULTS_SCHEMA else "a newer"
+            written = f"schema {schema}, written by {age} ftmatrix"
+        else:
+            written = f"schema {schema!r}"
+        raise UsageError(f"{what}: {written}; this ftmatrix reads schema {RESULTS_SCHEMA}")
+    if not isinstance(payload["records"], list):
+        raise UsageError(f"{what}: 'records' is not a list")
+    records = []
+    for i, item in enumerate(payload["records"]):
+        try:
+            if not isinstance(item, dict):
+                raise ValueError("not an object")
+            records.append(Record.from_mapping(item))
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"{what}: records[{i}]: {exc}") from None
+    known: dict[str, KnownIssueLink] = {}
+    blame: dict[str, str] = {}
+    for group in payload.get("failure_groups") or []:
+        key = group.get("key") if isinstance(group, dict) else None
+        if not isinstance(key, str):
+            continue
+        issue = group.get("known_issue")
+        if isinstance(issue, dict) and issue.get("id"):
+            known[key] = KnownIssueLink(
+                id=str(issue["id"]),
+                title=str(issue.get("title") or ""),
+                upstream=str(issue.get("upstream") or ""),
+                workaround=issue.get("workaround"),
+            )
+        if group.get("blame"):
+            blame[key] = str(group["blame"])
+    return Results(
+        source=source,
+        runs=tuple(str(r) for r in payload.get("runs") or ()),
+        records=tuple(records),
+        known=known,
+        blame=blame,
+        constraints=tuple(derive_constraints(records)),
+    )
+
+
+def _fetch(url: str, what: str, timeout: float) -> str:
+    # read_results let only http(s) URLs through.
+    request = urllib.request.Request(
+        url, headers={"Accept": "application/json", "User-Agent": "ftmatrix-check"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body: bytes = response.read()
+    except urllib.error.HTTPError as exc:
+        raise UsageError(f"{what}: cannot be read: HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise UsageError(f"{what}: cannot be read: {exc.reason}") from None
+    except (TimeoutError, OSError) as exc:
+        raise UsageError(f"{what}: cannot be read: {exc or 'timed out'}") from None
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what}: not UTF-8 text, so not a results.json") from None

@@ -1,0 +1,517 @@
+"""Stack + results -> a verdict per operation and hardware class (pure).
+
+The distance from a stack to a cell is taken over the matrix's axes (the packages its
+cells pin, and the Python series where the input names one): how many axes differ,
+and how many releases apart each is among the versions the results hold (yours
+included). An axis the input does not name (``trl env`` knows nothing of unsloth) is
+not compared, and the verdict says so.
+
+Verdicts, and what check concludes from them:
+
+- ``pass``: a cell with your versions ran the operation and no case of it broke.
+- ``broken``: a cell with your versions broke it (``fail``, ``crash``, ``timeout``,
+  ``oom``), or a constraint the report derives from its records excludes your versions.
+- ``flaky``: it broke only in cases whose two tries disagreed.
+- ``n/a``: a cell with your versions ran it; your versions do not have the feature.
+- ``mixed``: several cells match what your input names (it does not name every axis)
+  and they disagree.
+- ``untested``: no cell has your versions, or the one that has them did not run the
+  operation (``skip``: its hardware was not there; ``uninstallable``; ``install-error``;
+  ``error``, a bug of the case). The nearest cells and the nearest passing one are shown;
+  a cell a few versions away is evidence about that cell, never a verdict on yours.
+
+Only ``broken`` makes check exit 1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.status import PROBLEM_STATUSES, Status
+from ftmatrix.check.results import KnownIssueLink, Results
+from ftmatrix.check.stack import Stack
+from ftmatrix.constraints import Constraint
+from ftmatrix.errors import ExitCode, UsageError
+from ftmatrix.report.failures import root_message
+from ftmatrix.report.grid import headline
+
+PYTHON = "python"  # the axis name of the Python series
+# Whole-cell records (the cell never ran its cases) carry these operations.
+WHOLE_CELL_OPERATIONS = frozenset({"cell", "install"})
+OUTPUT_SCHEMA = 1  # the shape of --json (README: "Check your stack")
+SHOWN = 3  # nearest cells named per verdict in the text; --json has them all
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One axis where a cell differs from the stack: yours -> the cell's."""
+
+    package: str
+    yours: str | None
+    cell: str | None
+    steps: int
+
+    def text(self) -> str:
+        return f"{self.package} {_value(self.yours)} -> {_value(self.cell)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "yours": self.yours,
+            "cell": self.cell,
+            "versions": self.steps,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Match:
+    """One cell, how far it is from the stack, and what it did for one operation."""
+
+    label: str
+    cell_id: str
+    python: str
+    pins: Mapping[str, str | None]
+    changes: tuple[Change, ...]
+    verdict: str
+    records: tuple[Record, ...]
+
+    @property
+    def steps(self) -> int:
+        return sum(c.steps for c in self.changes)
+
+    @property
+    def rank(self) -> tuple[int, int, int, str]:
+        # Fewest axes, then fewest releases apart; among equals an upgrade before a
+        # downgrade (what a user would rather do), then the label, for a stable order.
+        downgrades = sum(1 for c in self.changes if _older(c.cell, c.yours))
+        return (len(self.changes), self.steps, downgrades, self.label)
+
+    def distance_text(self) -> str:
+        """How far, in words: "1 version away: peft 0.17.1 -> 0.18.1"."""
+        if not self.changes:
+            return "your versions"
+        steps, axes = self.steps, len(self.changes)
+        on = f" on {axes} axes" if axes > 1 else ""
+        changes = ", ".join(c.text() for c in self.changes)
+        return f"{steps} version{'s' if steps != 1 else ''} away{on}: {changes}"
+
+    def counts(self) -> dict[str, int]:
+        tally = Counter(r.status for r in self.records)
+        return {s.value: tally[s] for s in sorted(tally, key=lambda s: -s.severity)}
+
+    def counts_text(self) -> str:
+        return ", ".join(f"{n} {s}" for s, n in self.counts().items())
+
+    def to_dict(self, results: Results) -> dict[str, Any]:
+        return {
+            "cell": self.label,
+            "cell_id": self.cell_id,
+            "python": self.python,
+            "pins": dict(self.pins),
+            "distance": {"axes": len(self.changes), "versions": self.steps},
+            "changes": [c.to_dict() for c in self.changes],
+            "verdict": self.verdict,
+            "counts": self.counts(),
+            "cases": [_case_dict(r, results) for r in self.records],
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What the results say of the stack for one operation on one hardware class."""
+
+    operation: str
+    hardware: str
+    verdict: str
+    why: str
+    exact: bool
+    cells: tuple[Match, ...]  # the exact cells, or the nearest ones
+    nearest_passing: tuple[Match, ...]
+    known_issues: tuple[tuple[KnownIssueLink, tuple[str, ...]], ...]  # issue, cell labels
+    constraints: tuple[Constraint, ...]
+
+    @property
+    def broken(self) -> bool:
+        return self.verdict == "broken"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckReport:
+    """Every verdict for one stack against one results.json."""
+
+    stack: Stack
+    results: Results
+    axes: tuple[str, ...]  # compared
+    unknown_axes: tuple[str, ...]  # the input does not name them: not compared
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """1 where a verdict is ``broken``, else 0."""
+        return ExitCode.FAILED if any(v.broken for v in self.verdicts) else ExitCode.OK
+
+
+def check_stack(
+    stack: Stack,
+    results: Results,
+    *,
+    operations: Sequence[str] = (),
+    hardware: Sequence[str] = (),
+) -> CheckReport:
+    """Verdicts for ``stack`` per (operation, hardware class) of ``results``.
+
+    ``operations`` and ``hardware`` filter (empty: all); a name the results do not
+    have is a UsageError that lists those they have.
+    """
+    records = [r for r in results.records if not r.beyond_cap]
+    axes = _axes(records)
+    if not any(stack.version(a) is not None or not stack.knows(a) for a in axes):
+        raise UsageError(
+            f"{stack.source}: none of the packages the results test is installed "
+            f"({', '.join(axes)}); is it the stack you meant?"
+        )
+    compared = tuple(a for a in axes if stack.knows(a))
+    unknown = tuple(a for a in axes if not stack.knows(a))
+    if stack.python is not None:
+        compared += (PYTHON,)
+    else:
+        unknown += (PYTHON,)
+    tested = _tested_values(records, compared)
+    cells = _cells(records)
+    groups = _groups(records, cells, operations, hardware)
+    verdicts = []
+    for (operation, hw), labels in groups.items():
+        matches = [
+            _match(stack, cells[label], operation, compared, tested) for label in sorted(labels)
+        ]
+        constraints = [
+            c
+            for found in results.constraints
+            if (found.operation, found.hardware) == (operation, hw)
+            for c in found.constraints
+            if _constraint_applies(c, stack)
+        ]
+        verdicts.append(_verdict(operation, hw, matches, constraints, results))
+    return CheckReport(
+        stack=stack,
+        results=results,
+        axes=compared,
+        unknown_axes=unknown,
+        verdicts=tuple(verdicts),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Cell:
+    label: str
+    cell_id: str
+    python: str
+    hardware: str
+    pins: Mapping[str, str | None]
+    records: tuple[Record, ...]
+
+
+def _axes(records: Iterable[Record]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for record in records:
+        for name in record.pins:
+            seen.setdefault(canonicalize_name(name), None)
+    return tuple(seen)
+
+
+def _tested_values(records: Sequence[Record], axes: Sequence[str]) -> dict[str, set[str]]:
+    values: dict[str, set[str]] = {a: set() for a in axes}
+    for record in records:
+        pins = _pins(record)
+        for axis in axes:
+            value = record.python if axis == PYTHON else pins.get(axis)
+            if value is not None:
+                values[axis].add(value)
+    return values
+
+
+def _cells(records: Iterable[Record]) -> dict[str, _Cell]:
+    members: dict[str, list[Record]] = {}
+    for record in records:
+        members.setdefault(record.cell_label, []).append(record)
+    return {
+        label: _Cell(
+            label=label,
+            cell_id=found[0].cell_id,
+            python=found[0].python,
+            hardware=found[0].hardware_class,
+            pins=_pins(found[0]),
+            records=tuple(sorted(found, key=lambda r: r.case)),
+        )
+        for label, found in members.items()
+    }
+
+
+def _groups(
+    records: Sequence[Record],
+    cells: Mapping[str, _Cell],
+    operations: Sequence[str],
+    hardware: Sequence[str],
+) -> dict[tuple[str, str], set[str]]:
+    """(operation, hardware class) -> the cells that have something to say about it."""
+    all_operations = sorted({r.operation for r in records if r.case != WHOLE_CELL})
+    all_hardware = sorted({c.hardware for c in cells.values()})
+    for asked, known, option in (
+        (operations, all_operations, "--operation"),
+        (hardware, all_hardware, "--hardware"),
+    ):
+        for name in asked:
+            if name not in known:
+                raise UsageError(
+                    f"{option} {name}: the results have no such "
+                    f"{'operation' if option == '--operation' else 'hardware class'} "
+                    f"(they have: {', '.join(known) or 'none'})"
+                )
+    groups: dict[tuple[str, str], set[str]] = {}
+    for cell in cells.values():
+        if hardware and cell.hardware not in hardware:
+            continue
+        ran = {r.operation for r in cell.records if r.case != WHOLE_CELL}
+        whole = any(r.case == WHOLE_CELL for r in cell.records)
+        for operation in all_operations:
+            if operations and operation not in operations:
+                continue
+            if operation in ran or whole:
+                groups.setdefault((operation, cell.hardware), set()).add(cell.label)
+    return dict(sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])))
+
+
+def _match(
+    stack: Stack,
+    cell: _Cell,
+    operation: str,
+    compared: Sequence[str],
+    tested: Mapping[str, set[str]],
+) -> Match:
+    changes = []
+    for axis in compared:
+        yours = stack.python if axis == PYTHON else stack.version(axis)
+        theirs = cell.python if axis == PYTHON else cell.pins.get(axis)
+        if _same(yours, theirs):
+            continue
+        changes.append(
+            Change(
+                package=axis, yours=yours, cell=theirs, steps=_steps(yours, theirs, tested[axis])
+            )
+        )
+    records = tuple(r for r in cell.records if r.operation == operation or r.case == WHOLE_CELL)
+    return Match(
+        label=cell.label,
+        cell_id=cell.cell_id,
+        python=cell.python,
+        pins=cell.pins,
+        changes=tuple(changes),
+        verdict=_outcome(records),
+        records=records,
+    )
+
+
+def _outcome(records: Sequence[Record]) -> str:
+    """One cell's verdict on one operation, from the records of its cases."""
+    statuses = [r.status for r in records]
+    if any(r.status.is_break and not r.flaky for r in records):
+        return "broken"
+    if any(s.is_break for s in statuses):
+        return "flaky"
+    if Status.PASS in statuses:
+        return "pass"
+    if statuses and all(s is Status.NOT_APPLICABLE for s in statuses):
+        return "n/a"
+    return "untested"
+
+
+def _verdict(
+    operation: str,
+    hardware: str,
+    matches: Sequence[Match],
+    constraints: Sequence[Constraint],
+    results: Results,
+) -> Verdict:
+    ranked = sorted(matches, key=lambda m: m.rank)
+    exact = [m for m in ranked if not m.changes]
+    if exact:
+        shown = exact
+        outcomes = {m.verdict for m in exact}
+        verdict = outcomes.pop() if len(outcomes) == 1 else "mixed"
+    else:
+        closest = ranked[0].rank[:2]
+        shown = [m for m in ranked if m.rank[:2] == closest]
+        verdict = "untested"
+    if constraints and verdict != "broken":
+        verdict = "broken"
+    passing = [m for m in ranked if m.verdict == "pass"]
+    nearest_passing = [m for m in passing if m.rank[:3] == passing[0].rank[:3]] if passing else []
+    if exact and verdict == "pass":
+        nearest_passing = []
+    issues: dict[str, tuple[KnownIssueLink, list[str]]] = {}
+    for match in shown:
+        for record in match.records:
+            issue = results.known_issue(record) if record.status in PROBLEM_STATUSES else None
+            if issue is not None:
+                labels = issues.setdefault(issue.id, (issue, []))[1]
+                if match.label not in labels:
+                    labels.append(match.label)
+    return Verdict(
+        operation=operation,
+        hardware=hardware,
+        verdict=verdict,
+        why=_why(verdict, shown, exact=bool(exact), constraints=constraints),
+        exact=bool(exact),
+        cells=tuple(shown),
+        nearest_passing=tuple(nearest_passing),
+        known_issues=tuple((issue, tuple(labels)) for issue, labels in issues.values()),
+        constraints=tuple(constraints),
+    )
+
+
+def _why(
+    verdict: str, shown: Sequence[Match], *, exact: bool, constraints: Sequence[Constraint]
+) -> str:
+    """The verdict in words, for the verdict's first line."""
+    first = shown[0]
+    if not exact:
+        steps, axes = first.steps, len(first.changes)
+        far = f"{steps} version{'s' if steps != 1 else ''} away" + (
+            f" on {axes} axes" if axes > 1 else ""
+        )
+        cells = "the nearest cell is" if len(shown) == 1 else f"the {len(shown)} nearest cells are"
+        text = f"no cell has your versions; {cells} {far}"
+        if constraints:
+            text += f"; {constraints[0].requirement} (derived from the records) excludes yours"
+        return text
+    if verdict == "mixed":
+        detail = "; ".join(f"{m.label}: {m.verdict}" for m in shown)
+        return (
+            f"the cells with your versions disagree (on an axis your input does not name): {detail}"
+        )
+    return f"{first.label} (your versions) {_what(first)}: {first.counts_text()}{_reason(first)}"
+
+
+# How a cell's verdict reads; for "untested", by the status that kept it from running.
+_WHAT = {
+    "pass": "passes",
+    "broken": "breaks",
+    "flaky": "breaks only in cases whose two tries disagreed",
+    "n/a": "does not have the feature",
+}
+_NOT_RUN = {
+    Status.SKIP: "was not run on this hardware",
+    Status.UNINSTALLABLE: "cannot be installed",
+    Status.INSTALL_ERROR: "failed to install",
+    Status.ERROR: "hit a bug of the case (ours, not the frameworks')",
+}
+
+
+def _what(match: Match) -> str:
+    if match.verdict in _WHAT:
+        return _WHAT[match.verdict]
+    worst = max((r.status for r in match.records), key=lambda s: s.severity, default=None)
+    return _NOT_RUN.get(worst, "was not run") if worst else "was not run"
+
+
+def _reason(match: Match) -> str:
+    """The first reason a cell gives for not running (or not having) the operation."""
+    if match.verdict not in ("untested", "n/a"):
+        return ""
+    reasons = sorted({r.reason for r in match.records if r.status is not Status.PASS and r.reason})
+    return f" ({headline(reasons[0])[:200]})" if reasons else ""
+
+
+def describe_match(match: Match) -> str:
+    """One cell of a verdict, in a line: its label, what it did, how far it is."""
+    where = f"; {', '.join(c.text() for c in match.changes)}" if match.changes else ""
+    return f"{match.label} {_what(match)}: {match.counts_text()}{_reason(match)}{where}"
+
+
+def _constraint_applies(constraint: Constraint, stack: Stack) -> bool:
+    """Do the stack's versions fall under the line (and every pin of its ``when``)?"""
+    package = canonicalize_name(constraint.package)
+    yours = stack.version(package)
+    if not stack.knows(package) or yours is None:
+        return False
+    if constraint.kind == "exclude":
+        hit = _same(yours, constraint.versions[0])
+    elif constraint.kind == "below":
+        hit = _public(yours) >= _public(constraint.versions[0])
+    else:
+        hit = _public(yours) <= _public(constraint.versions[-1])
+    return hit and all(
+        stack.knows(name) and _same(stack.version(name), version)
+        for name, version in constraint.when
+    )
+
+
+def _pins(record: Record) -> dict[str, str | None]:
+    return {str(canonicalize_name(k)): v for k, v in record.pins.items()}
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    """Equal versions; a local label (``+cpu``) counts only where both sides have one."""
+    if a is None or b is None:
+        return a is b
+    try:
+        va, vb = Version(a), Version(b)
+    except InvalidVersion:
+        return a == b
+    if va.local is None or vb.local is None:
+        return va.public == vb.public
+    return va == vb
+
+
+def _public(text: str) -> Version:
+    return Version(Version(text).public)
+
+
+def _older(a: str | None, b: str | None) -> bool:
+    try:
+        return a is not None and b is not None and _public(a) < _public(b)
+    except InvalidVersion:
+        return False
+
+
+def _steps(yours: str | None, theirs: str | None, tested: set[str]) -> int:
+    """Releases apart, among the versions tested on this axis and yours."""
+    if yours is None or theirs is None:
+        return 1  # installed against not installed: one step, whatever the version
+    try:
+        values = sorted({_public(v) for v in tested} | {_public(yours)})
+        return abs(values.index(_public(yours)) - values.index(_public(theirs)))
+    except (InvalidVersion, ValueError):
+        return 1
+
+
+def _value(version: str | None) -> str:
+    return "(not installed)" if version is None else version
+
+
+def _case_dict(record: Record, results: Results) -> dict[str, Any]:
+    issue = results.known_issue(record) if record.status in PROBLEM_STATUSES else None
+    return {
+        "case": record.case,
+        "status": record.status.value,
+        "flaky": record.flaky,
+        "exception_type": record.root_exception_type or record.exception_type,
+        "message": case_message(record, results) or None,
+        "known_issue": issue.id if issue else None,
+    }
+
+
+def case_message(record: Record, results: Results) -> str:
+    """The line worth reading about a record that did not pass: the blame, else its root message."""
+    if record.status is Status.PASS:
+        return ""
+    if record.status in PROBLEM_STATUSES:
+        return results.blamed(record) or headline(root_message(record))[:200]
+    return headline(record.reason or "")[:200]

@@ -1,0 +1,226 @@
+"""``python -m ftmatrix check`` as a real process: results over HTTP, stdin, and bad input.
+
+Each bad input is one line on stderr naming the input, exit 2, no traceback. Results
+are served by a real http.server on 127.0.0.1 (published reports are https; check reads
+http:// too, for servers like this one).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+RESULTS = ROOT / "tests" / "data" / "default_results.json"
+FAILING_STACK = "torch==2.13.0+cpu\ntransformers==5.23.0\ntrl==1.16.0\npeft==0.17.1\n"
+
+
+def ftmatrix(*args: str, stdin: str | None = None, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m ftmatrix ARGS`` with this checkout's code."""
+    return subprocess.run(
+        [sys.executable, "-m", "ftmatrix", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A folder served over HTTP: the real results, an HTML page, an older schema's results."""
+    folder = tmp_path_factory.mktemp("served")
+    (folder / "results.json").write_bytes(RESULTS.read_bytes())
+    (folder / "index.html").write_text("<!DOCTYPE html>\n<html><body>a report</body></html>\n")
+    old = json.loads(RESULTS.read_text())
+    old["schema"] = 0
+    (folder / "old.json").write_text(json.dumps(old))
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(folder))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def one_line_usage_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    return done.stderr.rstrip("\n")
+
+
+def test_results_from_a_url_and_the_stack_from_stdin(served: str, tmp_path: Path):
+    done = ftmatrix(
+        "check",
+        "--freeze",
+        "-",
+        "--results",
+        f"{served}/results.json",
+        "--operation",
+        "sft",
+        stdin=FAILING_STACK,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("stack: <stdin> (pip freeze): peft 0.17.1, torch 2.13.0+cpu")
+    assert (
+        lines[1]
+        == f"results: {served}/results.json: 421 records of 16 cells (run 20261123T200742Z)"
+    )
+    assert "https://github.com/huggingface/peft/issues/3333" in done.stdout
+
+
+def test_a_malformed_freeze_line(tmp_path: Path):
+    (tmp_path / "freeze.txt").write_text("torch==2.13.0\ntrl>=1.0\n")
+    done = ftmatrix("check", "--freeze", "freeze.txt", "--results", str(RESULTS), cwd=tmp_path)
+    assert one_line_usage_error(done) == (
+        "ftmatrix: freeze.txt:2: 'trl>=1.0' is not a pinned version (name==version, name @ URL, "
+        "-e ..., or a # comment): a freeze names the one version installed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("missing.json", "cannot be read: HTTP 404 File not found"),
+        (
+            "index.html",
+            "not JSON (Expecting value at line 1 column 1); it starts '<!DOCTYPE html> <html><body>a report</bo'",
+        ),
+        ("old.json", "schema 0, written by an older ftmatrix; this ftmatrix reads schema 1"),
+    ],
+)
+def test_results_url_that_is_not_a_report(served: str, tmp_path: Path, path: str, error: str):
+    url = f"{served}/{path}"
+    done = ftmatrix("check", "--freeze", "-", "--results", url, stdin=FAILING_STACK, cwd=tmp_path)
+    assert one_line_usage_error(done) == f"ftmatrix: --results {url}: {error}"
+
+
+@pytest.mark.parametrize(
+    ("where", "error"),
+    [
+        ("https://127.0.0.1:9/results.json", "cannot be read: [Errno 111] Connection refused"),
+        (
+            "ftp://example.org/results.json",
+            "only https:// and http:// URLs or a file path can be read",
+        ),
+        ("nowhere/results.json", "cannot be read: No such file or directory"),
+    ],
+)
+def test_results_that_cannot_be_reached(tmp_path: Path, where: str, error: str):
+    done = ftmatrix("check", "--freeze", "-", "--results", where, stdin=FAILING_STACK, cwd=tmp_path)
+    assert one_line_usage_error(done) == f"ftmatrix: --results {where}: {error}"
+
+
+def test_an_interpreter_that_cannot_be_run(tmp_path: Path):
+    done = ftmatrix(
+        "check", "--python", "/nonexistent/python", "--results", str(RESULTS), cwd=tmp_path
+    )
+    assert one_line_usage_error(done) == (
+        "ftmatrix: --python /nonexistent/python: cannot be run: [Errno 2] No such file or "
+        "directory: '/nonexistent/python'"
+    )
+
+
+# -- Real stacks: an interpreter, its `uv pip freeze`, its `trl env` ---------------------
+
+
+@pytest.fixture(scope="module")
+def failing_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv holding the stack of a failing cell of the default matrix (uv's cache)."""
+    from ftmatrix.resolve import uv_binary
+
+    venv = tmp_path_factory.mktemp("stack") / "venv"
+    subprocess.run([uv_binary(), "venv", "-q", "-p", "3.11", str(venv)], check=True)
+    links = [
+        arg
+        for link in os.environ.get("PIP_FIND_LINKS", "").split()
+        for arg in ("--find-links", link)
+    ]
+    pins = ["torch==2.13.0", "transformers==5.23.0", "trl==1.16.0", "peft==0.17.1"]
+    subprocess.run(
+        [
+            uv_binary(),
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            *links,
+            *pins,
+        ],
+        check=True,
+    )
+    return venv
+
+
+@pytest.mark.slow
+def test_a_real_environment_read_three_ways(failing_venv: Path, tmp_path: Path):
+    from ftmatrix.resolve import uv_binary
+
+    python = failing_venv / "bin" / "python"
+    sft = ["--results", str(RESULTS), "--operation", "sft"]
+    verdict = (
+        "sft on cpu: broken: cpu-py3.11-torch2.13.0-tf5.23.0-trl1.16.0-peft0.17.1-nounsloth "
+        "(your versions) breaks: 8 fail"
+    )
+    # The interpreter, asked through importlib.metadata: named, and as the one running check.
+    named = ftmatrix("check", "--python", str(python), *sft, cwd=tmp_path)
+    running = subprocess.run(
+        [str(python), "-m", "ftmatrix", "check", *sft],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        check=False,
+    )
+    for done in (named, running):
+        assert done.returncode == 1, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith(f"stack: {python} (interpreter): peft 0.17.1, torch 2.13.0+cpu")
+        assert lines[0].endswith("unsloth not installed; Python 3.11")
+        assert lines[2] == "compared on: peft, torch, transformers, trl, unsloth, python"
+        assert lines[4] == verdict
+    # Its `uv pip freeze`.
+    frozen = subprocess.run(
+        [uv_binary(), "pip", "freeze", "--python", str(python)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "torch==2.13.0+cpu" in frozen.splitlines()
+    (tmp_path / "freeze.txt").write_text(frozen)
+    done = ftmatrix("check", "--freeze", "freeze.txt", *sft, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines()[4] == verdict
+    # Its `trl env`, piped in.
+    printed = subprocess.run(
+        [str(failing_venv / "bin" / "trl"), "env"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "- PEFT version: 0.17.1" in printed
+    done = ftmatrix("check", "--trl-env", "-", *sft, stdin=printed, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        lines[2]
+        == "compared on: peft, torch, transformers, trl, python; not named by your input: unsloth"
+    )
+    assert lines[4] == verdict
