@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -224,3 +225,32 @@ def test_a_real_environment_read_three_ways(failing_venv: Path, tmp_path: Path):
         == "compared on: peft, torch, transformers, trl, python; not named by your input: unsloth"
     )
     assert lines[4] == verdict
+
+
+def readme_examples() -> list[tuple[str, str, int]]:
+    """(command, output, exit code) of each console example under "## Check your stack"."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Check your stack\n", 1)[1].split("\n## ", 1)[0]
+    examples = []
+    for block in re.findall(r"```console\n(.*?)```", section, re.DOTALL):
+        command, rest = block.split("\n", 1)
+        output, status = rest.split("$ echo $?\n")
+        examples.append((command.removeprefix("$ "), output, int(status)))
+    return examples
+
+
+@pytest.mark.parametrize(("command", "output", "status"), readme_examples())
+def test_the_readme_examples_print_what_they_show(command: str, output: str, status: int):
+    done = subprocess.run(
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": str(ROOT / "src"),
+        },
+        check=False,
+    )
+    assert (done.stdout, done.returncode) == (output, status), done.stderr
