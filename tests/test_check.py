@@ -12,9 +12,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from conftest import make_record
 
+from ftmatrix.cell.records import Record
+from ftmatrix.cell.status import Status
 from ftmatrix.check.results import Results, parse_results, read_results
-from ftmatrix.check.stack import parse_freeze, parse_trl_env
+from ftmatrix.check.stack import Stack, parse_freeze, parse_trl_env
 from ftmatrix.check.verdict import check_stack
 from ftmatrix.cli import main
 from ftmatrix.errors import ExitCode, UsageError
@@ -380,3 +383,54 @@ def test_results_that_are_not_a_readable_report(payload: object, error: str):
     with pytest.raises(UsageError) as raised:
         parse_results(payload, source="r.json")
     assert str(raised.value).startswith(f"--results r.json: {error}")
+
+
+# -- The distance, on records of a made-up matrix -----------------------------------------
+
+
+def test_releases_apart_hardware_classes_and_the_python_series():
+    def cell(trl: str, hardware: str, status: Status, python: str = "3.11") -> Record:
+        return make_record(
+            cell_id=f"{hardware}{trl}",
+            cell_label=f"{hardware}-py{python}-trl{trl}",
+            pins={"trl": trl},
+            python=python,
+            hardware_class=hardware,
+            status=status,
+        )
+
+    made = Results(
+        source="made",
+        runs=("r",),
+        records=tuple(
+            cell(trl, hw, Status.FAIL if (trl, hw) == ("1.16.0", "l4") else Status.PASS)
+            for trl in ("0.19.1", "1.13.0", "1.16.0")
+            for hw in ("cpu", "l4")
+        ),
+    )
+    # 1.14.0 never ran: one release from 1.13.0 and from 1.16.0; the upgrade comes first.
+    stack = parse_freeze("trl==1.14.0\n", source="f")
+    report = check_stack(stack, made, hardware=["l4"])
+    (verdict,) = report.verdicts
+    assert (verdict.hardware, verdict.verdict, report.exit_code) == ("l4", "untested", 0)
+    assert [(m.label, m.distance_text(), m.verdict) for m in verdict.cells] == [
+        ("l4-py3.11-trl1.16.0", "1 version away: trl 1.14.0 -> 1.16.0", "broken"),
+        ("l4-py3.11-trl1.13.0", "1 version away: trl 1.14.0 -> 1.13.0", "pass"),
+    ]
+    assert [m.label for m in verdict.nearest_passing] == ["l4-py3.11-trl1.13.0"]
+    # 1.17.0, past every release tried: the nearest passing cell is two releases back.
+    past = check_stack(parse_freeze("trl==1.17.0\n", source="f"), made, hardware=["l4"])
+    (verdict,) = past.verdicts
+    assert [m.label for m in verdict.cells] == ["l4-py3.11-trl1.16.0"]
+    assert [m.distance_text() for m in verdict.nearest_passing] == [
+        "2 versions away: trl 1.17.0 -> 1.13.0"
+    ]
+    # An interpreter's Python series is an axis: 3.12 is one step from the cells' 3.11.
+    on_312 = Stack(source="py", kind="interpreter", packages={"trl": "1.16.0"}, python="3.12")
+    (cpu,) = check_stack(on_312, made, hardware=["cpu"]).verdicts
+    assert (cpu.verdict, cpu.cells[0].distance_text()) == (
+        "untested",
+        "1 version away: python 3.12 -> 3.11",
+    )
+    with pytest.raises(UsageError, match="--results made: holds no records"):
+        check_stack(stack, Results(source="made", runs=(), records=()))

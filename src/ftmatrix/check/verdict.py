@@ -171,6 +171,8 @@ def check_stack(
     have is a UsageError that lists those they have.
     """
     records = [r for r in results.records if not r.beyond_cap]
+    if not records:
+        raise UsageError(f"--results {results.source}: holds no records: nothing to compare with")
     axes = _axes(records)
     if not any(stack.version(a) is not None or not stack.knows(a) for a in axes):
         raise UsageError(
