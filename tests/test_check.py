@@ -243,6 +243,10 @@ def test_cells_that_differ_only_where_the_input_is_silent_can_disagree():
     stack = parse_trl_env(text, source="env")
     (verdict,) = check_stack(stack, results(), operations=["lora"]).verdicts
     assert verdict.verdict == "mixed"
+    assert verdict.why == (
+        "2 cells have your versions (they differ in unsloth, which your input does not name) "
+        "and disagree"
+    )
     assert [(m.label, m.verdict) for m in verdict.cells] == [
         ("cpu-py3.11-torch2.14.1-tf4.57.6-trl0.19.1-peft0.18.1-unsloth2026.10.7", "broken"),
         ("cpu-py3.11-torch2.14.1-tf4.57.6-trl0.19.1-peft0.18.1-unsloth2026.10.9", "untested"),

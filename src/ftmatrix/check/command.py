@@ -179,7 +179,7 @@ def report_json(report: CheckReport) -> dict[str, Any]:
 def _verdict_text(verdict: Verdict, report: CheckReport) -> list[str]:
     lines = [f"{verdict.operation} on {verdict.hardware}: {verdict.verdict}: {verdict.why}"]
     first = verdict.cells[0]
-    if not verdict.exact or verdict.verdict == "mixed":
+    if not verdict.exact or len(verdict.cells) > 1:
         for match in verdict.cells[:SHOWN]:
             lines.append(
                 f"  nearest: {describe_match(match)}"

@@ -393,10 +393,14 @@ def _why(
         if constraints:
             text += f"; {constraints[0].requirement} (derived from the records) excludes yours"
         return text
-    if verdict == "mixed":
-        detail = "; ".join(f"{m.label}: {m.verdict}" for m in shown)
+    if verdict == "mixed" or len(shown) > 1:
+        keys = sorted({k for m in shown for k in m.pins})
+        apart = [k for k in keys if len({m.pins.get(k) for m in shown}) > 1]
+        if len({m.python for m in shown}) > 1:
+            apart.append(PYTHON)
         return (
-            f"the cells with your versions disagree (on an axis your input does not name): {detail}"
+            f"{len(shown)} cells have your versions (they differ in {', '.join(apart)}, which "
+            "your input does not name)" + (" and disagree" if verdict == "mixed" else "")
         )
     return f"{first.label} (your versions) {_what(first)}: {first.counts_text()}{_reason(first)}"
 
