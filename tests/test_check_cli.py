@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import threading
@@ -59,6 +60,33 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.server_close()
 
 
+@pytest.fixture(scope="module")
+def served_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The real results over https, with a certificate of its own for 127.0.0.1."""
+    folder = tmp_path_factory.mktemp("tls")
+    (folder / "results.json").write_bytes(RESULTS.read_bytes())
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(folder))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}/results.json", cert
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def one_line_usage_error(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == ""
@@ -87,6 +115,29 @@ def test_results_from_a_url_and_the_stack_from_stdin(served: str, tmp_path: Path
         == f"results: {served}/results.json: 421 records of 16 cells (run 20261123T200742Z)"
     )
     assert "https://github.com/huggingface/peft/issues/3333" in done.stdout
+
+
+def test_results_over_https(served_tls: tuple[str, Path], tmp_path: Path):
+    url, cert = served_tls
+    args = ["check", "--freeze", "-", "--results", url, "--operation", "sft"]
+    # Trusted (the client's CA file names the server's certificate): read, judged.
+    done = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", *args],
+        input=FAILING_STACK,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "SSL_CERT_FILE": str(cert)},
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"results: {url}: 421 records of 16 cells" in done.stdout
+    # Not trusted: one line, exit 2.
+    error = one_line_usage_error(ftmatrix(*args, stdin=FAILING_STACK, cwd=tmp_path))
+    assert error.startswith(
+        f"ftmatrix: --results {url}: cannot be read: [SSL: CERTIFICATE_VERIFY_FAILED] "
+        "certificate verify failed: self-signed certificate"
+    )
 
 
 def test_a_malformed_freeze_line(tmp_path: Path):
