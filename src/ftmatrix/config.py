@@ -38,6 +38,7 @@ TOP_LEVEL_KEYS = (
     "install",
     "hardware",
     "bisect",
+    "reuse",
     "probe-caps",
     "profiles",
     "default-profile",
@@ -48,6 +49,7 @@ TIMEOUT_KEYS = ("case", "cell")
 LIMIT_KEYS = ("memory-gib", "workers")
 HARDWARE_KEYS = ("runs-on", "gpus")
 BISECT_KEYS = ("budget",)
+REUSE_KEYS = ("max-age-days",)
 # Keys every rule of `exclude` / `include` may name besides packages.
 RULE_EXTRA_KEYS = ("python", "hardware")
 DEFAULT_HARDWARE = {"cpu": {"runs-on": ["ubuntu-latest"], "gpus": 0}}
@@ -162,6 +164,14 @@ class BisectOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReuseOptions:
+    """Result reuse (ftmatrix.reuse): a cell whose lock, cases and hardware are unchanged
+    since its newest run is not run again, for at most ``max_age_days``; 0 turns it off."""
+
+    max_age_days: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rule:
     """An exclude or include rule: key -> pattern (version, wildcard, specifier or name)."""
 
@@ -187,6 +197,7 @@ class Matrix:
     install: InstallOptions = field(default_factory=InstallOptions)
     hardware: tuple[HardwareClass, ...] = ()
     bisect: BisectOptions = field(default_factory=BisectOptions)
+    reuse: ReuseOptions = field(default_factory=ReuseOptions)
     # Cells that cannot install only because of a declared cap also run past it, as
     # probes installed with uv's overrides (ftmatrix.caps).
     probe_caps: bool = False
@@ -301,6 +312,7 @@ def _build(
     limits = _limits(checker, raw.get("limits", {}))
     install = _install(checker, raw.get("install", {}))
     bisect = _bisect(checker, raw.get("bisect", {}))
+    reuse = _reuse(checker, raw.get("reuse", {}))
     probe_caps = raw.get("probe-caps", False)
     if not isinstance(probe_caps, bool):
         checker.add("probe-caps", f"must be true or false, got {probe_caps!r}")
@@ -321,6 +333,7 @@ def _build(
         install=install,
         hardware=hardware,
         bisect=bisect,
+        reuse=reuse,
         probe_caps=probe_caps,
     )
 
@@ -609,6 +622,20 @@ def _bisect(checker: _Checker, raw: Any) -> BisectOptions:
         )
         return BisectOptions()
     return BisectOptions(budget=budget)
+
+
+def _reuse(checker: _Checker, raw: Any) -> ReuseOptions:
+    if not isinstance(raw, dict):
+        checker.add("reuse", f"must be a mapping such as {{max-age-days: 7}}, got {raw!r}")
+        return ReuseOptions()
+    checker.unknown_keys(raw, REUSE_KEYS, "reuse")
+    days = raw.get("max-age-days", 0)
+    if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+        checker.add(
+            "reuse.max-age-days", f"must be a whole number of days >= 0 (0: off), got {days!r}"
+        )
+        return ReuseOptions()
+    return ReuseOptions(max_age_days=days)
 
 
 def _kind(value: Any) -> str:
