@@ -611,31 +611,29 @@ def _system_packages(checker: _Checker, raw: Any) -> tuple[str, ...]:
 
 
 def _bisect(checker: _Checker, raw: Any) -> BisectOptions:
-    if not isinstance(raw, dict):
-        checker.add("bisect", f"must be a mapping such as {{budget: 8}}, got {raw!r}")
-        return BisectOptions()
-    checker.unknown_keys(raw, BISECT_KEYS, "bisect")
-    budget = raw.get("budget", 0)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        checker.add(
-            "bisect.budget", f"must be a whole number of cells >= 0 (0: off), got {budget!r}"
-        )
-        return BisectOptions()
-    return BisectOptions(budget=budget)
+    budget = _whole_number(checker, raw, "bisect", BISECT_KEYS, example=8, unit="cells")
+    return BisectOptions() if budget is None else BisectOptions(budget=budget)
 
 
 def _reuse(checker: _Checker, raw: Any) -> ReuseOptions:
+    days = _whole_number(checker, raw, "reuse", REUSE_KEYS, example=7, unit="days")
+    return ReuseOptions() if days is None else ReuseOptions(max_age_days=days)
+
+
+def _whole_number(
+    checker: _Checker, raw: Any, at: str, keys: tuple[str, ...], *, example: int, unit: str
+) -> int | None:
+    """A section holding one count ``keys[0]`` (>= 0, 0 meaning off); None when invalid."""
+    key = keys[0]
     if not isinstance(raw, dict):
-        checker.add("reuse", f"must be a mapping such as {{max-age-days: 7}}, got {raw!r}")
-        return ReuseOptions()
-    checker.unknown_keys(raw, REUSE_KEYS, "reuse")
-    days = raw.get("max-age-days", 0)
-    if isinstance(days, bool) or not isinstance(days, int) or days < 0:
-        checker.add(
-            "reuse.max-age-days", f"must be a whole number of days >= 0 (0: off), got {days!r}"
-        )
-        return ReuseOptions()
-    return ReuseOptions(max_age_days=days)
+        checker.add(at, f"must be a mapping such as {{{key}: {example}}}, got {raw!r}")
+        return None
+    checker.unknown_keys(raw, keys, at)
+    value = raw.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        checker.add(f"{at}.{key}", f"must be a whole number of {unit} >= 0 (0: off), got {value!r}")
+        return None
+    return value
 
 
 def _kind(value: Any) -> str:
