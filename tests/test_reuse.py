@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.status import Status
 from ftmatrix.config import ConfigError, parse_matrix
+from ftmatrix.report.grid import build_grid
+from ftmatrix.report.render import render_html, render_json, render_markdown
 from ftmatrix.resolve import lock_id
 from ftmatrix.reuse import (
     NEVER_REUSED,
@@ -319,3 +322,17 @@ def test_reuse_is_off_unless_the_matrix_sets_it_and_one_run_can_turn_it_off(tmp_
     now = datetime(2026, 12, 1, tzinfo=UTC)
     assert Settings.from_env({}, root=tmp_path, now=now).reuse
     assert not Settings.from_env({"FTMATRIX_REUSE": "0"}, root=tmp_path, now=now).reuse
+
+
+def test_the_report_counts_reused_cells_and_says_since_when_per_cell():
+    ran = make_record(run_id="R3", cell_id="aaa", cell_label="cpu-six1.17.0")
+    kept = make_record(run_id="R3", cell_id="bbb", cell_label="cpu-six1.16.0", reused_from="R1")
+    grid = build_grid([ran, kept])
+    markdown = render_markdown(grid)
+    assert "1 of 2 cells reused (unchanged since an earlier run)" in markdown
+    assert "| cpu-six1.16.0 (reused, unchanged since R1) | pass |" in markdown
+    assert "| cpu-six1.17.0 | pass |" in markdown
+    page = render_html(grid, generated_at=datetime(2026, 12, 1, tzinfo=UTC))
+    assert "<strong>1</strong> cell ran 1 case; <strong>1</strong> cell reused" in page
+    assert "<div class=reused>reused (unchanged since R1)</div>" in page
+    assert json.loads(render_json(grid))["reused_cells"] == {"cpu-six1.16.0": "R1"}
