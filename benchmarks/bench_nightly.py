@@ -5,8 +5,9 @@ Side by side in one run, printed as a table and JSON (never asserted):
 - night 2, nothing changed: every cell's results are reused;
 - night 3, one package "released" (UV_EXCLUDE_NEWER moved past a certifi release, which
   the requests cells' locks float on): only the cells whose lock moved run.
-Per night: cells executed, cases executed (each case appends a line to a file outside
-the cells), wall time of ``nox -s matrix`` (the report included) and its ratio to night 1.
+Per night: cells executed, cases executed (and, seen from outside the cells, the
+lines test_counted appends to a file, one per cell that ran it), wall time of
+``nox -s matrix`` (the report included) and its ratio to night 1.
 Night 3's cells are checked against the cells whose lock moved, resolved independently.
 
 The cases of tests/data/reuse_cases take no time of their own; ``--case-seconds`` gives
@@ -73,7 +74,9 @@ def night(work: Path, number: int, env: dict[str, str]) -> dict[str, Any]:
         "wall_s": round(wall, 2),
         "cells": len({r.cell_id for r in records}),
         "cells_executed": sorted({r.cell_label for r in records if r.reused_from is None}),
-        "cases_executed": len(log.read_text().splitlines()) if log.exists() else 0,
+        "cases_executed": sum(1 for r in records if r.reused_from is None),
+        # Seen from outside the cells: test_counted's lines, one per cell that ran it.
+        "cells_logged": len(log.read_text().splitlines()) if log.exists() else 0,
         "lock_ids": {r.cell_label: r.lock_id for r in records},
     }
 
