@@ -336,3 +336,11 @@ def test_the_report_counts_reused_cells_and_says_since_when_per_cell():
     assert "<strong>1</strong> cell ran 1 case; <strong>1</strong> cell reused" in page
     assert "<div class=reused>reused (unchanged since R1)</div>" in page
     assert json.loads(render_json(grid))["reused_cells"] == {"cpu-six1.16.0": "R1"}
+
+
+def test_the_cases_key_holds_the_selection_and_pytest_options(tmp_path: Path):
+    (tmp_path / "test_a.py").write_text("def test_a(): pass\ndef test_b(): pass\n")
+    whole = cases_id(tmp_path, ["test_a.py"])
+    assert cases_id(tmp_path, ["test_a.py::test_a"]) != whole  # some cases of the file
+    assert cases_id(tmp_path, ["test_a.py"], ["-k", "test_a"]) != whole
+    assert cases_id(tmp_path, ["test_a.py"]) == whole

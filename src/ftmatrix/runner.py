@@ -315,7 +315,7 @@ def cell_key(lock: str, ctx: CellContext) -> CellKey:
     """What the cell's results depend on tonight: its lock, its cases, this machine."""
     return CellKey(
         lock_id=lock_id(lock),
-        cases_id=cases_id(ctx.cases_dir, ctx.case_selection),
+        cases_id=cases_id(ctx.cases_dir, ctx.case_selection, ctx.pytest_args),
         hardware_id=hardware_id(probe_hardware(ctx.env)),
         packages=locked_packages(lock),
     )
@@ -346,16 +346,18 @@ def reuse_records_of_cell(
     return records
 
 
-def cases_id(cases_dir: Path, selection: Sequence[str] = ()) -> str:
+def cases_id(cases_dir: Path, selection: Sequence[str] = (), options: Sequence[str] = ()) -> str:
     """A hash of what the selected cases run: the selected test files, and every other file
     of the cases folder (conftest files, helper modules, data, pytest's ini).
 
     ``selection`` holds the matrix's ``cases`` (paths or node ids relative to the folder);
     empty selects the whole folder. A test file outside the selection changes nothing
     this cell runs, so it is left out: touching it re-runs no cell that does not select it.
+    The selection itself and pytest ``options`` (``-k``, ``-m``) count too: results of some
+    cases never stand for a run of others.
     """
     chosen = [cases_dir / entry.split("::", 1)[0] for entry in selection]
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(json.dumps([sorted(selection), list(options)]).encode())
     for path in sorted(cases_dir.rglob("*")):
         if not path.is_file() or "__pycache__" in path.parts:
             continue
