@@ -114,6 +114,7 @@ def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
         timeouts=loaded.matrix.timeouts,
         limits=loaded.matrix.limits,
         resume=loaded.settings.resume,
+        reuse_days=loaded.reuse_days,
     )
     venv_python = Path(session.bin) / "python"
     write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)

@@ -66,7 +66,7 @@ def _messages(name: str) -> list[str]:
 def test_unknown_keys_suggest_the_closest_name():
     assert _messages("unknown_keys.yaml") == [
         "F: stratgy: unknown key; allowed: packages, python, support, strategy, exclude, "
-        "include, cases, timeouts, limits, install, hardware, bisect, probe-caps, profiles, "
+        "include, cases, timeouts, limits, install, hardware, bisect, reuse, probe-caps, profiles, "
         "default-profile. "
         "Perhaps you meant 'strategy'?",
         "F: install.find-link: unknown key; allowed: find-links, index-url, extra-index-urls, "

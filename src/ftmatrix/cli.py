@@ -49,11 +49,26 @@ from ftmatrix.plan import (
 )
 from ftmatrix.report.render import INSTALLABILITY_FILE, render_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
-from ftmatrix.runner import RETRY_DELAYS, TRANSIENT, current_python, with_test_runners
+from ftmatrix.reuse import CellKey, Decision, decide, newest_hardware_of_class
+from ftmatrix.runner import (
+    RETRY_DELAYS,
+    TRANSIENT,
+    cases_id,
+    current_python,
+    locked_packages,
+    reuse_records_of_cell,
+    with_test_runners,
+)
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
-from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
+from ftmatrix.store import (
+    earlier_runs,
+    load_findings,
+    merge_outputs,
+    newest_records,
+    save_finding,
+)
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
 from ftmatrix.wheelhouse import Target, build_wheelhouse, summary_line
 
@@ -66,6 +81,11 @@ class Loaded:
     matrix: Matrix
     plan: Plan
     selected: tuple[Cell, ...]
+
+    @property
+    def reuse_days(self) -> int:
+        """reuse.max-age-days for this run: 0 (off) under FTMATRIX_REUSE=0 or --no-reuse."""
+        return self.matrix.reuse.max_age_days if self.settings.reuse else 0
 
 
 def load(
@@ -192,10 +212,13 @@ def index_releases(matrix: Matrix, env: Mapping[str, str]) -> Any:
     return releases
 
 
-def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
+def plan_json(
+    loaded: Loaded, env: Mapping[str, str], *, now: datetime | None = None
+) -> dict[str, Any]:
     """The machine form of the plan (documented in README.md), each cell resolved."""
     matrix = loaded.matrix
     resolutions = resolve_cells(loaded.selected, matrix.install, env, matrix.limits)
+    decisions = plan_reuse(loaded, resolutions, now=now or datetime.now(UTC))
     return {
         "matrix": matrix.source,
         "profile": matrix.profile,
@@ -218,11 +241,60 @@ def plan_json(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Any]:
                 "installable": resolution.lock is not None,
                 "lock_id": resolution.lock_id,
                 "reason": resolution.reason,
+                "reuse": decision.to_dict(),
             }
-            for cell, resolution in zip(loaded.selected, resolutions, strict=True)
+            for cell, resolution, decision in zip(
+                loaded.selected, resolutions, decisions, strict=True
+            )
         ],
         **installability_json(loaded.plan),
     }
+
+
+def plan_reuse(
+    loaded: Loaded, resolutions: Sequence[Resolution], *, now: datetime
+) -> list[Decision]:
+    """Whether each selected cell will run or reuse its newest results, and why it runs.
+
+    Tonight's lock is the plan's resolution and the cases are on disk; the machine is
+    not (the plan runs elsewhere), so each hardware class stands for the newest
+    fingerprint its runners recorded (``reuse.newest_hardware_of_class``). The runner
+    re-checks its own fingerprint before it reuses anything.
+    """
+    settings, matrix = loaded.settings, loaded.matrix
+    earlier = (
+        earlier_runs(
+            settings.out / "history.sqlite",
+            cell_ids=[c.id for c in loaded.selected],
+            excluding=settings.run_id,
+        )
+        if loaded.reuse_days
+        else {}
+    )
+    hardware = newest_hardware_of_class(earlier.values())
+    selection = cases_id(settings.cases, matrix.cases) if loaded.reuse_days else ""
+    decisions = []
+    for cell, resolution in zip(loaded.selected, resolutions, strict=True):
+        key = (
+            CellKey(
+                lock_id=resolution.lock_id,
+                cases_id=selection,
+                hardware_id=hardware.get(cell.hardware, "unknown"),
+                packages=locked_packages(resolution.lock),
+            )
+            if resolution.lock is not None and resolution.lock_id is not None
+            else None
+        )
+        decisions.append(
+            decide(
+                cell.id,
+                key,
+                earlier.get(cell.id),
+                max_age_days=loaded.reuse_days,
+                today=now.astimezone(UTC).date(),
+            )
+        )
+    return decisions
 
 
 def installability_json(plan: Plan) -> dict[str, Any]:
@@ -281,25 +353,63 @@ def resolve_cells(
     return [answers[cell.id] for cell in cells]
 
 
-def ci_matrix(loaded: Loaded, cells_per_shard: int) -> dict[str, Any]:
-    """The nightly workflow's job matrix: each hardware class's cells split into shards."""
+def ci_matrix(
+    loaded: Loaded, cells_per_shard: int, reused: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The nightly workflow's job matrix: each hardware class's cells split into shards.
+
+    Cells in ``reused`` (ids) start no job: where a class has some, its jobs select the
+    cells that run by label; a class with none left starts none.
+    """
     include = []
     for hardware in loaded.matrix.hardware:
-        count = sum(1 for c in loaded.selected if c.hardware == hardware.name)
+        mine = [c for c in loaded.selected if c.hardware == hardware.name]
+        running = [c for c in mine if c.id not in reused]
+        count = len(running)
         if not count:
             continue
+        select = (
+            ",".join(c.label for c in running) if len(running) < len(mine) else f"{hardware.name}-*"
+        )
         shards = -(-count // max(cells_per_shard, 1))
         for index in range(1, shards + 1):
             include.append(
                 {
                     "hardware": hardware.name,
                     "runs_on": list(hardware.runs_on),
-                    "select": f"{hardware.name}-*",
+                    "select": select,
                     "shard": f"{index}/{shards}",
                     "cells": count,
                 }
             )
     return {"include": include}
+
+
+def carry_reused(
+    loaded: Loaded, env: Mapping[str, str], *, now: datetime, log: TextIO
+) -> frozenset[str]:
+    """Before the fan-out: write the records of the cells whose results still stand into
+    tonight's run (so the report has them) and return their ids: they start no job."""
+    if not loaded.reuse_days:
+        return frozenset()
+    matrix, settings = loaded.matrix, loaded.settings
+    resolutions = resolve_cells(loaded.selected, matrix.install, env, matrix.limits)
+    decisions = plan_reuse(loaded, resolutions, now=now)
+    earlier = earlier_runs(
+        settings.out / "history.sqlite",
+        cell_ids=[c.id for c, d in zip(loaded.selected, decisions, strict=True) if d.reuse],
+        excluding=settings.run_id,
+    )
+    reused = set()
+    for cell, resolution, decision in zip(loaded.selected, resolutions, decisions, strict=True):
+        log.write(f"{cell.label}: {decision.describe()}\n")
+        run = earlier.get(cell.id)
+        if decision.reuse and run is not None and run.key is not None and resolution.lock:
+            reuse_records_of_cell(settings.out, settings.run_id, cell.id, run, run.key)
+            reused.add(cell.id)
+    running = len(loaded.selected) - len(reused)
+    log.write(f"{len(reused)} of {len(loaded.selected)} cells reused; {running} to run\n")
+    return frozenset(reused)
 
 
 def bisect_jobs(loaded: Loaded, jobs: Mapping[str, Any]) -> dict[str, Any]:
@@ -316,9 +426,13 @@ def bisect_jobs(loaded: Loaded, jobs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def print_plan(
-    loaded: Loaded, out: TextIO, resolutions: Sequence[Resolution] | None = None
+    loaded: Loaded,
+    out: TextIO,
+    resolutions: Sequence[Resolution] | None = None,
+    decisions: Sequence[Decision] | None = None,
 ) -> None:
-    """The human form: one line per cell (with its installability when resolved), then counts."""
+    """The human form: one line per cell (with its installability when resolved, and
+    whether it runs or is reused when reuse is on), then counts."""
     matrix = loaded.matrix
     profile = f", profile {matrix.profile}" if matrix.profile else ""
     out.write(f"{matrix.source}: strategy {matrix.strategy}{profile}\n")
@@ -339,6 +453,10 @@ def print_plan(
             elif resolution.reason:
                 why = resolution.reason.strip().splitlines()[-1]
             line += f"  {verdict}" + (f": {why}" if why else "")
+        if decisions is not None:
+            decision = decisions[index]
+            verdicts["reused" if decision.reuse else "to run"] += 1
+            line += f"  [{decision.describe()}]"
         out.write(line + "\n")
     total = len(loaded.plan.cells)
     counts = "; " + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) if verdicts else ""
@@ -431,6 +549,11 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="GLOB",
             help="only cells whose label matches GLOB (repeatable)",
         )
+        command.add_argument(
+            "--no-reuse",
+            action="store_true",
+            help="run every cell: reuse no earlier result (as FTMATRIX_REUSE=0)",
+        )
         if name == "plan":
             command.add_argument("--json", action="store_true", help="machine-readable output")
             command.add_argument(
@@ -482,6 +605,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the GitHub Actions job matrix (one job per hardware class and shard)",
     )
     ci.add_argument("--cells-per-shard", type=int, default=8, metavar="N")
+    ci.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="start a job for every cell: reuse no earlier result (as FTMATRIX_REUSE=0)",
+    )
     add_check_parser(sub)
     house = sub.add_parser(
         "wheelhouse",
@@ -710,6 +838,8 @@ def main(
         value = getattr(args, key, None)
         if value:
             env[variable] = value
+    if getattr(args, "no_reuse", False):
+        env["FTMATRIX_REUSE"] = "0"
     try:
         return dispatch(args, extra, env, root=root or Path.cwd(), now=datetime.now(UTC))
     except FatalError as exc:
@@ -747,7 +877,8 @@ def dispatch(
         return handler[args.command](args, env, root=root, now=now)
     if args.command == "ci-matrix":
         loaded = load(env, root=root, now=now)
-        jobs = ci_matrix(loaded, args.cells_per_shard)
+        reused = carry_reused(loaded, env, now=now, log=sys.stderr)
+        jobs = ci_matrix(loaded, args.cells_per_shard, reused)
         print(f"matrix={json.dumps(jobs)}")
         print(f"bisect={json.dumps(bisect_jobs(loaded, jobs))}")
         print(f"run-id={loaded.settings.run_id}")
@@ -757,7 +888,7 @@ def dispatch(
         resolve = not args.no_resolve
         loaded = load(env, root=root, now=now, select=args.select, resolve=resolve, check=resolve)
         if args.json:
-            print(json.dumps(plan_json(loaded, env), indent=2))
+            print(json.dumps(plan_json(loaded, env, now=now), indent=2))
         else:
             resolutions = (
                 None
@@ -766,7 +897,12 @@ def dispatch(
                     loaded.selected, loaded.matrix.install, env, loaded.matrix.limits
                 )
             )
-            print_plan(loaded, sys.stdout, resolutions)
+            decisions = (
+                plan_reuse(loaded, resolutions, now=now)
+                if resolutions is not None and loaded.reuse_days
+                else None
+            )
+            print_plan(loaded, sys.stdout, resolutions, decisions)
         return ExitCode.OK
     loaded = load(env, root=root, now=now, select=args.select)
     if extra and extra[0] == "--":

@@ -38,6 +38,7 @@ TOP_LEVEL_KEYS = (
     "install",
     "hardware",
     "bisect",
+    "reuse",
     "probe-caps",
     "profiles",
     "default-profile",
@@ -48,6 +49,7 @@ TIMEOUT_KEYS = ("case", "cell")
 LIMIT_KEYS = ("memory-gib", "workers")
 HARDWARE_KEYS = ("runs-on", "gpus")
 BISECT_KEYS = ("budget",)
+REUSE_KEYS = ("max-age-days",)
 # Keys every rule of `exclude` / `include` may name besides packages.
 RULE_EXTRA_KEYS = ("python", "hardware")
 DEFAULT_HARDWARE = {"cpu": {"runs-on": ["ubuntu-latest"], "gpus": 0}}
@@ -162,6 +164,14 @@ class BisectOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReuseOptions:
+    """Result reuse (ftmatrix.reuse): a cell whose lock, cases and hardware are unchanged
+    since its newest run is not run again, for at most ``max_age_days``; 0 turns it off."""
+
+    max_age_days: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rule:
     """An exclude or include rule: key -> pattern (version, wildcard, specifier or name)."""
 
@@ -187,6 +197,7 @@ class Matrix:
     install: InstallOptions = field(default_factory=InstallOptions)
     hardware: tuple[HardwareClass, ...] = ()
     bisect: BisectOptions = field(default_factory=BisectOptions)
+    reuse: ReuseOptions = field(default_factory=ReuseOptions)
     # Cells that cannot install only because of a declared cap also run past it, as
     # probes installed with uv's overrides (ftmatrix.caps).
     probe_caps: bool = False
@@ -301,6 +312,7 @@ def _build(
     limits = _limits(checker, raw.get("limits", {}))
     install = _install(checker, raw.get("install", {}))
     bisect = _bisect(checker, raw.get("bisect", {}))
+    reuse = _reuse(checker, raw.get("reuse", {}))
     probe_caps = raw.get("probe-caps", False)
     if not isinstance(probe_caps, bool):
         checker.add("probe-caps", f"must be true or false, got {probe_caps!r}")
@@ -321,6 +333,7 @@ def _build(
         install=install,
         hardware=hardware,
         bisect=bisect,
+        reuse=reuse,
         probe_caps=probe_caps,
     )
 
@@ -598,17 +611,29 @@ def _system_packages(checker: _Checker, raw: Any) -> tuple[str, ...]:
 
 
 def _bisect(checker: _Checker, raw: Any) -> BisectOptions:
+    budget = _whole_number(checker, raw, "bisect", BISECT_KEYS, example=8, unit="cells")
+    return BisectOptions() if budget is None else BisectOptions(budget=budget)
+
+
+def _reuse(checker: _Checker, raw: Any) -> ReuseOptions:
+    days = _whole_number(checker, raw, "reuse", REUSE_KEYS, example=7, unit="days")
+    return ReuseOptions() if days is None else ReuseOptions(max_age_days=days)
+
+
+def _whole_number(
+    checker: _Checker, raw: Any, at: str, keys: tuple[str, ...], *, example: int, unit: str
+) -> int | None:
+    """A section holding one count ``keys[0]`` (>= 0, 0 meaning off); None when invalid."""
+    key = keys[0]
     if not isinstance(raw, dict):
-        checker.add("bisect", f"must be a mapping such as {{budget: 8}}, got {raw!r}")
-        return BisectOptions()
-    checker.unknown_keys(raw, BISECT_KEYS, "bisect")
-    budget = raw.get("budget", 0)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        checker.add(
-            "bisect.budget", f"must be a whole number of cells >= 0 (0: off), got {budget!r}"
-        )
-        return BisectOptions()
-    return BisectOptions(budget=budget)
+        checker.add(at, f"must be a mapping such as {{{key}: {example}}}, got {raw!r}")
+        return None
+    checker.unknown_keys(raw, keys, at)
+    value = raw.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        checker.add(f"{at}.{key}", f"must be a whole number of {unit} >= 0 (0: off), got {value!r}")
+        return None
+    return value
 
 
 def _kind(value: Any) -> str:

@@ -7,9 +7,11 @@ backend), so nox and the CLI share every step here.
 
 Files of a cell in a run, beside its records (``<cell-id>.jsonl``): the lock
 (``.lock.txt``), what the plugin needs to know (``.cell.json``), what the cell
-was run with (``.state.json``: lock and cases digests) and, once every case has
-a record, ``.done.json``. ``--resume`` trusts a cell's records only while its
-lock and its case files are unchanged.
+was run with (``.state.json``: its reuse key, ftmatrix.reuse) and, once every case
+has a record, ``.done.json`` (the key again, and the run that really ran the cases).
+``--resume`` trusts a cell's records only while its key is unchanged; with reuse on
+(matrix.yaml's ``reuse``), a cell whose key equals that of its newest run in the
+history is not installed nor run: that run's records are carried into this one.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +56,8 @@ from ftmatrix.resolve import (
     run_uv,
     uv_index_args,
 )
+from ftmatrix.reuse import CellKey, EarlierRun, carried_forward, decide, hardware_id
+from ftmatrix.store import DONE_SUFFIX, earlier_runs
 from ftmatrix.supervise import CaseLimits, run_cases
 from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
@@ -100,7 +104,10 @@ class CellContext:
     timeouts: Timeouts = field(default_factory=Timeouts)
     limits: Limits = field(default_factory=Limits)
     resume: bool = False
+    # matrix.yaml's reuse.max-age-days for this run (0: off, as with FTMATRIX_REUSE=0).
+    reuse_days: int = 0
     sleep: Callable[[float], None] = time.sleep
+    today: Callable[[], date] = lambda: datetime.now(UTC).date()
 
 
 def run_cell(
@@ -154,15 +161,13 @@ def _run_cell(
             files, cell, ctx, resolution.status, started, reason=resolution.reason
         )
 
-    state = {"lock": resolution.lock_id, "cases": cases_digest(ctx.cases_dir)}
-    if ctx.resume:
-        if files.read_json(files.done) == state:
-            log(f"[ftmatrix] {cell.label}: complete in run {ctx.run_id}; nothing to resume")
-            return CellRecordFile(path).records
-        if files.read_json(files.state) != state:
-            files.clear()  # the lock or the cases changed: earlier records no longer apply
+    key = cell_key(resolution.lock, ctx)
+    state = key.to_dict()
     files.lock.parent.mkdir(parents=True, exist_ok=True)
     files.lock.write_text(resolution.lock, encoding="utf-8")
+    finished = _finished_or_reused(files, cell, key, ctx, log)
+    if finished is not None:
+        return finished
     write_atomically(files.state, json.dumps(state))
 
     stack, installing, failure = _install(files, resolution.lock, venv_python, cell, ctx, log=log)
@@ -213,9 +218,32 @@ def _run_cell(
             parallel=parallel_args(worker_count(ctx.limits)),
         )
     log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
-    write_atomically(files.done, json.dumps(state))
+    write_atomically(files.done, json.dumps({"key": state, "since": ctx.run_id, "ran_at": started}))
     shutil.rmtree(workdir, ignore_errors=True)
     return records
+
+
+def _finished_or_reused(
+    files: _CellFiles, cell: Cell, key: CellKey, ctx: CellContext, log: Log
+) -> list[Record] | None:
+    """The cell's records without running it: this run finished it already (resume), or
+    its newest run in the history had this key (reuse); None when its cases must run."""
+    state = key.to_dict()
+    if ctx.resume:
+        if files.done_key() == state:
+            log(f"[ftmatrix] {cell.label}: complete in run {ctx.run_id}; nothing to resume")
+            return CellRecordFile(files.records).records
+        if files.read_json(files.state) != state:
+            files.clear()  # the lock or the cases changed: earlier records no longer apply
+    if ctx.reuse_days:
+        history = ctx.out_dir / "history.sqlite"
+        earlier = earlier_runs(history, cell_ids=[cell.id], excluding=ctx.run_id).get(cell.id)
+        decision = decide(cell.id, key, earlier, max_age_days=ctx.reuse_days, today=ctx.today())
+        if decision.reuse and earlier is not None:
+            log(f"[ftmatrix] {cell.label}: {decision.describe()}: no install, no case runs")
+            return reuse_records_of_cell(ctx.out_dir, ctx.run_id, cell.id, earlier, key)
+        log(f"[ftmatrix] {cell.label}: {decision.describe()}")
+    return None
 
 
 def _install(
@@ -280,8 +308,73 @@ def _complete_with_its_lock(files: _CellFiles, ctx: CellContext) -> bool:
     if not files.lock.exists():
         return False
     lock = files.lock.read_text(encoding="utf-8")
-    state = {"lock": lock_id(lock), "cases": cases_digest(ctx.cases_dir)}
-    return bool(files.read_json(files.done) == state)
+    return bool(files.done_key() == cell_key(lock, ctx).to_dict())
+
+
+def cell_key(lock: str, ctx: CellContext) -> CellKey:
+    """What the cell's results depend on tonight: its lock, its cases, this machine."""
+    return CellKey(
+        lock_id=lock_id(lock),
+        cases_id=cases_id(ctx.cases_dir, ctx.case_selection, ctx.pytest_args),
+        hardware_id=hardware_id(probe_hardware(ctx.env)),
+        packages=locked_packages(lock),
+    )
+
+
+def locked_packages(lock: str) -> dict[str, str]:
+    """A lock's ``name -> version``: what tells which packages moved between two locks."""
+    pairs = (line.partition("==") for line in locked_requirements(lock))
+    return {name.strip(): version.strip() for name, sep, version in pairs if sep}
+
+
+def reuse_records_of_cell(
+    out_dir: Path, run_id: str, cell_id: str, earlier: EarlierRun, key: CellKey
+) -> list[Record]:
+    """Carry ``earlier``'s records into run ``run_id``, marked done with the same key.
+
+    The marker keeps the run that really ran the cases (``since``) and its day, so the
+    results' age counts from there, however many nights reused them.
+    """
+    files = _CellFiles(record_path(out_dir, run_id, cell_id), cell_id)
+    records = carried_forward(earlier.records, run_id=run_id, since=earlier.since)
+    file = CellRecordFile(files.records)
+    file.records = records
+    file.save()
+    ran_at = earlier.ran_on.isoformat() if earlier.ran_on else None
+    marker = {"key": key.to_dict(), "since": earlier.since, "ran_at": ran_at}
+    write_atomically(files.done, json.dumps(marker))
+    return records
+
+
+def cases_id(cases_dir: Path, selection: Sequence[str] = (), options: Sequence[str] = ()) -> str:
+    """A hash of what the selected cases run: the selected test files, and every other file
+    of the cases folder (conftest files, helper modules, data, pytest's ini).
+
+    ``selection`` holds the matrix's ``cases`` (paths or node ids relative to the folder);
+    empty selects the whole folder. A test file outside the selection changes nothing
+    this cell runs, so it is left out: touching it re-runs no cell that does not select it.
+    The selection itself and pytest ``options`` (``-k``, ``-m``) count too: results of some
+    cases never stand for a run of others.
+    """
+    chosen = [cases_dir / entry.split("::", 1)[0] for entry in selection]
+    digest = hashlib.sha256(json.dumps([sorted(selection), list(options)]).encode())
+    for path in sorted(cases_dir.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        if chosen and _is_test_file(path) and not any(_within(path, c) for c in chosen):
+            continue
+        digest.update(str(path.relative_to(cases_dir)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _is_test_file(path: Path) -> bool:
+    """pytest's default test file names: what a selection chooses among."""
+    return path.suffix == ".py" and (path.name.startswith("test_") or path.stem.endswith("_test"))
+
+
+def _within(path: Path, chosen: Path) -> bool:
+    return path == chosen or chosen in path.parents
 
 
 def hardware_class_gap(hardware: HardwareClass, fingerprint: Mapping[str, Any]) -> str | None:
@@ -388,16 +481,6 @@ def cell_env(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, **OFFLINE_ENV, "PYTHONPATH": path}
 
 
-def cases_digest(cases_dir: Path) -> str:
-    """A hash of every file under the cases folder: changed cases mean stale records."""
-    digest = hashlib.sha256()
-    for path in sorted(cases_dir.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(cases_dir)).encode() + b"\0")
-            digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class _CellFiles:
     records: Path
@@ -420,7 +503,12 @@ class _CellFiles:
 
     @property
     def done(self) -> Path:
-        return self.sibling(".done.json")
+        return self.sibling(DONE_SUFFIX)
+
+    def done_key(self) -> Any:
+        """The key the run finished the cell with (None: not finished, or a whole-cell end)."""
+        marker = self.read_json(self.done)
+        return marker.get("key") if isinstance(marker, dict) else None
 
     def clear(self) -> None:
         for path in (

@@ -30,6 +30,8 @@ ENV_VARS = {
     "FTMATRIX_LEASE_DIR": "Where GPU lease locks live (default /tmp/ftmatrix-gpu-leases).",
     "FTMATRIX_RESUME": "`1`: continue the run FTMATRIX_RUN_ID names (default: the newest), "
     "skipping cells and cases it finished.",
+    "FTMATRIX_REUSE": "`0`: run every cell, reusing no earlier result (matrix.yaml's "
+    "reuse.max-age-days otherwise decides).",
 }
 
 
@@ -46,6 +48,7 @@ class Settings:
     shard: tuple[int, int] | None = None
     resume: bool = False
     select: tuple[str, ...] = ()
+    reuse: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, root: Path, now: datetime) -> Settings:
@@ -64,6 +67,7 @@ class Settings:
             shard=parse_shard(env.get("FTMATRIX_SHARD", "")),
             resume=resume,
             select=tuple(g.strip() for g in env.get("FTMATRIX_SELECT", "").split(",") if g.strip()),
+            reuse=env.get("FTMATRIX_REUSE", "1").strip().lower() not in ("0", "false", "no", "off"),
         )
 
 

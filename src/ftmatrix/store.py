@@ -14,10 +14,15 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.records import Record, read_records
+from ftmatrix.reuse import CellKey, EarlierRun
+
+# Beside a cell's records once its run finished it: what it was run with (runner.py).
+DONE_SUFFIX = ".done.json"
 
 # Passed and judged cases per operation, for the runs the ``runs`` subquery names.
 _PASS_RATES_OF_RUNS = """
@@ -70,6 +75,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     INSERT INTO pass_rates {_PASS_RATES_OF_RUNS.format(runs="SELECT DISTINCT run_id FROM records")};
     """,
+    # What each cell's run was run with (its reuse key), once the run finished the cell:
+    # the runner's `<cell-id>.done.json` beside the records.
+    """
+    CREATE TABLE cell_runs (
+        run_id TEXT NOT NULL,
+        cell_id TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, cell_id)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -117,6 +132,7 @@ def merge_outputs(out_dir: Path) -> MergeResult:
     (``bisect/*/finding.json``) into its history, ``history.sqlite``."""
     store = out_dir / "history.sqlite"
     merged = merge_records(store, [out_dir / "records"])
+    merge_cell_runs(store, out_dir / "records")
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
         save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
     return merged
@@ -159,6 +175,68 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
                 unchanged += 1
         refresh_pass_rates(connection, sorted(runs))
     return added, unchanged
+
+
+def merge_cell_runs(path: Path, records_dir: Path) -> int:
+    """Keep each finished cell run's marker (``<run>/<cell-id>.done.json``); returns how many.
+
+    Unreadable markers are skipped: without one, a cell's results are never reused.
+    """
+    rows = []
+    for marker in sorted(records_dir.glob(f"*/*{DONE_SUFFIX}")):
+        try:
+            data = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        cell_id = marker.name.removesuffix(DONE_SUFFIX)
+        rows.append((marker.parent.name, cell_id, json.dumps(data, sort_keys=True)))
+    with closing(open_store(path)) as connection, connection:
+        connection.executemany("INSERT OR REPLACE INTO cell_runs VALUES (?, ?, ?)", rows)
+    return len(rows)
+
+
+def earlier_runs(
+    path: Path, *, cell_ids: Iterable[str] | None = None, excluding: str | None = None
+) -> dict[str, EarlierRun]:
+    """cell id -> its newest run in the history (other than run ``excluding``, tonight's):
+    the records and the reuse key of that run (None where it did not finish the cell)."""
+    if not path.exists():
+        return {}
+    wanted = None if cell_ids is None else set(cell_ids)
+    found: dict[str, EarlierRun] = {}
+    with closing(open_store(path)) as connection:
+        newest = connection.execute(
+            "SELECT cell_id, MAX(run_id) FROM records WHERE run_id != ? GROUP BY cell_id",
+            (excluding or "",),
+        ).fetchall()
+        for cell_id, run_id in newest:
+            if wanted is not None and cell_id not in wanted:
+                continue
+            rows = connection.execute(
+                "SELECT data FROM records WHERE cell_id = ? AND run_id = ? ORDER BY case_id",
+                (cell_id, run_id),
+            ).fetchall()
+            marker = connection.execute(
+                "SELECT data FROM cell_runs WHERE cell_id = ? AND run_id = ?", (cell_id, run_id)
+            ).fetchone()
+            data = json.loads(marker[0]) if marker else {}
+            key = CellKey.from_mapping(data.get("key") or {}) if isinstance(data, dict) else None
+            ran_at = data.get("ran_at") if isinstance(data, dict) else None
+            found[cell_id] = EarlierRun(
+                run_id=run_id,
+                key=key,
+                records=tuple(Record.from_mapping(json.loads(d)) for (d,) in rows),
+                since=str(data.get("since") or run_id) if isinstance(data, dict) else run_id,
+                ran_on=_day(ran_at),
+            )
+    return found
+
+
+def _day(text: Any) -> date | None:
+    try:
+        return datetime.fromisoformat(str(text)).date() if text else None
+    except ValueError:
+        return None
 
 
 def refresh_pass_rates(connection: sqlite3.Connection, runs: Sequence[str]) -> None:

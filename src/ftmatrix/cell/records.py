@@ -91,6 +91,11 @@ FIELDS: dict[str, tuple[str | list[str], str]] = {
         "trl<=1.15.0'); null for a plain cell.",
     ),
     "attempts": ("array", "Each try of a retried case: status, reason, message."),
+    "reused_from": (
+        ["string", "null"],
+        "The run that produced this result, when this run reused it because the cell's "
+        "lock, cases and hardware were unchanged since (see reuse in README); null when it ran.",
+    ),
     "duration": ("number", "Seconds the case took."),
     "started_at": ("string", "UTC ISO-8601 start time."),
     "finished_at": ("string", "UTC ISO-8601 end time."),
@@ -133,6 +138,7 @@ class Record:
     flaky: bool = False
     attempts: tuple[Mapping[str, Any], ...] = ()
     beyond_cap: str | None = None
+    reused_from: str | None = None
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,6 +210,7 @@ _OPTIONAL_FIELDS = frozenset(
         "flaky",
         "attempts",
         "beyond_cap",
+        "reused_from",
     }
 )
 

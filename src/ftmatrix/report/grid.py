@@ -249,6 +249,16 @@ def headline(message: str | None) -> str:
     return lines[0]
 
 
+def reuse_note(record: Record) -> str | None:
+    """``reused (unchanged since RUN)`` for a result carried from an earlier run, else None."""
+    return f"reused (unchanged since {record.reused_from})" if record.reused_from else None
+
+
+def reused_cells(records: Iterable[Record]) -> dict[str, str]:
+    """cell label -> the run its results were reused from, for the cells this run reused."""
+    return {r.cell_label: r.reused_from for r in records if r.reused_from}
+
+
 def record_anchor(record: Record) -> str:
     """The id of the record's detail section on the page (what ``#...`` links point to)."""
     safe = "".join(ch if ch.isalnum() else "-" for ch in record.case)

@@ -70,14 +70,20 @@ def render_headline(
         for r in records
         if r.case == WHOLE_CELL and r.status in (Status.UNINSTALLABLE, Status.INSTALL_ERROR)
     }
-    ran = cells - not_installed
-    results = sum(1 for r in records if r.case != WHOLE_CELL)
+    # Reused cells did not run tonight: their results stand from the run they name.
+    reused = {r.cell_id: r.reused_from for r in records if r.reused_from}
+    ran = cells - not_installed - set(reused)
+    results = sum(1 for r in records if r.case != WHOLE_CELL and r.cell_id in ran)
     facts = [f"<strong>{len(ran)}</strong> {_plural(len(ran), 'cell')} ran {_n(results, 'case')}"]
     if not_installed:
         facts.append(f"<strong>{len(not_installed)}</strong> could not install")
-    reused = {r.cell_id for r in records if getattr(r, "reused_from", None)}
     if reused:
-        facts.append(f"<strong>{len(reused)}</strong> were reused from an earlier run")
+        runs = sorted(set(reused.values()))
+        since = runs[0] if len(runs) == 1 else f"{runs[0]} or later"
+        facts.append(
+            f"<strong>{len(reused)}</strong> {_plural(len(reused), 'cell')} reused "
+            f"(unchanged since {escape(since)})"
+        )
     parts = [f"<p class=facts>{'; '.join(facts)}.</p>"]
     parts.append(_changes_headline(changes))
     if groups:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from html import escape
@@ -38,6 +38,8 @@ from ftmatrix.report.grid import (
     pivot,
     pivot_data,
     record_anchor,
+    reuse_note,
+    reused_cells,
     status_css_name,
     worst_of,
 )
@@ -93,7 +95,7 @@ def render_html(
         f" from {len(grid.records)} records of {len(grid.rows)} cells"
         f" (runs: {escape(', '.join(grid.runs) or 'none')}).</p>",
         render_headline(grid.records, changes, groups),
-        _summary(counts),
+        _summary(counts, reused_cells(grid.records)),
         _legend(),
         render_compatibility(entries, values),
         render_hud(entries, values),
@@ -122,8 +124,14 @@ def render_markdown(
 ) -> str:
     """A compact summary for a GitHub job summary."""
     counts = Counter(r.status for r in grid.records)
+    reused = reused_cells(grid.records)
     lines = ["# ftmatrix compatibility report", ""]
-    lines.append(", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "No records.")
+    counted = ", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "No records."
+    if reused:
+        counted += (
+            f"; {len(reused)} of {len(grid.rows)} cells reused (unchanged since an earlier run)"
+        )
+    lines.append(counted)
     lines += ["", "| cell | " + " | ".join(_md(c) for c in grid.columns) + " |"]
     lines.append("|---|" + "---|" * len(grid.columns))
     for row in grid.rows:
@@ -134,7 +142,8 @@ def render_markdown(
             values.append(record.status.value if record else "")
         if whole and not grid.columns:
             values = [whole.status.value]
-        lines.append(f"| {_md(row)} | " + " | ".join(values) + " |")
+        note = f" ({_md(f'reused, unchanged since {reused[row]}')})" if row in reused else ""
+        lines.append(f"| {_md(row)}{note} | " + " | ".join(values) + " |")
     if changes:
         lines += ["", "## Changed since the previous run", ""]
         for change in changes:
@@ -177,6 +186,7 @@ def render_json(
         "schema": 1,
         "runs": list(grid.runs),
         "counts": dict(sorted(counts.items())),
+        "reused_cells": reused_cells(grid.records),
         "records": [r.to_dict() for r in grid.records],
         "failure_groups": [
             {
@@ -432,10 +442,16 @@ def _file_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in text)
 
 
-def _summary(counts: Counter[Status]) -> str:
+def _summary(counts: Counter[Status], reused: Mapping[str, str]) -> str:
     chips = "".join(
         f"<li>{_badge(status)} {counts[status]}</li>" for status in Status if counts[status]
     )
+    if reused:
+        chips += (
+            f'<li class=reused title="results carried from an earlier run: lock, cases and '
+            f'hardware unchanged">reused {len(reused)} {"cell" if len(reused) == 1 else "cells"}'
+            "</li>"
+        )
     return f"<ul class=counts>{chips or '<li>No records yet.</li>'}</ul>"
 
 
@@ -590,7 +606,9 @@ def _grid_cell(record: Record) -> str:
     if record.status in PROBLEM_STATUSES:
         link = f' <a href="#{record_anchor(record)}">details</a>'
     detail = f"<div class=msg>{escape(first[:240])}</div>" if first else ""
-    return f"{_badge(record.status)}{link}{detail}"
+    note = reuse_note(record)
+    reused = f"<div class=reused>{escape(note)}</div>" if note else ""
+    return f"{_badge(record.status)}{link}{detail}{reused}"
 
 
 def _changes(changes: Sequence[Change]) -> str:
@@ -721,6 +739,7 @@ def _failure(record: Record) -> str:
         ("reproduce", f"<code>{escape(reproduce_command(record))}</code>"),
         ("pins", escape(", ".join(f"{k}=={v}" for k, v in record.pins.items()))),
         ("hardware", escape(_hardware_text(record.hardware))),
+        ("result", escape(reuse_note(record) or "")),
     ]
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts if v)
     message = record.message or record.reason or ""
