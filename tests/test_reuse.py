@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.status import Status
-from ftmatrix.config import ConfigError, parse_matrix
+from ftmatrix.config import ConfigError, Limits, Timeouts, parse_matrix
 from ftmatrix.report.grid import build_grid
 from ftmatrix.report.render import render_html, render_json, render_markdown
 from ftmatrix.resolve import lock_id
@@ -31,7 +31,7 @@ from ftmatrix.reuse import (
     refresh_due,
     refresh_offset,
 )
-from ftmatrix.runner import cases_id, locked_packages
+from ftmatrix.runner import cases_id, judging, locked_packages
 from ftmatrix.settings import Settings
 
 TODAY = date(2026, 12, 1)
@@ -285,6 +285,24 @@ def test_the_cases_key_holds_the_selected_files_and_every_helper(tmp_path: Path)
         (tmp_path / path).write_text((tmp_path / path).read_text() + "# changed\n")
         assert cases_id(tmp_path, ["test_a.py::test_a"]) != before, path
         before = cases_id(tmp_path, ["test_a.py::test_a"])
+
+
+def test_a_changed_time_or_memory_limit_changes_the_cases_key(tmp_path: Path):
+    """A lower limit can turn last night's pass into a timeout or an oom: it re-runs."""
+    (tmp_path / "test_a.py").write_text("def test_a(): pass\n")
+    keys = {
+        cases_id(tmp_path, [], judging(options, timeouts, limits))
+        for options, timeouts, limits in [
+            ((), Timeouts(), Limits()),
+            (("-k", "a"), Timeouts(), Limits()),
+            ((), Timeouts(case=60.0), Limits()),
+            ((), Timeouts(), Limits(memory_gib=4.0)),
+        ]
+    }
+    assert len(keys) == 4
+    assert cases_id(tmp_path, [], judging((), Timeouts(), Limits())) == cases_id(
+        tmp_path, [], judging((), Timeouts(), Limits())
+    )
 
 
 @pytest.mark.parametrize(

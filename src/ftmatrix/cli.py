@@ -55,6 +55,7 @@ from ftmatrix.runner import (
     TRANSIENT,
     cases_id,
     current_python,
+    judging,
     locked_packages,
     reuse_records_of_cell,
     with_test_runners,
@@ -272,7 +273,11 @@ def plan_reuse(
         else {}
     )
     hardware = newest_hardware_of_class(earlier.values())
-    selection = cases_id(settings.cases, matrix.cases) if loaded.reuse_days else ""
+    selection = (
+        cases_id(settings.cases, matrix.cases, judging((), matrix.timeouts, matrix.limits))
+        if loaded.reuse_days
+        else ""
+    )
     decisions = []
     for cell, resolution in zip(loaded.selected, resolutions, strict=True):
         key = (

@@ -315,7 +315,9 @@ def cell_key(lock: str, ctx: CellContext) -> CellKey:
     """What the cell's results depend on tonight: its lock, its cases, this machine."""
     return CellKey(
         lock_id=lock_id(lock),
-        cases_id=cases_id(ctx.cases_dir, ctx.case_selection, ctx.pytest_args),
+        cases_id=cases_id(
+            ctx.cases_dir, ctx.case_selection, judging(ctx.pytest_args, ctx.timeouts, ctx.limits)
+        ),
         hardware_id=hardware_id(probe_hardware(ctx.env)),
         packages=locked_packages(lock),
     )
@@ -366,6 +368,12 @@ def cases_id(cases_dir: Path, selection: Sequence[str] = (), options: Sequence[s
         digest.update(str(path.relative_to(cases_dir)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def judging(options: Sequence[str], timeouts: Timeouts, limits: Limits) -> tuple[str, ...]:
+    """What decides a case's status besides its files: pytest options, and the time and
+    memory a case may use (a lower limit can turn last night's pass into a timeout or oom)."""
+    return (*options, f"timeouts={timeouts!r}", f"limits={limits!r}")
 
 
 def _is_test_file(path: Path) -> bool:
