@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import ftmatrix
 from ftmatrix import __version__
 from ftmatrix.resolve import uv_binary
 
@@ -131,3 +133,40 @@ def test_the_wheel_installs_and_runs_the_readme_in_another_repository(tmp_path: 
 
     # `ftmatrix check` against the results (#17 item 4) is added here after the merge:
     # ftmatrix check --operation lora --hardware cpu, with reports/results.json.
+
+
+def test_run_uses_the_folders_noxfile_only_where_it_imports_the_sessions(tmp_path: Path):
+    from ftmatrix.cli import _noxfile
+
+    packaged = Path(ftmatrix.__file__).parent / "_noxfile.py"
+    assert _noxfile(tmp_path) == packaged
+    (tmp_path / "noxfile.py").write_text("import nox\n")  # a repository's own, for other chores
+    assert _noxfile(tmp_path) == packaged
+    (tmp_path / "noxfile.py").write_text("from ftmatrix.sessions import *  # noqa: F403\n")
+    assert _noxfile(tmp_path) == tmp_path / "noxfile.py"
+
+
+@pytest.mark.slow
+def test_run_in_a_folder_without_a_noxfile_keeps_everything_in_that_folder(tmp_path: Path):
+    """The package's own noxfile runs the folder's matrix; records, report and venvs stay there."""
+    shutil.copy(ROOT / "tests" / "data" / "small_matrix.yaml", tmp_path / "matrix.yaml")
+    shutil.copytree(ROOT / "tests" / "data" / "small_cases", tmp_path / "cases")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "run", "--select", "*six1.17.0-attrs25*"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    (records,) = (tmp_path / "reports" / "records").rglob("*.jsonl")
+    statuses = {json.loads(line)["status"] for line in records.read_text().splitlines()}
+    assert "pass" in statuses
+    assert (tmp_path / "reports" / "index.html").is_file()
+    # nox names the cell's venv by a hash of the session: one venv, in the folder's .nox/.
+    venvs = [p for p in (tmp_path / ".nox").iterdir() if (p / "pyvenv.cfg").is_file()]
+    assert len(venvs) == 1, sorted((tmp_path / ".nox").iterdir())
+    assert not (Path(ftmatrix.__file__).parent / ".nox").exists()
