@@ -161,7 +161,8 @@ def test_init_writes_every_file_then_refuses_to_overwrite_any(
         f"ftmatrix: init: 9 files already exist in {tmp_path}; nothing was written "
         "(--force overwrites them):"
     )
-    assert "  - matrix.yaml" in err and "  - noxfile.py" in err and f"  - {NIGHTLY}" in err
+    assert "  - matrix.yaml" in err and f"  - {NIGHTLY}" in err
+    assert "  - noxfile.py (or add `from ftmatrix.sessions import *` to yours)" in err
     assert "  - cases/test_sft.py" not in err
     assert (tmp_path / "matrix.yaml").read_text() == "# mine\n"  # nothing written
     assert not (tmp_path / "cases" / "test_sft.py").exists()

@@ -40,6 +40,8 @@ PACKAGE_FORMS = "NAME, NAME=latest:N, NAME=latest-minor:N or NAME=V1,V2 (version
 IMPORT_PLACEHOLDER = "DISTRIBUTIONS: list[str] = []  # ftmatrix init fills this in\n"
 NIGHTLY = ".github/workflows/ftmatrix-nightly.yml"
 REUSABLE = ".github/workflows/ftmatrix.yml"
+# A repository's own noxfile can keep its sessions and gain ours with one line.
+EXISTING_HINTS = {"noxfile.py": " (or add `from ftmatrix.sessions import *` to yours)"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,7 +196,7 @@ def write_scaffold(folder: Path, planned: Mapping[str, str], *, force: bool = Fa
                 [
                     f"init: {count} file{'s' if count != 1 else ''} already exist in {folder}; "
                     "nothing was written (--force overwrites them):",
-                    *(f"  - {name}" for name in existing),
+                    *(f"  - {name}{EXISTING_HINTS.get(name, '')}" for name in existing),
                 ]
             )
         )
