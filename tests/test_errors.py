@@ -30,6 +30,7 @@ def test_every_error_class_of_the_package_is_in_the_table():
     defined = {
         (path.name, node.name)
         for path in PACKAGE.rglob("*.py")
+        if "templates" not in path.relative_to(PACKAGE).parts  # init's example cases: not ours
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.ClassDef) and node.name.endswith("Error")
     }

@@ -78,7 +78,12 @@ def test_self_hosted_runners_never_see_pull_requests_and_every_job_is_bounded():
         triggers = data[True] if True in data else data["on"]  # YAML reads `on` as True
         assert data["permissions"] == {}, workflow.name
         for name, job in data["jobs"].items():
-            assert "timeout-minutes" in job, (workflow.name, name)
+            # A job that calls a reusable workflow takes no timeout: each called job has its own.
+            if "uses" in job:
+                assert re.fullmatch(r"\./\.github/workflows/[\w-]+\.yml", job["uses"]), job["uses"]
+                assert (SOURCE / Path(job["uses"]).name).is_file(), job["uses"]
+            else:
+                assert "timeout-minutes" in job, (workflow.name, name)
             assert "permissions" in job, (workflow.name, name)
             for step in job.get("steps", []):
                 uses = step.get("uses")
@@ -138,7 +143,7 @@ def test_the_plan_output_has_the_shape_the_workflow_reads(tmp_path: Path):
     assert json.loads(outputs["bisect"]) == {"include": []}  # bisect.budget is 0: no jobs
     matrix = json.loads(outputs["matrix"])
     assert [j["shard"] for j in matrix["include"]] == ["1/2", "2/2"]
-    expressions = re.findall(r"\$\{\{(.*?)\}\}", (SOURCE / "nightly.yml").read_text())
+    expressions = re.findall(r"\$\{\{(.*?)\}\}", (SOURCE / "ftmatrix.yml").read_text())
     used = {name for e in expressions for name in re.findall(r"\bmatrix\.(\w+)", e)}
     for job in matrix["include"]:
         assert used <= set(job), used - set(job)
@@ -186,3 +191,32 @@ def test_the_report_job_merges_two_shards_with_the_previous_history(tmp_path: Pa
     assert results["runs"] == ["r1"]
     assert sorted(r["cell_label"] for r in results["records"]) == ["cpu-a", "cpu-b"]
     assert "cpu-a" in (out / "summary.md").read_text()
+
+
+def test_the_nightly_is_the_reusable_workflow_called_with_this_checkout():
+    reusable = yaml.safe_load((SOURCE / "ftmatrix.yml").read_text())
+    inputs = reusable[True]["workflow_call"]["inputs"]
+    assert {"ftmatrix", "profile", "python", "runs-on", "select"} <= set(inputs)
+    assert reusable["jobs"]["plan"]["runs-on"] == "${{ fromJSON(inputs.runs-on) }}"
+    nightly = yaml.safe_load((SOURCE / "nightly.yml").read_text())
+    (job,) = nightly["jobs"].values()
+    assert job["uses"] == "./.github/workflows/ftmatrix.yml"
+    assert job["with"]["ftmatrix"] == "."  # this repository installs its own checkout
+    assert set(job["with"]) <= set(inputs)
+    # The called jobs deploy to Pages: the caller must grant it.
+    assert job["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+
+
+def test_the_plan_restores_the_history_before_planning_and_hands_on_reused_records():
+    """Reuse needs last night's history at plan time; the reused records reach the report."""
+    workflow = yaml.safe_load((SOURCE / "ftmatrix.yml").read_text())
+    steps = workflow["jobs"]["plan"]["steps"]
+    names = [step.get("name", "") for step in steps]
+    restore = next(i for i, s in enumerate(steps) if "cache/restore" in s.get("uses", ""))
+    plan = next(i for i, s in enumerate(steps) if "ci-matrix" in s.get("run", ""))
+    assert restore < plan, names
+    assert steps[restore]["with"]["path"] == "reports/history.sqlite"
+    upload = next(s for s in steps[plan:] if "upload-artifact" in s.get("uses", ""))
+    assert upload["with"]["name"].startswith("records-")  # the report downloads records-*
+    report = workflow["jobs"]["report"]["steps"]
+    assert any(s.get("with", {}).get("pattern") == "records-*" for s in report)

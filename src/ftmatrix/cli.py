@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.errors import BisectError, ExitCode, FatalError, PackageIndexError, UsageError
 from ftmatrix.index import list_releases
+from ftmatrix.init import parse_operations, parse_package, scaffold, write_scaffold
 from ftmatrix.known_issues import load_known_issues
 from ftmatrix.plan import (
     CANNOT_INSTALL,
@@ -516,20 +516,47 @@ def _hardware(matrix: Matrix, name: str) -> Any:
     return next(h for h in matrix.hardware if h.name == name)
 
 
-def run_nox(loaded: Loaded, env: Mapping[str, str], extra: Sequence[str]) -> int:
-    """Run the selected cells through nox (the engine), then the report."""
-    nox = shutil.which("nox") or f"{sys.executable} -m nox"
+# What a repository's noxfile imports to have the matrix sessions (ftmatrix init writes it).
+SESSIONS_MODULE = "ftmatrix.sessions"
+
+
+def run_nox(
+    loaded: Loaded, env: Mapping[str, str], extra: Sequence[str], *, root: Path | None = None
+) -> int:
+    """Run the selected cells through nox (the engine), then the report.
+
+    ``root`` (default: the working directory) is the user's folder: its noxfile.py where
+    that imports ftmatrix's sessions, else the package's own; the venvs go to its .nox/.
+    """
+    root = Path.cwd() if root is None else root
+    # This interpreter's nox (a dependency): a nox elsewhere on PATH may not see ftmatrix.
+    nox = [sys.executable, "-m", "nox"]
     sessions = [f"matrix({cell.label})" for cell in loaded.selected]
-    command = [*nox.split(), "-f", str(_noxfile()), "-s", *sessions, *extra]
-    child_env = {**env, "FTMATRIX_RUN_ID": loaded.settings.run_id}
+    settings = loaded.settings
+    noxfile = _noxfile(root)
+    # nox runs in the noxfile's folder, which may be this package's: the run's files and
+    # venvs are named absolutely, so they stay in the user's folder.
+    command = [*nox, "-f", str(noxfile), "--envdir", str(root / ".nox")]
+    command += ["-s", *sessions, *extra]
+    child_env = {
+        **env,
+        "FTMATRIX_RUN_ID": settings.run_id,
+        "FTMATRIX_MATRIX": str(settings.matrix.resolve()),
+        "FTMATRIX_CASES": str(settings.cases.resolve()),
+        "FTMATRIX_OUT": str(settings.out.resolve()),
+    }
     if loaded.matrix.install.system_packages:
         # The host is this interpreter, whichever Python the nox found on PATH runs on.
         child_env.setdefault(HOST_PYTHON_VARIABLE, sys.executable)
     return subprocess.run(command, env=child_env, check=False).returncode
 
 
-def _noxfile() -> Path:
-    return Path(__file__).resolve().parents[2] / "noxfile.py"
+def _noxfile(folder: Path) -> Path:
+    """The folder's noxfile.py where it imports ftmatrix's sessions, else the package's own."""
+    own = folder / "noxfile.py"
+    if own.is_file() and SESSIONS_MODULE in own.read_text(encoding="utf-8", errors="replace"):
+        return own
+    return Path(__file__).resolve().parent / "_noxfile.py"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -641,7 +668,45 @@ def build_parser() -> argparse.ArgumentParser:
     house.add_argument("--select", action="append", default=[], metavar="GLOB")
     report = sub.add_parser("report", help="build the report from the records that exist")
     report.add_argument("--out", help="reports folder (default: reports/)")
+    init = sub.add_parser(
+        "init",
+        help="write a matrix.yaml, example cases, a noxfile and the nightly into a repository",
+        description="Scaffold a compatibility matrix in an existing repository: matrix.yaml "
+        "over the PACKAGEs, cases/ with an example per --operation, noxfile.py and the "
+        "nightly workflow. Writes nothing if any of these files exists (unless --force).",
+    )
+    init.add_argument(
+        "packages",
+        nargs="*",
+        metavar="PACKAGE",
+        help="NAME (the newest 2 releases), NAME=latest:N, NAME=latest-minor:N or NAME=V1,V2",
+    )
+    init.add_argument(
+        "--operation",
+        action="append",
+        default=[],
+        metavar="OPS",
+        help="comma-separated operation families to write example cases for: "
+        "import (the default), sft, lora, dpo, grpo",
+    )
+    init.add_argument("--dir", default=".", help="the repository (default: this folder)")
+    init.add_argument("--force", action="store_true", help="overwrite files that exist")
     return parser
+
+
+def _init(args: argparse.Namespace) -> int:
+    """``ftmatrix init``: plan every file first, then write them all or none."""
+    planned = scaffold(
+        [parse_package(text) for text in args.packages], parse_operations(args.operation)
+    )
+    folder = Path(args.dir)
+    for path in write_scaffold(folder, planned, force=args.force):
+        print(f"wrote {path}")
+    print(
+        "next: `nox -s plan` shows the cells, `ftmatrix run` runs them and builds "
+        "reports/index.html; add reports/ and .nox/ to .gitignore"
+    )
+    return ExitCode.OK
 
 
 def _bisect(args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now: datetime) -> int:
@@ -877,6 +942,8 @@ def dispatch(
             f"{len(grid.rows)} cells)"
         )
         return ExitCode.OK
+    if args.command == "init":
+        return _init(args)
     if args.command in ("bisect", "autobisect", "wheelhouse"):
         handler = {"bisect": _bisect, "autobisect": _autobisect, "wheelhouse": _wheelhouse}
         return handler[args.command](args, env, root=root, now=now)
@@ -913,4 +980,4 @@ def dispatch(
     if extra and extra[0] == "--":
         extra = extra[1:]
     print_plan(loaded, sys.stdout)
-    return ExitCode.OK if run_nox(loaded, env, extra) == 0 else ExitCode.FAILED
+    return ExitCode.OK if run_nox(loaded, env, extra, root=root) == 0 else ExitCode.FAILED

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -482,11 +483,37 @@ def parallel_args(workers: int) -> list[str]:
 
 def cell_env(env: Mapping[str, str]) -> dict[str, str]:
     """The cell's environment: offline, and ftmatrix's plugin importable without installing it."""
-    # The plugin needs only the standard library, pytest and packaging; putting our
-    # source on the path keeps the cell's environment to its pins plus pytest.
-    source_root = str(Path(__file__).resolve().parent.parent)
-    path = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH", "")) if p)
+    # The plugin needs only the standard library, pytest and packaging. Only a copy of
+    # ftmatrix.cell goes on the path: the folder this package is installed in may be a
+    # site-packages holding nox, uv, pyyaml or torch, which must not leak into a cell.
+    path = os.pathsep.join(p for p in (str(plugin_root()), env.get("PYTHONPATH", "")) if p)
     return {**env, **OFFLINE_ENV, "PYTHONPATH": path}
+
+
+def plugin_root() -> Path:
+    """A folder holding only ``ftmatrix/__init__.py`` and ``ftmatrix/cell/``, copied once.
+
+    Named by a hash of the files, so every cell and process of one ftmatrix shares it
+    and another version of ftmatrix gets its own.
+    """
+    package = Path(__file__).resolve().parent
+    files = [package / "__init__.py", *sorted((package / "cell").glob("*.py"))]
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.relative_to(package).as_posix().encode() + b"\0" + file.read_bytes())
+    root = Path(tempfile.gettempdir()) / f"ftmatrix-plugin-{digest.hexdigest()[:16]}"
+    if not root.is_dir():
+        building = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
+        building.chmod(0o755)  # mkdtemp's is private; every user's cells read this one
+        for file in files:
+            target = building / "ftmatrix" / file.relative_to(package)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target)
+        try:
+            building.rename(root)
+        except OSError:  # another process built it first: theirs is the same
+            shutil.rmtree(building, ignore_errors=True)
+    return root
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,209 @@
+"""``ftmatrix init``: a compatibility matrix in an existing repository, ready to run.
+
+It writes a matrix.yaml over the packages named (each a selector such as
+``{latest: 2}`` or explicit versions), a cases/ folder with the example cases of
+each operation family asked for (this repository's own cases and their tiny
+offline models, shipped in the package), a noxfile that imports the sessions, and
+the nightly workflow that calls the reusable one. What to write is computed first
+(pure); nothing is written if any of it exists already, unless ``force``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ftmatrix import __version__
+from ftmatrix.errors import UsageError
+
+# The helpers every example case imports: shared fixtures, tiny models, release adapters.
+HELPERS = ("conftest.py", "_tiny.py", "_compat.py", "_train.py", "_contracts.py")
+TRAINING = ("torch", "transformers", "trl", "datasets", "accelerate")
+# Operation family -> (its example case file, the distributions its cases need).
+OPERATIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "import": ("test_import.py", ()),
+    "sft": ("test_sft.py", TRAINING),
+    "lora": ("test_lora.py", ("torch", "transformers", "peft")),
+    "dpo": ("test_dpo.py", TRAINING),
+    "grpo": ("test_grpo.py", TRAINING),
+}
+DEFAULT_SELECTOR = "latest:2"
+NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's distribution name
+SELECTOR = re.compile(r"(latest|latest-minor):([1-9][0-9]*)")
+PACKAGE_FORMS = "NAME, NAME=latest:N, NAME=latest-minor:N or NAME=V1,V2 (versions or none)"
+IMPORT_PLACEHOLDER = "DISTRIBUTIONS: list[str] = []  # ftmatrix init fills this in\n"
+NIGHTLY = ".github/workflows/ftmatrix-nightly.yml"
+REUSABLE = ".github/workflows/ftmatrix.yml"
+# A repository's own noxfile can keep its sessions and gain ours with one line.
+EXISTING_HINTS = {"noxfile.py": " (or add `from ftmatrix.sessions import *` to yours)"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class AxisRequest:
+    """One package axis of the new matrix: its name and how its versions are chosen."""
+
+    package: str
+    selector: tuple[str, int] | None = None  # ("latest", 3) or ("latest-minor", 2)
+    versions: tuple[str, ...] = ()  # explicit versions ("none": not installed)
+
+    def yaml(self) -> str:
+        """The axis's value as matrix.yaml writes it."""
+        if self.selector is not None:
+            return f"{{{self.selector[0]}: {self.selector[1]}}}"
+        return "[" + ", ".join(v if v == "none" else f'"{v}"' for v in self.versions) + "]"
+
+
+def parse_package(text: str) -> AxisRequest:
+    """``trl``, ``trl=latest:3``, ``trl=latest-minor:2`` or ``peft=0.17.1,0.18.1``."""
+    name, sep, spec = text.partition("=")
+    name = name.strip()
+    if not NAME.fullmatch(name):
+        raise UsageError(
+            f"init: package {text!r}: {name!r} is not a package name "
+            f"(letters, digits, '.', '-', '_'); expected {PACKAGE_FORMS}"
+        )
+    spec = spec.strip() if sep else DEFAULT_SELECTOR
+    chosen = SELECTOR.fullmatch(spec)
+    if chosen:
+        return AxisRequest(package=name, selector=(chosen.group(1), int(chosen.group(2))))
+    versions = tuple(v.strip() for v in spec.split(","))
+    for version in versions:
+        if version == "none":
+            continue
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise UsageError(
+                f"init: package {text!r}: {version!r} is neither a version nor a selector; "
+                f"expected {PACKAGE_FORMS}"
+            ) from None
+    return AxisRequest(package=name, versions=versions)
+
+
+def parse_operations(texts: Iterable[str]) -> tuple[str, ...]:
+    """``["sft,lora", "dpo"]`` -> ``("sft", "lora", "dpo")``; an unknown name is a UsageError."""
+    chosen: list[str] = []
+    for text in texts:
+        for name in (n.strip() for n in text.split(",")):
+            if name not in OPERATIONS:
+                raise UsageError(
+                    f"init: --operation {name!r}: no example for it; "
+                    f"choose from {', '.join(sorted(OPERATIONS))}"
+                )
+            if name not in chosen:
+                chosen.append(name)
+    return tuple(chosen) or ("import",)
+
+
+def scaffold(axes: Sequence[AxisRequest], operations: Sequence[str]) -> dict[str, str]:
+    """Every file ``init`` writes, by path relative to the repository, with its text."""
+    names = [canonicalize_name(a.package) for a in axes]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UsageError(f"init: package {duplicates[0]!r} is named twice; name each once")
+    if not axes:
+        raise UsageError(f"init: name at least one package ({PACKAGE_FORMS})")
+    templates = files("ftmatrix") / "templates"
+    needed = {d for op in operations for d in OPERATIONS[op][1]}
+    support = sorted(d for d in needed if canonicalize_name(d) not in names)
+    out = {"matrix.yaml": matrix_yaml(axes, support)}
+    for name in HELPERS:
+        out[f"cases/{name}"] = (templates / "cases" / name).read_text(encoding="utf-8")
+    for operation in operations:
+        case = OPERATIONS[operation][0]
+        text = (templates / "cases" / case).read_text(encoding="utf-8")
+        if operation == "import":
+            listed = ", ".join(f'"{a.package}"' for a in axes)
+            text = text.replace(IMPORT_PLACEHOLDER, f"DISTRIBUTIONS = [{listed}]\n")
+        out[f"cases/{case}"] = text
+    out["noxfile.py"] = (templates / "noxfile.py").read_text(encoding="utf-8")
+    out[REUSABLE] = (templates / "ftmatrix.yml").read_text(encoding="utf-8")
+    out[NIGHTLY] = nightly_yaml(f"ftmatrix=={__version__}")
+    return out
+
+
+def matrix_yaml(axes: Sequence[AxisRequest], support: Sequence[str]) -> str:
+    """The new matrix.yaml: the axes, what the example cases need, one CPU hardware class."""
+    lines = [
+        "# This repository's compatibility matrix (written by `ftmatrix init`; README.md of",
+        "# ftmatrix lists every key). `nox -s plan` shows the cells, `ftmatrix run` runs them",
+        "# and builds reports/index.html; `nox -s report` rebuilds the report.",
+        "",
+        "# The axes: package -> versions tried ('none' = not installed); every combination is",
+        "# a cell. A selector ({latest: N}, {latest-minor: N}) is resolved against the package",
+        "# index when the plan is made; UV_EXCLUDE_NEWER=2026-01-01 freezes what newest means.",
+        "packages:",
+        *(f"  {a.package}: {a.yaml()}" for a in axes),
+        "",
+    ]
+    if support:
+        lines += [
+            "# What the example cases need besides the axes, at whatever the resolver picks.",
+            f"support: [{', '.join(support)}]",
+            "",
+        ]
+    lines += [
+        "strategy: full                    # pairwise: every pair of values, in fewer cells",
+        "",
+        "timeouts: {case: 600, cell: 3600}  # seconds",
+        "",
+        "# Where cells run: the nightly runs each class's cells on runners with its labels.",
+        "hardware:",
+        "  cpu: {runs-on: [ubuntu-latest], gpus: 0}",
+        "  # l4: {runs-on: [self-hosted, gpu, l4], gpus: 1}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def nightly_yaml(requirement: str) -> str:
+    """The repository's nightly: the reusable ftmatrix.yml, with ftmatrix from PyPI."""
+    return f"""\
+# The compatibility matrix every night (written by `ftmatrix init`): ftmatrix.yml plans
+# matrix.yaml, runs each hardware class's cells on its runners and publishes to Pages.
+name: ftmatrix-nightly
+on:
+  schedule:
+    - cron: "17 3 * * *"
+  workflow_dispatch:
+permissions: {{}}
+concurrency:
+  group: ftmatrix-nightly
+jobs:
+  matrix:
+    uses: ./{REUSABLE}
+    permissions: {{contents: read, pages: write, id-token: write}}
+    with:
+      ftmatrix: "{requirement}"
+      python: "3.11"
+"""
+
+
+def write_scaffold(folder: Path, planned: Mapping[str, str], *, force: bool = False) -> list[Path]:
+    """Write ``planned`` under ``folder``; refuse (writing nothing) where a file exists."""
+    if not folder.is_dir():
+        raise UsageError(f"init: --dir {str(folder)!r}: no such folder")
+    existing = [name for name in planned if (folder / name).exists()]
+    if existing and not force:
+        count = len(existing)
+        raise UsageError(
+            "\n".join(
+                [
+                    f"init: {count} file{'s' if count != 1 else ''} already exist in {folder}; "
+                    "nothing was written (--force overwrites them):",
+                    *(f"  - {name}{EXISTING_HINTS.get(name, '')}" for name in existing),
+                ]
+            )
+        )
+    written = []
+    for name, text in planned.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,205 @@
+"""ftmatrix's nox sessions, for any repository: a noxfile that imports them has them all.
+
+``from ftmatrix.sessions import *`` in a repository's noxfile.py gives it one
+``matrix(LABEL)`` session per cell of its matrix.yaml and the chores (plan,
+report, bisect, autobisect, wheelhouse). nox registers a session when its
+function is decorated, so importing this module is what adds them.
+
+Thin wiring only: every decision lives in the ``ftmatrix`` package, and the
+chores run ``python -m ftmatrix``'s own ``main()``, so a session and its
+subcommand cannot disagree. What is planned is chosen by environment variables
+(FTMATRIX_MATRIX, FTMATRIX_PROFILE, FTMATRIX_CASES, FTMATRIX_OUT), since nox
+builds its session list before any argument reaches a session. Relative paths
+are taken from the working directory, which nox makes the noxfile's folder:
+the user's repository, never this package's location.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NoReturn
+
+import nox
+
+from ftmatrix.cli import Loaded, load, main, write_installability
+from ftmatrix.errors import ExitCode, FatalError
+from ftmatrix.plan import Cell
+from ftmatrix.progress import Progress
+from ftmatrix.runner import CellContext, current_python, run_cell
+from ftmatrix.system_packages import venv_interpreter
+
+__all__ = ["autobisect", "bisect", "matrix", "plan", "report", "wheelhouse"]
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["matrix"]
+
+# nox has moved into the folder of the noxfile that imports this module: the repository.
+ROOT = Path.cwd().resolve()
+STARTED = datetime.now(UTC)
+
+# A matrix that cannot be planned is reported once: by the session that needs the
+# plan (plan and matrix print it as the CLI does) or, where none runs (`nox -l`,
+# `nox -s lint`), when nox exits.
+UNREPORTED: list[FatalError] = []
+
+
+def report_the_rest() -> None:
+    """Print what no session reported (atexit: after nox's own output)."""
+    for problem in UNREPORTED:
+        print(problem.describe(), file=sys.stderr)
+
+
+LOADED: Loaded | None
+PROBLEM: FatalError | None = None
+try:
+    LOADED = load(os.environ, root=ROOT, now=STARTED)
+except FatalError as exc:
+    LOADED, PROBLEM = None, exc
+    UNREPORTED.append(exc)
+    atexit.register(report_the_rest)
+
+if LOADED is not None:
+    # Children that nox starts for parallel sessions (-j) load this file again:
+    # they must join this run, not start their own.
+    os.environ["FTMATRIX_RUN_ID"] = LOADED.settings.run_id
+    BY_LABEL = {cell.label: cell for cell in LOADED.selected}
+    # Parameters are labels, not Cell objects: nox's parallel mode hands them to
+    # child processes as JSON.
+    # A cell that takes the host's packages gets its venv from the host interpreter.
+    CELLS = [
+        nox.param(
+            venv_interpreter(LOADED.matrix.install, os.environ, cell.python),
+            cell.label,
+            id=cell.label,
+        )
+        for cell in LOADED.selected
+    ]
+    PROGRESS = Progress(len(LOADED.selected), sys.stdout, live=sys.stdout.isatty())
+else:
+    BY_LABEL = {}
+    CELLS = [nox.param(current_python(), "invalid-matrix", id="invalid-matrix")]
+
+
+@nox.session(reuse_venv=True, tags=["matrix"], allow_parallel=True)
+@nox.parametrize(["python", "cell"], CELLS)
+def matrix(session: nox.Session, cell: str) -> None:
+    """Build one cell's environment and run every case in it; the report follows.
+
+    Arguments after ``--`` go to pytest: case node ids (relative to the cases
+    folder) select cases, options are passed through.
+    """
+    if LOADED is None:
+        # As `python -m ftmatrix run`: the message once, the kind's exit code.
+        assert PROBLEM is not None
+        UNREPORTED.clear()
+        print(PROBLEM.describe(), file=sys.stderr)
+        fail_as_cli(session, "matrix", PROBLEM.return_code)
+    try:
+        run_matrix_cell(session, LOADED, BY_LABEL[cell])
+    except FatalError as exc:  # in one cell (no GPU to lease, no host to ask): the others run
+        session.error(exc.describe())
+
+
+def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
+    """The matrix session's body, for one cell."""
+    selection = tuple(a for a in session.posargs if not a.startswith("-"))
+    options = tuple(a for a in session.posargs if a.startswith("-"))
+    hardware = next(h for h in loaded.matrix.hardware if h.name == cell.hardware)
+    context = CellContext(
+        run_id=loaded.settings.run_id,
+        out_dir=loaded.settings.out,
+        cases_dir=loaded.settings.cases,
+        case_selection=selection or loaded.matrix.cases,
+        install=loaded.matrix.install,
+        hardware_class=hardware,
+        env=dict(os.environ),
+        runner_labels=loaded.settings.runner_labels,
+        pytest_args=options,
+        timeouts=loaded.matrix.timeouts,
+        limits=loaded.matrix.limits,
+        resume=loaded.settings.resume,
+        reuse_days=loaded.reuse_days,
+    )
+    venv_python = Path(session.bin) / "python"
+    write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)
+    records = run_cell(cell, venv_python, context, log=session.log, progress=PROGRESS)
+    PROGRESS.close()
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status.value] = counts.get(record.status.value, 0) + 1
+    session.log(f"{cell.label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    try:
+        session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
+    except ValueError:
+        # Under `nox -j`, each session runs in a child that cannot queue another;
+        # `nox -j auto -s matrix report` runs the report after the cells instead.
+        session.log("parallel run: the report session runs after the cells when named")
+
+
+def run_cli(session: nox.Session, command: str) -> None:
+    """``python -m ftmatrix COMMAND`` with the session's arguments, in this process."""
+    code = main([command, *session.posargs], root=ROOT)
+    if code != ExitCode.OK:
+        fail_as_cli(session, command, code)
+
+
+def fail_as_cli(session: nox.Session, command: str, code: int) -> NoReturn:
+    """End the session as the subcommand ended, its message already printed.
+
+    A fatal error's code ends nox itself, so `nox -s plan` exits as `python -m
+    ftmatrix plan` does (nox says 1 for any failed session).
+    """
+    if code == ExitCode.FAILED:
+        session.error(f"{command} ended with exit code {code}")
+    session.log(f"Session {session.name} failed: {command} ended with exit code {code}")
+    sys.exit(code)
+
+
+@nox.session(python=False)
+def plan(session: nox.Session) -> None:
+    """Print the cells and whether each installs; ``-- --json`` for machines, ``--no-resolve``.
+
+    Runs `python -m ftmatrix plan`: a pin the index never had is a config error here too.
+    """
+    UNREPORTED.clear()  # the plan meets the matrix's problem again, and prints it
+    run_cli(session, "plan")
+
+
+@nox.session(python=False)
+def report(session: nox.Session) -> None:
+    """Build reports/index.html, summary.md and results.json from whatever records exist."""
+    run_cli(session, "report")
+
+
+@nox.session(python=False)
+def bisect(session: nox.Session) -> None:
+    """Find the first bad release.
+
+    ``nox -s bisect -- --case ID --axis PKG --good V1 --bad V2 [--pins PKG==V ...]``
+    """
+    run_cli(session, "bisect")
+
+
+@nox.session(python=False)
+def autobisect(session: nox.Session) -> None:
+    """Bisect the new failures whose neighbour cell passes, within matrix.yaml's bisect.budget.
+
+    Run after ``nox -s matrix``; ``-- --dry-run`` only prints the choice, ``--budget N``
+    overrides the budget. Findings go to the history; ``nox -s report`` shows them.
+    """
+    run_cli(session, "autobisect")
+
+
+@nox.session(python=False)
+def wheelhouse(session: nox.Session) -> None:
+    """Download the wheels the selected cells need, for an offline runner.
+
+    ``nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 DIR``
+    (``--host-packages FREEZE`` where install.system-packages takes the host's).
+    """
+    run_cli(session, "wheelhouse")

@@ -1,0 +1,96 @@
+"""DPO: trl's DPOTrainer steps on a tiny preference set.
+
+Contracts, on the evaluation set before any step (policy equals reference): the
+loss is log 2, and the mean chosen and rejected log-probs the trainer reports equal
+the summed token log-probs of the completions from our own forward pass over the
+tokens the trainer prepared (whose completion part must be the completion's text).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PREFERENCES = [
+    {"prompt": "what is two plus two ?", "chosen": " the answer is four", "rejected": " one"},
+    {"prompt": "hello", "chosen": " world good morning", "rejected": " the lazy dog"},
+    {"prompt": "one two three", "chosen": " four five six", "rejected": " nine ten"},
+    {"prompt": "the quick brown", "chosen": " fox jumps", "rejected": " answer is"},
+]
+LOGPS_TOLERANCE = 1e-3  # a mean of sums of a handful of float32 log-probs
+
+
+def eval_metric(trainer: Any, metrics: dict[str, Any], name: str) -> float:
+    """An evaluation metric, from what evaluate() returned or, failing that, the log."""
+    if name in metrics:
+        return float(metrics[name])
+    logged = [e[name] for e in trainer.state.log_history if name in e]
+    assert logged, f"the trainer reported no {name} (reported: {sorted(metrics)})"
+    return float(logged[-1])
+
+
+def reference_logps(trainer: Any, model: Any, tokenizer: Any) -> dict[str, float]:
+    """Mean summed log-prob of the chosen and of the rejected completions, by our own forward."""
+    from _compat import preference_sequences
+    from _contracts import ContractError, contract_message, sequence_log_prob
+
+    eos = tokenizer.eos_token_id
+    sums: dict[str, list[float]] = {"chosen": [], "rejected": []}
+    for row, raw in zip(trainer.eval_dataset, PREFERENCES, strict=True):
+        for side, values in sums.items():
+            ids, start = preference_sequences(row, side)
+            text_ids = tokenizer(raw[side], add_special_tokens=False)["input_ids"]
+            completion = ids[start:]
+            if completion not in (text_ids, [*text_ids, eos]):
+                raise ContractError(
+                    contract_message(f"DPO {side} completion tokens", completion, text_ids, 0)
+                )
+            values.append(sequence_log_prob(model, ids, start))
+    return {side: sum(values) / len(values) for side, values in sums.items()}
+
+
+@pytest.mark.operation("dpo")
+@pytest.mark.requires_packages(trl=">=0.7")  # before DPOConfig (0.9): TrainingArguments + beta=
+def test_dpo_two_steps(tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any):
+    from trl import DPOTrainer
+
+    run_dpo_two_steps(DPOTrainer, tiny_model, tokenizer, tmp_path, record_property)
+
+
+def run_dpo_two_steps(
+    trainer_class: type, model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    """The case: the evaluation contracts, then two DPO steps that move the weights."""
+    from _compat import dpo_arguments, tokenizer_argument
+    from _contracts import check_close
+    from _train import train_and_check
+    from datasets import Dataset
+
+    trainer = trainer_class(
+        model=model,
+        train_dataset=Dataset.from_list(PREFERENCES * 2),
+        # The whole evaluation set in one batch: the reported means are over every row.
+        eval_dataset=Dataset.from_list(PREFERENCES),
+        **dpo_arguments(str(tmp_path), per_device_eval_batch_size=len(PREFERENCES)),
+        **tokenizer_argument(trainer_class, tokenizer),
+    )
+    metrics = trainer.evaluate()
+    trainer.model.eval()
+    reference = reference_logps(trainer, trainer.model, tokenizer)
+    eval_loss = eval_metric(trainer, metrics, "eval_loss")
+    record_property("eval_loss", eval_loss)
+    # Before any step the policy equals the reference: the DPO loss is log(2).
+    check_close("DPO loss before any step", eval_loss, math.log(2), 1e-3)
+    for side in ("chosen", "rejected"):
+        trainer_value = eval_metric(trainer, metrics, f"eval_logps/{side}")
+        record_property(f"logps_{side}", trainer_value)
+        record_property(f"reference_logps_{side}", reference[side])
+        check_close(f"DPO mean {side} log-prob", trainer_value, reference[side], LOGPS_TOLERANCE)
+    trainer.model.train()
+
+    trained = train_and_check(trainer, record_property, steps=2)
+    # Before any step the policy equals the reference: the first DPO loss is log(2).
+    check_close("DPO loss of the first step", trained.losses[0], math.log(2), 1e-3)

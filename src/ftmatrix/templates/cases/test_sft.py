@@ -1,0 +1,139 @@
+"""SFT: trl's SFTTrainer, two optimizer steps on a tiny random Llama.
+
+Contracts: the trainer's loss on a batch equals our own next-token cross-entropy
+(plain), and the labels of a batch are -100 exactly where padding or a prompt is
+(every variant; with packing, the first token of a packed sequence may be either).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _compat import family_param
+from _tiny import FAMILIES
+
+# (prompt, completion) rows for the completion-only variant. Each prompt ends with the
+# response template older trl's collator looks for ("assistant:"), and no prompt is
+# part of another, so each batch row shows which prompt it holds.
+PROMPT_COMPLETIONS = [
+    ("user: what is two plus two ? assistant:", " the answer is four"),
+    ("user: hello world assistant:", " good morning and good night"),
+    ("user: one two three assistant:", " four five six seven"),
+    ("user: the quick brown fox assistant:", " jumps over the lazy dog"),
+]
+
+
+def next_token_loss(model: Any, batch: Any) -> float:
+    """Mean cross-entropy of each next token, over the positions the labels keep."""
+    import torch
+
+    labels = batch["labels"] if "labels" in batch else batch["input_ids"]
+    kwargs = {"attention_mask": batch["attention_mask"]} if "attention_mask" in batch else {}
+    logits = model(input_ids=batch["input_ids"], **kwargs).logits
+    shifted_logits = logits[:, :-1, :].reshape(-1, logits.size(-1))
+    shifted_labels = labels[:, 1:].reshape(-1)
+    return float(
+        torch.nn.functional.cross_entropy(shifted_logits, shifted_labels, ignore_index=-100)
+    )
+
+
+def check_batch_labels(batch: Any, tokenizer: Any, prompts: list[str]) -> dict[str, int]:
+    """Each row's labels are its tokens, with -100 exactly on padding and on its prompt.
+
+    Returns the metrics: positions checked and positions ignored.
+    """
+    from _contracts import check_labels, expected_labels, find_prefix
+
+    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    input_ids = batch["input_ids"].tolist()
+    labels = (batch["labels"] if "labels" in batch else batch["input_ids"]).tolist()
+    positions = batch["position_ids"].tolist() if "position_ids" in batch else None
+    checked = ignored = 0
+    for row, (ids, row_labels) in enumerate(zip(input_ids, labels, strict=True)):
+        held = [p for p in prompt_ids if any(find_prefix(ids, p, i) for i in range(len(ids)))]
+        # A row that holds none of the prompts fails, naming the row and the first prompt.
+        expected = expected_labels(
+            ids, pad_token_id=tokenizer.pad_token_id, prompts=held[:1] or prompt_ids[:1]
+        )
+        starts = [i for i, p in enumerate(positions[row]) if p == 0] if positions else []
+        ignored += check_labels(
+            f"labels of batch row {row}", row_labels, expected, may_ignore=starts
+        )
+        checked += len(ids)
+    return {"label_positions": checked, "label_positions_ignored": ignored}
+
+
+VARIANTS = {
+    "plain": {},
+    "packing": {"packing": True},
+    "grad-checkpointing": {"gradient_checkpointing": True},
+    "completion-only": {},
+}
+
+
+@pytest.mark.operation("sft")
+@pytest.mark.requires_packages(trl=">=0.7")  # before SFTConfig (0.9): TrainingArguments + keywords
+@pytest.mark.parametrize(
+    ("variant", "family"),
+    [family_param(f, "plain", f) for f in FAMILIES]
+    + [(v, "llama") for v in sorted(VARIANTS) if v != "plain"],
+)
+def test_sft_two_steps(
+    variant: str, family: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+):
+    from trl import SFTTrainer
+
+    run_sft_two_steps(SFTTrainer, variant, tiny_model, tokenizer, tmp_path, record_property)
+
+
+def run_sft_two_steps(
+    trainer_class: type,
+    variant: str,
+    model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    record_property: Any,
+) -> None:
+    """The case: the label contract, the loss contract (plain), two steps that move weights."""
+    import torch
+    from _compat import completion_only_sft, sft_arguments, tokenizer_argument
+    from _tiny import CORPUS
+    from _train import train_and_check
+    from datasets import Dataset
+
+    rows: list[dict[str, str]] = [{"text": line} for line in CORPUS * 4]
+    settings: dict[str, Any] = dict(VARIANTS[variant])
+    extra: dict[str, Any] = {}
+    prompts: list[str] = []
+    if variant == "completion-only":
+        rows, settings, extra = completion_only_sft(tokenizer, PROMPT_COMPLETIONS * 2)
+        prompts = [p for p, _ in PROMPT_COMPLETIONS]
+    trainer = trainer_class(
+        model=model,
+        train_dataset=Dataset.from_list(rows),
+        **sft_arguments(str(tmp_path), max_length=32, max_steps=2, **settings),
+        **extra,
+        **tokenizer_argument(trainer_class, tokenizer),
+    )
+    batch = next(iter(trainer.get_train_dataloader()))
+    # Silent breakage: a prompt trained on, padding learned, a label shift.
+    for name, value in check_batch_labels(batch, tokenizer, prompts).items():
+        record_property(name, value)
+    if variant == "plain":
+        # Silent breakage: the loss the trainer computes on a batch must be the plain
+        # next-token cross-entropy we compute ourselves from the same model's logits.
+        # (Packed batches attend within each packed sequence only: no simple reference.)
+        trainer.model.eval()
+        with torch.no_grad():
+            trainer_loss = float(trainer.compute_loss(trainer.model, dict(batch)))
+            reference_loss = next_token_loss(trainer.model, batch)
+        trainer.model.train()
+        record_property("trainer_loss", trainer_loss)
+        record_property("reference_loss", reference_loss)
+        from _contracts import check_close
+
+        check_close("SFT loss on the first batch", trainer_loss, reference_loss, 1e-4)
+
+    train_and_check(trainer, record_property, steps=2, loss="mean")

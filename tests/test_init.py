@@ -1,0 +1,256 @@
+"""`ftmatrix init`: what it writes, what it refuses, and that what it writes is valid.
+
+The example cases it ships are this repository's own cases and helpers, byte for byte
+(their passing in a real cell is tests/test_package.py's); the reusable workflow is
+ci/workflows/ftmatrix.yml, byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ftmatrix import __version__
+from ftmatrix.cli import main
+from ftmatrix.config import load_matrix
+from ftmatrix.errors import ExitCode, UsageError
+from ftmatrix.init import (
+    HELPERS,
+    NIGHTLY,
+    OPERATIONS,
+    REUSABLE,
+    AxisRequest,
+    parse_operations,
+    parse_package,
+    scaffold,
+)
+from ftmatrix.runner import cell_env, plugin_root
+
+ROOT = Path(__file__).parent.parent
+TEMPLATES = ROOT / "src" / "ftmatrix" / "templates"
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name) or str(Path(sys.executable).parent / name)
+    if not Path(found).exists():
+        pytest.fail(f"{name} is not installed: it is in the test extra of pyproject.toml")
+    return found
+
+
+@pytest.mark.parametrize(
+    "name", sorted({*HELPERS, *(case for case, _ in OPERATIONS.values())} - {"test_import.py"})
+)
+def test_the_shipped_cases_are_this_repositorys_own(name: str):
+    assert (TEMPLATES / "cases" / name).read_bytes() == (ROOT / "cases" / name).read_bytes()
+
+
+def test_the_shipped_reusable_workflow_is_the_ci_one():
+    shipped = (TEMPLATES / "ftmatrix.yml").read_bytes()
+    assert shipped == (ROOT / "ci" / "workflows" / "ftmatrix.yml").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("trl", AxisRequest(package="trl", selector=("latest", 2))),
+        ("trl=latest:3", AxisRequest(package="trl", selector=("latest", 3))),
+        (
+            "transformers=latest-minor:2",
+            AxisRequest(package="transformers", selector=("latest-minor", 2)),
+        ),
+        ("peft=0.17.1,0.18.1", AxisRequest(package="peft", versions=("0.17.1", "0.18.1"))),
+        ("vllm=none,0.32.0", AxisRequest(package="vllm", versions=("none", "0.32.0"))),
+    ],
+)
+def test_package_forms(text: str, expected: AxisRequest):
+    assert parse_package(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("to rch", "init: package 'to rch': 'to rch' is not a package name"),
+        ("=1.0", "init: package '=1.0': '' is not a package name"),
+        ("trl=latest:x", "init: package 'trl=latest:x': 'latest:x' is neither a version"),
+        ("trl=latest:0", "init: package 'trl=latest:0': 'latest:0' is neither a version"),
+        ("peft=0.17.1,banana", "init: package 'peft=0.17.1,banana': 'banana' is neither"),
+    ],
+)
+def test_a_bad_package_names_the_value_and_the_forms(text: str, message: str):
+    with pytest.raises(UsageError) as raised:
+        parse_package(text)
+    assert str(raised.value).startswith(message)
+    assert "NAME=latest:N" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_operations_are_split_on_commas_and_checked():
+    assert parse_operations(["sft,lora", "dpo", "sft"]) == ("sft", "lora", "dpo")
+    assert parse_operations([]) == ("import",)
+    with pytest.raises(
+        UsageError,
+        match=r"--operation 'vllm': no example for it; choose from dpo, grpo, import, lora, sft",
+    ):
+        parse_operations(["sft,vllm"])
+
+
+def test_the_matrix_it_writes_loads_with_the_axes_and_what_the_cases_need(tmp_path: Path):
+    planned = scaffold(
+        [parse_package("trl=latest:3"), parse_package("peft=0.17.1,0.18.1")], ["sft", "lora"]
+    )
+    (tmp_path / "matrix.yaml").write_text(planned["matrix.yaml"])
+    matrix = load_matrix(tmp_path / "matrix.yaml", default_python="3.11")
+    axes = {a.package: a for a in matrix.packages}
+    assert axes["trl"].selector is not None and axes["trl"].selector.latest == 3
+    assert axes["peft"].versions == ("0.17.1", "0.18.1")
+    # sft needs the training stack, lora needs peft (an axis already): the rest is support.
+    assert sorted(matrix.support) == ["accelerate", "datasets", "torch", "transformers"]
+    assert [h.name for h in matrix.hardware] == ["cpu"]
+    assert sorted(p for p in planned if p.startswith("cases/")) == sorted(
+        ["cases/test_sft.py", "cases/test_lora.py", *(f"cases/{h}" for h in HELPERS)]
+    )
+
+
+def test_the_import_case_lists_the_packages_named():
+    planned = scaffold([parse_package("torch=2.13.0"), parse_package("Flash-Attn")], ["import"])
+    assert 'DISTRIBUTIONS = ["torch", "Flash-Attn"]\n' in planned["cases/test_import.py"]
+    assert "support" not in planned["matrix.yaml"]  # importing needs nothing besides the axes
+
+
+def test_a_package_named_twice_is_a_usage_error():
+    with pytest.raises(UsageError, match="init: package 'peft' is named twice"):
+        scaffold([parse_package("peft"), parse_package("PEFT=0.18.1")], ["import"])
+
+
+def test_init_writes_every_file_then_refuses_to_overwrite_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    args = [
+        "init",
+        "trl",
+        "transformers=latest-minor:2",
+        "--operation",
+        "sft",
+        "--dir",
+        str(tmp_path),
+    ]
+    assert main(args) == ExitCode.OK
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == sorted(
+        [
+            "matrix.yaml",
+            "noxfile.py",
+            REUSABLE,
+            NIGHTLY,
+            "cases/test_sft.py",
+            *(f"cases/{h}" for h in HELPERS),
+        ]
+    )
+    capsys.readouterr()
+    (tmp_path / "matrix.yaml").write_text("# mine\n")
+    (tmp_path / "cases" / "test_sft.py").unlink()
+    assert main(args) == ExitCode.USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"ftmatrix: init: 9 files already exist in {tmp_path}; nothing was written "
+        "(--force overwrites them):"
+    )
+    assert "  - matrix.yaml" in err and f"  - {NIGHTLY}" in err
+    assert "  - noxfile.py (or add `from ftmatrix.sessions import *` to yours)" in err
+    assert "  - cases/test_sft.py" not in err
+    assert (tmp_path / "matrix.yaml").read_text() == "# mine\n"  # nothing written
+    assert not (tmp_path / "cases" / "test_sft.py").exists()
+    assert main([*args, "--force"]) == ExitCode.OK
+    assert (tmp_path / "cases" / "test_sft.py").exists()
+    assert (tmp_path / "matrix.yaml").read_text() != "# mine\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "first_line"),
+    [
+        (["init"], "ftmatrix: init: name at least one package"),
+        (["init", "tr l"], "ftmatrix: init: package 'tr l': 'tr l' is not a package name"),
+        (["init", "trl", "--operation", "rlhf"], "ftmatrix: init: --operation 'rlhf': no example"),
+        (
+            ["init", "trl", "--dir", "/nonexistent/repo"],
+            "ftmatrix: init: --dir '/nonexistent/repo': no such folder",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_from_the_real_command(
+    args: list[str], first_line: str, tmp_path: Path
+):
+    done = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == ExitCode.USAGE
+    assert done.stderr.startswith(first_line), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_workflows_it_writes_are_valid_and_call_the_reusable_one(tmp_path: Path):
+    planned = scaffold([parse_package("trl")], ["import"])
+    nightly = yaml.safe_load(planned[NIGHTLY])
+    (job,) = nightly["jobs"].values()
+    assert job["uses"] == f"./{REUSABLE}"
+    assert job["with"]["ftmatrix"] == f"ftmatrix=={__version__}"
+    reusable = yaml.safe_load(planned[REUSABLE])
+    assert set(job["with"]) <= set(reusable[True]["workflow_call"]["inputs"])
+    assert len(planned[NIGHTLY].splitlines()) <= 20
+    paths = []
+    for name in (NIGHTLY, REUSABLE):
+        path = tmp_path / Path(name).name
+        path.write_text(planned[name])
+        paths.append(str(path))
+    for command in (
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *paths],
+        [tool("zizmor"), "--offline", "--min-severity", "medium", *paths],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_noxfile_it_writes_lists_the_sessions_of_the_folder(tmp_path: Path):
+    """The scaffolded noxfile plans the matrix beside it, not this repository's."""
+    planned = scaffold([parse_package("six=1.16.0,1.17.0")], ["import"])
+    for name in ("matrix.yaml", "noxfile.py"):
+        (tmp_path / name).write_text(planned[name])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
+    listed = subprocess.run(
+        [sys.executable, "-m", "nox", "-l"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    sessions = [line.split()[1] for line in listed.stdout.splitlines() if line.startswith("* ")]
+    labels = [s for s in sessions if s.startswith("matrix(")]
+    assert [label.split("-")[-1] for label in labels] == ["six1.16.0)", "six1.17.0)"]
+    assert {"plan", "report", "bisect"} <= {
+        line.split()[1]
+        for line in (listed.stdout + listed.stderr).splitlines()
+        if line[:2] in ("* ", "- ")
+    }
+
+
+def test_a_cells_path_holds_only_the_plugin_never_where_ftmatrix_is_installed():
+    path = cell_env({"PYTHONPATH": "/mine"})["PYTHONPATH"].split(os.pathsep)
+    installed = str(Path(__import__("ftmatrix").__file__).resolve().parent.parent)
+    assert path == [str(plugin_root()), "/mine"]
+    assert installed not in path
+    copied = sorted(str(p.relative_to(plugin_root())) for p in plugin_root().rglob("*.py"))
+    cell = sorted(p.name for p in (ROOT / "src" / "ftmatrix" / "cell").glob("*.py"))
+    assert copied == ["ftmatrix/__init__.py", *(f"ftmatrix/cell/{n}" for n in cell)]
