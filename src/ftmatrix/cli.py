@@ -917,6 +917,9 @@ def main(
         return exc.return_code
 
 
+Handler = Callable[[argparse.Namespace, list[str], Mapping[str, str], Path, datetime], int]
+
+
 def dispatch(
     args: argparse.Namespace,
     extra: list[str],
@@ -926,56 +929,76 @@ def dispatch(
     now: datetime,
 ) -> int:
     """Run one subcommand; fatal errors propagate to :func:`main`."""
-    if args.command == "check":
-        return run_check(args, extra)
-    if args.command == "report":
-        settings = Settings.from_env(env, root=root, now=now)
-        merged = merge_outputs(settings.out)
-        grid = render_report(
-            settings.out,
-            now=now,
-            problems=merged.problems,
-            known_issues=known_issues_file(settings),
-        )
-        print(
-            f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
-            f"{len(grid.rows)} cells)"
-        )
+    handlers: dict[str, Handler] = {
+        "check": lambda a, x, e, r, n: run_check(a, x),
+        "init": lambda a, x, e, r, n: _init(a),
+        "bisect": lambda a, x, e, r, n: _bisect(a, e, root=r, now=n),
+        "autobisect": lambda a, x, e, r, n: _autobisect(a, e, root=r, now=n),
+        "wheelhouse": lambda a, x, e, r, n: _wheelhouse(a, e, root=r, now=n),
+        "report": _report,
+        "ci-matrix": _ci_matrix,
+        "plan": _plan,
+        "run": _run,
+    }
+    return handlers[args.command](args, extra, env, root, now)
+
+
+def _report(
+    args: argparse.Namespace, extra: list[str], env: Mapping[str, str], root: Path, now: datetime
+) -> int:
+    settings = Settings.from_env(env, root=root, now=now)
+    merged = merge_outputs(settings.out)
+    grid = render_report(
+        settings.out,
+        now=now,
+        problems=merged.problems,
+        known_issues=known_issues_file(settings),
+    )
+    print(
+        f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
+        f"{len(grid.rows)} cells)"
+    )
+    return ExitCode.OK
+
+
+def _ci_matrix(
+    args: argparse.Namespace, extra: list[str], env: Mapping[str, str], root: Path, now: datetime
+) -> int:
+    loaded = load(env, root=root, now=now)
+    reused = carry_reused(loaded, env, now=now, log=sys.stderr)
+    jobs = ci_matrix(loaded, args.cells_per_shard, reused)
+    print(f"matrix={json.dumps(jobs)}")
+    print(f"bisect={json.dumps(bisect_jobs(loaded, jobs))}")
+    print(f"run-id={loaded.settings.run_id}")
+    return ExitCode.OK
+
+
+def _plan(
+    args: argparse.Namespace, extra: list[str], env: Mapping[str, str], root: Path, now: datetime
+) -> int:
+    # The plan asks the index anyway: a pin it never had is a config error here.
+    resolve = not args.no_resolve
+    loaded = load(env, root=root, now=now, select=args.select, resolve=resolve, check=resolve)
+    if args.json:
+        print(json.dumps(plan_json(loaded, env, now=now), indent=2))
         return ExitCode.OK
-    if args.command == "init":
-        return _init(args)
-    if args.command in ("bisect", "autobisect", "wheelhouse"):
-        handler = {"bisect": _bisect, "autobisect": _autobisect, "wheelhouse": _wheelhouse}
-        return handler[args.command](args, env, root=root, now=now)
-    if args.command == "ci-matrix":
-        loaded = load(env, root=root, now=now)
-        reused = carry_reused(loaded, env, now=now, log=sys.stderr)
-        jobs = ci_matrix(loaded, args.cells_per_shard, reused)
-        print(f"matrix={json.dumps(jobs)}")
-        print(f"bisect={json.dumps(bisect_jobs(loaded, jobs))}")
-        print(f"run-id={loaded.settings.run_id}")
-        return ExitCode.OK
-    if args.command == "plan":
-        # The plan asks the index anyway: a pin it never had is a config error here.
-        resolve = not args.no_resolve
-        loaded = load(env, root=root, now=now, select=args.select, resolve=resolve, check=resolve)
-        if args.json:
-            print(json.dumps(plan_json(loaded, env, now=now), indent=2))
-        else:
-            resolutions = (
-                None
-                if args.no_resolve
-                else resolve_cells(
-                    loaded.selected, loaded.matrix.install, env, loaded.matrix.limits
-                )
-            )
-            decisions = (
-                plan_reuse(loaded, resolutions, now=now)
-                if resolutions is not None and loaded.reuse_days
-                else None
-            )
-            print_plan(loaded, sys.stdout, resolutions, decisions)
-        return ExitCode.OK
+    resolutions = (
+        None
+        if args.no_resolve
+        else resolve_cells(loaded.selected, loaded.matrix.install, env, loaded.matrix.limits)
+    )
+    decisions = (
+        plan_reuse(loaded, resolutions, now=now)
+        if resolutions is not None and loaded.reuse_days
+        else None
+    )
+    print_plan(loaded, sys.stdout, resolutions, decisions)
+    return ExitCode.OK
+
+
+def _run(
+    args: argparse.Namespace, extra: list[str], env: Mapping[str, str], root: Path, now: datetime
+) -> int:
     loaded = load(env, root=root, now=now, select=args.select)
     if extra and extra[0] == "--":
         extra = extra[1:]
