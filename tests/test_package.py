@@ -46,6 +46,7 @@ def test_the_readme_shows_install_init_run_report_and_the_nightly_init_writes():
         ["ftmatrix", "init"],
         ["ftmatrix", "run"],
         ["nox", "-s"],
+        ["ftmatrix", "check"],
     ]
     workflow = re.search(r"```yaml\n(.*?)```", SECTION, re.DOTALL)
     assert workflow, "README must show the nightly that calls the reusable workflow"
@@ -131,8 +132,13 @@ def test_the_wheel_installs_and_runs_the_readme_in_another_repository(tmp_path: 
     assert (repo / ".nox").is_dir()
     assert not list((venv / "lib").rglob("site-packages/ftmatrix/.nox"))
 
-    # `ftmatrix check` against the results (#17 item 4) is added here after the merge:
-    # ftmatrix check --operation lora --hardware cpu, with reports/results.json.
+    # `ftmatrix check`: a stack pinned as one of the cells (its venv's own freeze) passes lora.
+    cell_python = next((repo / ".nox").glob("*/bin/python"))
+    freeze = run([uv, "pip", "freeze", "--python", str(cell_python)], repo).stdout
+    (repo / "requirements.txt").write_text(freeze)
+    checked = run(shlex.split(commands[3]), repo)  # ftmatrix check ...
+    assert "lora on cpu: pass: " in checked.stdout, checked.stdout
+    assert "(your versions)" in checked.stdout, checked.stdout
 
 
 def test_run_uses_the_folders_noxfile_only_where_it_imports_the_sessions(tmp_path: Path):
