@@ -305,3 +305,23 @@ def test_the_readme_examples_print_what_they_show(command: str, output: str, sta
         check=False,
     )
     assert (done.stdout, done.returncode) == (output, status), done.stderr
+
+
+def test_a_reader_that_goes_away_is_not_a_traceback(tmp_path: Path):
+    """`ftmatrix check --json | head`: the pipe closes early; no traceback, exit 141."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ftmatrix", "check", "--json", "--results", str(RESULTS)]
+        + ["--freeze", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    process.stdout.close()  # the reader is gone before check writes (it waits for stdin)
+    process.stdin.write(FAILING_STACK.encode())
+    process.stdin.close()
+    assert process.wait(timeout=120) == 141
+    assert process.stderr.read().decode() == ""

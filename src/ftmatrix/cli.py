@@ -911,10 +911,21 @@ def main(
     if getattr(args, "no_reuse", False):
         env["FTMATRIX_REUSE"] = "0"
     try:
-        return dispatch(args, extra, env, root=root or Path.cwd(), now=datetime.now(UTC))
+        code = dispatch(args, extra, env, root=root or Path.cwd(), now=datetime.now(UTC))
+        sys.stdout.flush()  # here, not at exit: a closed pipe is met where it is handled
     except FatalError as exc:
         print(exc.describe(), file=sys.stderr)
         return exc.return_code
+    except BrokenPipeError:
+        # The reader went away (`ftmatrix check --json | head`): not an error of ours.
+        # Python's own recipe: send what is still buffered to devnull, exit as a shell
+        # reports a program ended by SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+    return code
+
+
+BROKEN_PIPE = 128 + 13  # as `sh` reports a program ended by SIGPIPE
 
 
 Handler = Callable[[argparse.Namespace, list[str], Mapping[str, str], Path, datetime], int]
