@@ -49,7 +49,7 @@ from ftmatrix.plan import (
 )
 from ftmatrix.report.render import INSTALLABILITY_FILE, render_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
-from ftmatrix.reuse import CellKey, Decision, decide, newest_hardware_of_class
+from ftmatrix.reuse import CellKey, Decision, EarlierRun, decide, newest_hardware_of_class
 from ftmatrix.runner import (
     RETRY_DELAYS,
     TRANSIENT,
@@ -252,26 +252,35 @@ def plan_json(
     }
 
 
+def earlier_runs_of(loaded: Loaded) -> dict[str, EarlierRun]:
+    """Each selected cell's newest run in the history before tonight's ({} with reuse off)."""
+    if not loaded.reuse_days:
+        return {}
+    return earlier_runs(
+        loaded.settings.out / "history.sqlite",
+        cell_ids=[c.id for c in loaded.selected],
+        excluding=loaded.settings.run_id,
+    )
+
+
 def plan_reuse(
-    loaded: Loaded, resolutions: Sequence[Resolution], *, now: datetime
+    loaded: Loaded,
+    resolutions: Sequence[Resolution],
+    *,
+    now: datetime,
+    earlier: Mapping[str, EarlierRun] | None = None,
 ) -> list[Decision]:
     """Whether each selected cell will run or reuse its newest results, and why it runs.
 
     Tonight's lock is the plan's resolution and the cases are on disk; the machine is
     not (the plan runs elsewhere), so each hardware class stands for the newest
     fingerprint its runners recorded (``reuse.newest_hardware_of_class``). The runner
-    re-checks its own fingerprint before it reuses anything.
+    re-checks its own fingerprint before it reuses anything. ``earlier``: the history's
+    runs where the caller read them already (:func:`earlier_runs_of`).
     """
     settings, matrix = loaded.settings, loaded.matrix
-    earlier = (
-        earlier_runs(
-            settings.out / "history.sqlite",
-            cell_ids=[c.id for c in loaded.selected],
-            excluding=settings.run_id,
-        )
-        if loaded.reuse_days
-        else {}
-    )
+    if earlier is None:
+        earlier = earlier_runs_of(loaded)
     hardware = newest_hardware_of_class(earlier.values())
     selection = (
         cases_id(settings.cases, matrix.cases, judging((), matrix.timeouts, matrix.limits))
@@ -399,12 +408,8 @@ def carry_reused(
         return frozenset()
     matrix, settings = loaded.matrix, loaded.settings
     resolutions = resolve_cells(loaded.selected, matrix.install, env, matrix.limits)
-    decisions = plan_reuse(loaded, resolutions, now=now)
-    earlier = earlier_runs(
-        settings.out / "history.sqlite",
-        cell_ids=[c.id for c, d in zip(loaded.selected, decisions, strict=True) if d.reuse],
-        excluding=settings.run_id,
-    )
+    earlier = earlier_runs_of(loaded)  # read once: for the decisions and the records
+    decisions = plan_reuse(loaded, resolutions, now=now, earlier=earlier)
     reused = set()
     for cell, resolution, decision in zip(loaded.selected, resolutions, decisions, strict=True):
         log.write(f"{cell.label}: {decision.describe()}\n")

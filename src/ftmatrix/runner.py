@@ -139,12 +139,13 @@ def _run_cell(
     if not ctx.resume:
         files.clear()
 
-    gap = hardware_class_gap(ctx.hardware_class, probe_hardware(ctx.env))
+    fingerprint = probe_hardware(ctx.env)  # once: the gate, the reuse key and the lease
+    gap = hardware_class_gap(ctx.hardware_class, fingerprint)
     if gap:
         log(f"[ftmatrix] {cell.label}: skip: {gap}")
         return _finish_whole_cell(files, cell, ctx, Status.SKIP, started, reason=gap)
 
-    if ctx.resume and _complete_with_its_lock(files, ctx):
+    if ctx.resume and _complete_with_its_lock(files, ctx, fingerprint):
         log(f"[ftmatrix] {cell.label}: complete in run {ctx.run_id}; nothing to resume")
         return CellRecordFile(path).records
 
@@ -162,7 +163,7 @@ def _run_cell(
             files, cell, ctx, resolution.status, started, reason=resolution.reason
         )
 
-    key = cell_key(resolution.lock, ctx)
+    key = cell_key(resolution.lock, ctx, fingerprint)
     state = key.to_dict()
     files.lock.parent.mkdir(parents=True, exist_ok=True)
     files.lock.write_text(resolution.lock, encoding="utf-8")
@@ -187,7 +188,6 @@ def _run_cell(
         cell_info["host_packages"] = stack.visible(installing)
     write_atomically(files.cell_info, json.dumps(cell_info))
     command, targets = pytest_command(venv_python, files.cell_info, path, ctx)
-    fingerprint = probe_hardware(ctx.env)
     with lease_devices(
         ctx.hardware_class.gpus,
         machine_devices(fingerprint, ctx.env),
@@ -300,7 +300,9 @@ def _take_from_host(
     return to_install, stack
 
 
-def _complete_with_its_lock(files: _CellFiles, ctx: CellContext) -> bool:
+def _complete_with_its_lock(
+    files: _CellFiles, ctx: CellContext, fingerprint: Mapping[str, Any]
+) -> bool:
     """Did this run already finish the cell, with the lock it resolved and these cases?
 
     Within one run the cell's lock stands: resuming does not resolve again, so a
@@ -309,17 +311,17 @@ def _complete_with_its_lock(files: _CellFiles, ctx: CellContext) -> bool:
     if not files.lock.exists():
         return False
     lock = files.lock.read_text(encoding="utf-8")
-    return bool(files.done_key() == cell_key(lock, ctx).to_dict())
+    return bool(files.done_key() == cell_key(lock, ctx, fingerprint).to_dict())
 
 
-def cell_key(lock: str, ctx: CellContext) -> CellKey:
+def cell_key(lock: str, ctx: CellContext, fingerprint: Mapping[str, Any]) -> CellKey:
     """What the cell's results depend on tonight: its lock, its cases, this machine."""
     return CellKey(
         lock_id=lock_id(lock),
         cases_id=cases_id(
             ctx.cases_dir, ctx.case_selection, judging(ctx.pytest_args, ctx.timeouts, ctx.limits)
         ),
-        hardware_id=hardware_id(probe_hardware(ctx.env)),
+        hardware_id=hardware_id(fingerprint),
         packages=locked_packages(lock),
     )
 

@@ -202,15 +202,28 @@ def earlier_runs(
     the records and the reuse key of that run (None where it did not finish the cell)."""
     if not path.exists():
         return {}
-    wanted = None if cell_ids is None else set(cell_ids)
     found: dict[str, EarlierRun] = {}
     with closing(open_store(path)) as connection:
-        newest = connection.execute(
-            "SELECT cell_id, MAX(run_id) FROM records WHERE run_id != ? GROUP BY cell_id",
-            (excluding or "",),
-        ).fetchall()
+        if cell_ids is None:
+            newest = connection.execute(
+                "SELECT cell_id, MAX(run_id) FROM records WHERE run_id != ? GROUP BY cell_id",
+                (excluding or "",),
+            ).fetchall()
+        else:
+            # One index seek per cell (records_by_cell_run), not a scan of the whole history:
+            # the runner asks this for every cell it starts.
+            newest = [
+                (
+                    cell_id,
+                    connection.execute(
+                        "SELECT MAX(run_id) FROM records WHERE cell_id = ? AND run_id != ?",
+                        (cell_id, excluding or ""),
+                    ).fetchone()[0],
+                )
+                for cell_id in sorted(set(cell_ids))
+            ]
         for cell_id, run_id in newest:
-            if wanted is not None and cell_id not in wanted:
+            if run_id is None:
                 continue
             rows = connection.execute(
                 "SELECT data FROM records WHERE cell_id = ? AND run_id = ? ORDER BY case_id",
