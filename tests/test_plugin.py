@@ -64,7 +64,9 @@ def run_cases(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
     return run_plugin(pytester, tmp_path)
 
 
-def run_plugin(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
+def run_plugin(
+    pytester: pytest.Pytester, tmp_path: Path, timeout: float | None = None
+) -> dict[str, dict]:
     """Run pytester's case files with the results plugin; return the records by case name."""
     cell = {
         "run_id": "r1",
@@ -84,6 +86,7 @@ def run_plugin(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
         str(cell_file),
         "--ftmatrix-record",
         str(out),
+        timeout=timeout,
     )
     return {
         json.loads(line)["case"].split("::")[1]: json.loads(line)
@@ -225,3 +228,25 @@ def test_imports_the_first():
     assert out["test_imports_the_first"]["packages"]["twice-installed"] == "1.0"
     assert out["test_needs_the_second"]["status"] == "n/a"
     assert out["test_needs_the_second"]["reason"] == "twice_installed 1.0 is outside >=2"
+
+
+def test_a_megabyte_message_is_recorded_fail_with_its_head_and_tail(
+    pytester: pytest.Pytester, tmp_path: Path
+):
+    """Cleaning a message is linear: a 1 MB message without a space (0.07 s in plain
+    pytest) once spent a case's whole limit in the plugin and was recorded ``timeout``."""
+    pytester.makepyfile(
+        test_cases="""
+def test_huge_message():
+    raise AssertionError("HEAD" + "E" * 2**20 + "TAIL")
+"""
+    )
+    # Quadratic cleaning takes hours on this message: the test fails, never hangs the suite.
+    huge = run_plugin(pytester, tmp_path, timeout=120)["test_huge_message"]
+    assert huge["status"] == "fail"
+    assert huge["message"].startswith("HEAD")
+    for field in ("message", "traceback"):
+        assert "HEAD" in huge[field]
+        assert "TAIL" in huge[field]
+        assert "characters cut ..." in huge[field]
+        assert len(huge[field]) < 70_000

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -305,3 +307,21 @@ def test_real_hybridcache_failures_form_one_group_blamed_on_peft(tmp_path: Path)
         text = (tmp_path / name).read_text()
         assert [p for p in machine if p in text] == [], name
         assert "peft 0.17.1 imports HybridCache" in text, name
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "E" * 2**20,  # one run of path characters without a slash
+        "=/" * 2**19,  # slashes a path may start at, everywhere
+        "/site-packages" * 2**16,
+        "x/lib/python3" * 2**16,
+        "a=/b " * 2**18,
+    ],
+    ids=["no-slash", "slashes", "site-packages", "lib-python", "many-paths"],
+)
+def test_cleaning_a_megabyte_of_text_is_linear(text: str) -> None:
+    """Once quadratic in a run of non-space text (16 kB: 3 s): a megabyte took hours.
+    Linear, it takes well under a second; the subprocess's limit only stops a hang."""
+    script = "import sys; from ftmatrix.cell.signature import clean_paths; clean_paths(sys.stdin.read())"
+    subprocess.run([sys.executable, "-c", script], input=text, text=True, check=True, timeout=60)

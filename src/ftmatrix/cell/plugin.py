@@ -43,6 +43,7 @@ from ftmatrix.cell.records import (
     isolated_cases_path,
     operation_from_path,
     redact,
+    shorten,
     write_atomically,
 )
 from ftmatrix.cell.signature import (
@@ -382,7 +383,7 @@ class _Recorder:
             # As the supervisor records a process that died: how, and no exception.
             fields.update(message=reason, **_texts(failure.traceback, "traceback"))
         elif failure is not None:
-            message = redact(failure.message[:MESSAGE_LIMIT], os.environ) or ""
+            message = redact(shorten(failure.message, MESSAGE_LIMIT), os.environ) or ""
             frame = innermost_framework_frame(failure.filenames, failure.functions)
             # The signature follows the chain to its root, so a break seen through a
             # wrapper (trl's lazy import) and without one is one group.
@@ -391,7 +392,9 @@ class _Recorder:
             )
             root_type = failure.root_type or failure.exception_type
             root_message = clean_paths(
-                unwrap_message(redact(failure.root_message[:MESSAGE_LIMIT], os.environ) or "")
+                unwrap_message(
+                    redact(shorten(failure.root_message, MESSAGE_LIMIT), os.environ) or ""
+                )
             )
             fields.update(
                 exception_type=failure.exception_type,
@@ -602,7 +605,7 @@ def _root_cause(error: BaseException) -> BaseException:
 def _texts(text: str | None, name: str) -> dict[str, str | None]:
     """``name`` with the machine's paths replaced (and secrets redacted), and
     ``raw_<name>`` with the paths kept, where they differ."""
-    raw = redact(text, os.environ)
+    raw = redact(None if text is None else shorten(text), os.environ)
     clean = None if raw is None else clean_paths(raw)
     return {name: clean, f"raw_{name}": raw if raw != clean else None}
 

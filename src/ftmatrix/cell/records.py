@@ -385,6 +385,26 @@ def _clean(text: str | None) -> str | None:
     return None if text is None else clean_paths(text)
 
 
+# What a record keeps of one text: a message or a traceback of megabytes (a case that
+# formats a whole tensor into its error) keeps its head and tail, so the record, the
+# history and the report stay small and every transform over them stays quick.
+TEXT_LIMIT = 64_000
+
+
+def shorten(text: str, limit: int = TEXT_LIMIT) -> str:
+    """``text`` if it has at most ``limit`` characters, else its head and tail around a marker.
+
+    The marker says how many characters were cut; the result has at most ``limit``
+    characters plus the marker's length.
+    """
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut:,} characters cut ...]\n{text[-tail:]}"
+
+
 def _line(record: Record) -> str:
     return json.dumps(record.to_dict(), sort_keys=True, default=str) + "\n"
 

@@ -66,13 +66,18 @@ def unwrap_message(message: str) -> str:
 # A machine's paths, most specific first. Installed packages keep their path inside
 # the environment; the standard library and the cases keep theirs below a name; any
 # other absolute (or ../-relative) path keeps its last part only.
+# Every pattern starts only where a run of path characters starts (the lookbehinds)
+# and has no nested repetition: each is tried once per run, so cleaning is linear in
+# the text's length (a megabyte message without a space included).
 _PATH_CHARS = r"[^\s'\"()<>\[\],:;]"
+_RUN_START = rf"(?<!{_PATH_CHARS})"
 _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(rf"{_PATH_CHARS}*?/(?:site|dist)-packages/"), "<venv>/.../"),
-    (re.compile(rf"{_PATH_CHARS}*?/lib/python\d+(?:\.\d+)?/"), "<python>/"),
-    (re.compile(rf"{_PATH_CHARS}*?/cases/(?={_PATH_CHARS})"), "<cases>/"),
+    (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/(?:site|dist)-packages/"), "<venv>/.../"),
+    (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/lib/python\d+(?:\.\d+)?/"), "<python>/"),
+    (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/cases/(?={_PATH_CHARS})"), "<cases>/"),
     (
-        re.compile(rf"(?<![\w:/.<>-])(?:/|(?:\.\./)+|~/)(?:{_PATH_CHARS}+/)+(?={_PATH_CHARS})"),
+        # Greedy up to the run's last slash that a path character follows.
+        re.compile(rf"(?<![\w:/.<>-])(?:/|(?:\.\./)+|~/){_PATH_CHARS}*/(?={_PATH_CHARS})"),
         "<path>/",
     ),
 )
