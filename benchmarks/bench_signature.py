@@ -48,7 +48,8 @@ def main() -> None:
     sizes = [1_000, 10_000, 100_000, 1_000_000, 10_000_000, 50_000_000]
     rows = []
     print(
-        f"{'shape':<10} {'size':>11} {'clean_paths':>12} {'normalise':>10} {'record':>8} {'s/MB':>7}"
+        f"{'shape':<10} {'size':>11} {'clean_paths':>12} {'normalise':>10}"
+        f" {'record':>8} {'s/MB':>7}"
     )
     for shape, make in SHAPES.items():
         for size in (s for s in sizes if s <= args.max_mb * 1_000_000):

@@ -323,5 +323,7 @@ def test_real_hybridcache_failures_form_one_group_blamed_on_peft(tmp_path: Path)
 def test_cleaning_a_megabyte_of_text_is_linear(text: str) -> None:
     """Once quadratic in a run of non-space text (16 kB: 3 s): a megabyte took hours.
     Linear, it takes well under a second; the subprocess's limit only stops a hang."""
-    script = "import sys; from ftmatrix.cell.signature import clean_paths; clean_paths(sys.stdin.read())"
+    script = (
+        "import sys; from ftmatrix.cell.signature import clean_paths; clean_paths(sys.stdin.read())"
+    )
     subprocess.run([sys.executable, "-c", script], input=text, text=True, check=True, timeout=60)
