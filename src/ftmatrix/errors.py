@@ -29,6 +29,7 @@ class ExitCode(enum.IntEnum):
     INDEX = 8
     LEASE = 9
     HOST = 10
+    BUSY = 11
 
 
 class FatalError(Exception):
@@ -105,6 +106,13 @@ class HostError(FatalError):
     return_code = ExitCode.HOST
 
 
+class RunBusyError(FatalError):
+    """Another ftmatrix process is writing the same cell of the same run (one output
+    folder, one FTMATRIX_RUN_ID); its files are left as they are."""
+
+    return_code = ExitCode.BUSY
+
+
 # The table the README shows: each fatal error, the exit code it ends a command with.
 FATAL_ERRORS: tuple[type[FatalError], ...] = (
     UsageError,
@@ -116,6 +124,7 @@ FATAL_ERRORS: tuple[type[FatalError], ...] = (
     PackageIndexError,
     LeaseError,
     HostError,
+    RunBusyError,
 )
 
 

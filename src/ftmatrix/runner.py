@@ -6,9 +6,10 @@ cell's own interpreter. The venv itself comes from the caller (nox's uv
 backend), so nox and the CLI share every step here.
 
 Files of a cell in a run, beside its records (``<cell-id>.jsonl``): the lock
-(``.lock.txt``), what the plugin needs to know (``.cell.json``), what the cell
-was run with (``.state.json``: its reuse key, ftmatrix.reuse) and, once every case
-has a record, ``.done.json`` (the key again, and the run that really ran the cases).
+(``.lock.txt``), who writes the cell now (``.owner``, locked while a run does), what
+the plugin needs to know (``.cell.json``), what the cell was run with
+(``.state.json``: its reuse key, ftmatrix.reuse) and, once every case has a record,
+``.done.json`` (the key again, and the run that really ran the cases).
 ``--resume`` trusts a cell's records only while its key is unchanged; with reuse on
 (matrix.yaml's ``reuse``), a cell whose key equals that of its newest run in the
 history is not installed nor run: that run's records are carried into this one.
@@ -16,15 +17,18 @@ history is not installed nor run: that run's records are carried into this one.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -46,6 +50,7 @@ from ftmatrix.cell.records import (
 )
 from ftmatrix.cell.status import Status
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
+from ftmatrix.errors import RunBusyError
 from ftmatrix.lease import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
@@ -123,10 +128,43 @@ def run_cell(
     if progress:
         progress.cell_started(cell.label)
     try:
-        return _run_cell(cell, venv_python, ctx, log=log, progress=progress)
+        with owning_cell(record_path(ctx.out_dir, ctx.run_id, cell.id), cell.label, ctx.run_id):
+            return _run_cell(cell, venv_python, ctx, log=log, progress=progress)
     finally:
         if progress:
             progress.cell_finished()
+
+
+@contextlib.contextmanager
+def owning_cell(records: Path, label: str, run_id: str) -> Iterator[None]:
+    """Hold the cell's files in run ``run_id`` for this process, or refuse: RunBusyError.
+
+    Two runs given one output folder and one run id (``FTMATRIX_RUN_ID``, or a resume
+    while the run still goes on) would clear each other's records and work folder. An
+    advisory lock beside the records (released by the kernel when its holder dies, so a
+    killed run never blocks a resume) lets one writer at a time touch a cell.
+    """
+    owner = records.with_name(f"{records.name.removesuffix('.jsonl')}.owner")
+    owner.parent.mkdir(parents=True, exist_ok=True)
+    with owner.open("a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunBusyError(
+                f"{label}: run {run_id} is writing this cell already ({holder}) in "
+                f"{records.parent}: wait for that run to end, or start this one with another "
+                "FTMATRIX_RUN_ID (unset, each run gets its own)"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _run_cell(

@@ -6,6 +6,7 @@ noxfile plans is chosen by environment variables; the CLI reads the same ones.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +19,8 @@ ENV_VARS = {
     "FTMATRIX_PROFILE": "The profile to apply (default: the file's default-profile).",
     "FTMATRIX_CASES": "The cases folder (default: cases/).",
     "FTMATRIX_OUT": "Where records and reports go (default: reports/).",
-    "FTMATRIX_RUN_ID": "The run id shared by every cell of one run (default: the start time).",
+    "FTMATRIX_RUN_ID": "The run id shared by every cell of one run (default: the start time "
+    "and a random suffix).",
     "FTMATRIX_RUNNER_LABELS": "Comma-separated labels of the CI runner, recorded per cell.",
     "FTMATRIX_SELECT": "Comma-separated globs: only cells whose label matches one.",
     "FTMATRIX_SHARD": "Run only shard I of N (`I/N`, 1-based), balanced by past durations.",
@@ -72,8 +74,12 @@ class Settings:
 
 
 def new_run_id(now: datetime) -> str:
-    """Sortable and readable: ``20261122T143512Z``."""
-    return now.strftime("%Y%m%dT%H%M%SZ")
+    """Sortable, readable and unique: ``20261122T143512Z-3fa9c1``.
+
+    The random suffix keeps two runs started in the same second apart: sharing an
+    id, each would clear the other's cells.
+    """
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
 def parse_shard(text: str) -> tuple[int, int] | None:
