@@ -88,6 +88,13 @@ def test_a_packed_sequence_start_may_be_either() -> None:
         contracts.check_labels("labels", [-100, 2, 9, 4], expected, may_ignore=[0, 2])
 
 
+UPDATE_FAILS = (
+    r"^weights after one SGD step \(batch 2 x 2\) against minus the reference gradient, "
+    r"[\w.]+ at \[\d+, \d+\] \(largest gap [\d.e+-]+\): trainer -?[\d.e+-]+ "
+    r"!= reference -?[\d.e+-]+ \(tolerance 1e-05\)"
+)
+
+
 @pytest.mark.slow
 def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real_one(
     tmp_path: Path,
@@ -115,6 +122,8 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         "test_dpo_contract[real]",
         "test_sft_completion_only_contract[real]",
         "test_lora_fresh_adapter_contract[real]",
+        "test_update_contract[real]",
+        "test_resume_contract[real]",
     ):
         assert outcome[case][0] == "pass", (case, outcome[case])
     expected_failures = {
@@ -128,6 +137,12 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         r"trainer \d+ != reference -100 \(tolerance 0\)",
         "test_lora_fresh_adapter_contract[nonzero-b]": r"largest \|B\| of a fresh LoRA adapter: "
         r"trainer 0\.05\d* != reference 0\.0 \(tolerance 0\)",
+        # The update contracts: the logged loss may be right, the step is not.
+        "test_update_contract[loss-over-accumulation]": UPDATE_FAILS,
+        "test_update_contract[drops-a-micro-batch]": UPDATE_FAILS,
+        "test_resume_contract[scheduler-restarts]": r"^weights after one step, a checkpoint and "
+        r"one step resumed, against two steps in one run, [\w.]+ at \[\d+, \d+\] \(largest gap "
+        r"[\d.e+-]+\): trainer -?[\d.e+-]+ != reference -?[\d.e+-]+ \(tolerance 1e-05\)",
     }
     import re
 
@@ -139,3 +154,5 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
     assert records["test_grpo_contract[real]"]["metrics"]["logps_max_gap"] < 1e-4
     assert records["test_dpo_contract[real]"]["metrics"]["reference_logps_chosen"] < 0
     assert records["test_lora_fresh_adapter_contract[real]"]["metrics"]["max_fresh_diff"] == 0.0
+    assert records["test_update_contract[real]"]["metrics"]["update_gap_batch 2 x 2"] < 1e-5
+    assert records["test_resume_contract[real]"]["metrics"]["resume_gap"] < 1e-5

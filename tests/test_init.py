@@ -95,7 +95,7 @@ def test_operations_are_split_on_commas_and_checked():
     assert parse_operations([]) == ("import",)
     with pytest.raises(
         UsageError,
-        match=r"--operation 'vllm': no example for it; choose from dpo, grpo, import, lora, sft",
+        match=r"--operation 'vllm': no example for it; choose from dpo, grpo, import, lora, sft, train",
     ):
         parse_operations(["sft,vllm"])
 
@@ -158,7 +158,7 @@ def test_init_writes_every_file_then_refuses_to_overwrite_any(
     assert main(args) == ExitCode.USAGE
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (
-        f"ftmatrix: init: 9 files already exist in {tmp_path}; nothing was written "
+        f"ftmatrix: init: {4 + len(HELPERS)} files already exist in {tmp_path}; nothing was written "
         "(--force overwrites them):"
     )
     assert "  - matrix.yaml" in err and f"  - {NIGHTLY}" in err

@@ -66,3 +66,10 @@ def test_oldest_releases_show_no_red_of_ours(tmp_path: Path) -> None:
     assert mid["test_import_later_names[trl.SFTConfig]"] == "pass"
     assert oldest["test_sft_two_steps[plain-phi3]"] == "n/a"  # Phi3Config: transformers 4.40
     assert oldest["test_grpo_two_steps[llama]"] == mid["test_grpo_two_steps[llama]"] == "n/a"
+    # transformers' Trainer without trl: the steps run on both eras; the update contracts
+    # find the upstream breaks of each era (each a known issue, checked above).
+    assert oldest["test_train_two_steps[llama]"] == mid["test_train_two_steps[llama]"] == "pass"
+    assert oldest["test_train_exact_update[accumulation-1]"] == "pass"
+    assert oldest["test_train_exact_update[accumulation-2]"] == "fail"  # per micro-batch mean
+    assert mid["test_train_exact_update[accumulation-1]"] == "fail"  # num_items over-count
+    assert oldest["test_train_resume_equivalence"] == "fail"  # rng state under torch 2.6+

@@ -23,7 +23,7 @@ from ftmatrix import __version__
 from ftmatrix.errors import UsageError
 
 # The helpers every example case imports: shared fixtures, tiny models, release adapters.
-HELPERS = ("conftest.py", "_tiny.py", "_compat.py", "_train.py", "_contracts.py")
+HELPERS = ("conftest.py", "_tiny.py", "_compat.py", "_train.py", "_contracts.py", "_update.py")
 TRAINING = ("torch", "transformers", "trl", "datasets", "accelerate")
 # Operation family -> (its example case file, the distributions its cases need).
 OPERATIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
@@ -32,6 +32,7 @@ OPERATIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "lora": ("test_lora.py", ("torch", "transformers", "peft")),
     "dpo": ("test_dpo.py", TRAINING),
     "grpo": ("test_grpo.py", TRAINING),
+    "train": ("test_train.py", ("torch", "transformers", "accelerate")),
 }
 DEFAULT_SELECTOR = "latest:2"
 NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's distribution name

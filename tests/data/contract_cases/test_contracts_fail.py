@@ -132,3 +132,72 @@ def test_lora_fresh_adapter_contract(
 
     make = lora_model if broken == "real" else lora_nonzero_b
     run_fresh_adapter(make, tiny_model, tokenizer, record_property)
+
+
+def trainer_loss_over_accumulation() -> type:
+    """Trainer that divides its loss by the accumulation steps once more (normalised twice)."""
+    from transformers import Trainer
+
+    class LossOverAccumulation(Trainer):  # type: ignore[misc]
+        def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            loss = super().compute_loss(model, inputs, *args, **kwargs)
+            return loss / self.args.gradient_accumulation_steps
+
+    return LossOverAccumulation
+
+
+def trainer_drops_a_micro_batch() -> type:
+    """Trainer that skips the backward pass of every second micro-batch."""
+    import torch
+    from transformers import Trainer
+
+    class DropsMicroBatch(Trainer):  # type: ignore[misc]
+        calls = 0
+
+        def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            if self.calls % 2 == 0:
+                return torch.tensor(0.0)
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    return DropsMicroBatch
+
+
+def trainer_resume_restarts_scheduler() -> type:
+    """Trainer whose resume loads the optimizer but starts its learning-rate schedule anew."""
+    from transformers import Trainer
+
+    class SchedulerRestarts(Trainer):  # type: ignore[misc]
+        def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
+            super()._load_optimizer_and_scheduler(checkpoint)
+            if checkpoint is not None:
+                self.lr_scheduler = None
+                self.create_scheduler(self.args.max_steps, optimizer=self.optimizer)
+
+    return SchedulerRestarts
+
+
+@pytest.mark.operation("train")
+@pytest.mark.parametrize("broken", ["real", "loss-over-accumulation", "drops-a-micro-batch"])
+def test_update_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_train import run_train_exact_update
+
+    trainer_class = {
+        "real": lambda: None,
+        "loss-over-accumulation": trainer_loss_over_accumulation,
+        "drops-a-micro-batch": trainer_drops_a_micro_batch,
+    }[broken]()
+    run_train_exact_update(trainer_class, 2, 2, tiny_model, tokenizer, tmp_path, record_property)
+
+
+@pytest.mark.operation("train")
+@pytest.mark.parametrize("broken", ["real", "scheduler-restarts"])
+def test_resume_contract(
+    broken: str, tiny_model_dir: Path, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_train import run_train_resume
+
+    trainer_class = None if broken == "real" else trainer_resume_restarts_scheduler()
+    run_train_resume(trainer_class, tiny_model_dir, tokenizer, tmp_path, record_property)

@@ -1,8 +1,10 @@
 """SFT: trl's SFTTrainer, two optimizer steps on a tiny random Llama.
 
 Contracts: the trainer's loss on a batch equals our own next-token cross-entropy
-(plain), and the labels of a batch are -100 exactly where padding or a prompt is
-(every variant; with packing, the first token of a packed sequence may be either).
+(plain); one plain SGD step moves the weights by exactly minus the gradient of the mean
+token cross-entropy over the whole accumulated batch (accumulation 1 and 2); and the
+labels of a batch are -100 exactly where padding or a prompt is (every variant; with
+packing, the first token of a packed sequence may be either).
 """
 
 from __future__ import annotations
@@ -86,6 +88,52 @@ def test_sft_two_steps(
     from trl import SFTTrainer
 
     run_sft_two_steps(SFTTrainer, variant, tiny_model, tokenizer, tmp_path, record_property)
+
+
+@pytest.mark.operation("sft")
+@pytest.mark.requires_packages(trl=">=0.7")
+@pytest.mark.parametrize(
+    ("batch", "accumulation"), [(4, 1), (2, 2)], ids=["accumulation-1", "accumulation-2"]
+)
+def test_sft_exact_update(
+    batch: int,
+    accumulation: int,
+    tiny_model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    record_property: Any,
+) -> None:
+    from trl import SFTTrainer
+
+    run_sft_exact_update(
+        SFTTrainer, batch, accumulation, tiny_model, tokenizer, tmp_path, record_property
+    )
+
+
+def run_sft_exact_update(
+    trainer_class: type,
+    batch: int,
+    accumulation: int,
+    model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    record_property: Any,
+) -> None:
+    """The update contract: one plain SGD step over rows of different lengths, as one
+    batch or as micro-batches, moves the weights by minus the reference gradient."""
+    from _compat import sft_arguments, tokenizer_argument
+    from _update import UPDATE_ROWS, check_exact_update, sgd_step_values
+    from datasets import Dataset
+
+    trainer = trainer_class(
+        model=model,
+        train_dataset=Dataset.from_list([{"text": row} for row in UPDATE_ROWS]),
+        **sft_arguments(
+            str(tmp_path), max_length=32, **sgd_step_values(batch=batch, accumulation=accumulation)
+        ),
+        **tokenizer_argument(trainer_class, tokenizer),
+    )
+    check_exact_update(trainer, record_property, label=f"batch {batch} x {accumulation}")
 
 
 def run_sft_two_steps(
