@@ -19,12 +19,16 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
 import nox
 
+from ftmatrix.case_selection import check_case_selection, split_pytest_args
+from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.status import Status
 from ftmatrix.cli import Loaded, load, main, write_installability
 from ftmatrix.errors import ExitCode, FatalError
 from ftmatrix.plan import Cell
@@ -99,16 +103,39 @@ def matrix(session: nox.Session, cell: str) -> None:
         UNREPORTED.clear()
         print(PROBLEM.describe(), file=sys.stderr)
         fail_as_cli(session, "matrix", PROBLEM.return_code)
+    selection, options = split_pytest_args(session.posargs)
     try:
-        run_matrix_cell(session, LOADED, BY_LABEL[cell])
+        # Before anything installs: a selection that names nothing would test nothing.
+        check_case_selection(
+            LOADED.settings.cases, selection, source="arguments after --", from_command_line=True
+        )
+        check_case_selection(
+            LOADED.settings.cases,
+            LOADED.matrix.cases,
+            source=str(LOADED.settings.matrix),
+            from_command_line=False,
+        )
+    except FatalError as exc:
+        print(exc.describe(), file=sys.stderr)
+        fail_as_cli(session, "matrix", exc.return_code)
+    try:
+        run_matrix_cell(session, LOADED, BY_LABEL[cell], selection, options)
     except FatalError as exc:  # in one cell (no GPU to lease, no host to ask): the others run
         session.error(exc.describe())
 
 
-def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
-    """The matrix session's body, for one cell."""
-    selection = tuple(a for a in session.posargs if not a.startswith("-"))
-    options = tuple(a for a in session.posargs if a.startswith("-"))
+def run_matrix_cell(
+    session: nox.Session,
+    loaded: Loaded,
+    cell: Cell,
+    selection: tuple[str, ...] = (),
+    options: tuple[str, ...] = (),
+) -> None:
+    """The matrix session's body, for one cell: its records kept, its verdicts counted.
+
+    A cell that produced no verdict (no case collected, or only an install-error or an
+    error of the whole cell) fails its session, so the run's exit code says so.
+    """
     hardware = next(h for h in loaded.matrix.hardware if h.name == cell.hardware)
     context = CellContext(
         run_id=loaded.settings.run_id,
@@ -133,12 +160,27 @@ def run_matrix_cell(session: nox.Session, loaded: Loaded, cell: Cell) -> None:
     for record in records:
         counts[record.status.value] = counts.get(record.status.value, 0) + 1
     session.log(f"{cell.label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    problem = no_verdict(records)
+    if problem:
+        session.error(f"{cell.label}: no verdict: {problem}")
     try:
         session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
     except ValueError:
         # Under `nox -j`, each session runs in a child that cannot queue another;
         # `nox -j auto -s matrix report` runs the report after the cells instead.
         session.log("parallel run: the report session runs after the cells when named")
+
+
+def no_verdict(records: Sequence[Record]) -> str | None:
+    """Why a cell's records hold no verdict on the frameworks, or None when they do."""
+    if not records:
+        return "no case was collected (check the selection and pytest's -k/-m options)"
+    if all(
+        r.status in (Status.INSTALL_ERROR, Status.ERROR) and r.case == WHOLE_CELL for r in records
+    ):
+        first = records[0]
+        return f"{first.status.value}: {first.reason or first.message or ''}".strip()
+    return None
 
 
 def run_cli(session: nox.Session, command: str) -> None:
