@@ -122,6 +122,7 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         "test_dpo_contract[real]",
         "test_sft_completion_only_contract[real]",
         "test_lora_fresh_adapter_contract[real]",
+        "test_grpo_contract[unnamed]",
         "test_update_contract[real]",
         "test_resume_contract[real]",
     ):
@@ -137,6 +138,8 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         r"trainer \d+ != reference -100 \(tolerance 0\)",
         "test_lora_fresh_adapter_contract[nonzero-b]": r"largest \|B\| of a fresh LoRA adapter: "
         r"trainer 0\.05\d* != reference 0\.0 \(tolerance 0\)",
+        "test_grpo_contract[ignores-logits-to-keep]": r"^positions of logits returned for "
+        r"logits_to_keep=\d+: trainer \d+ != reference \d+ \(tolerance 0\)",
         # The update contracts: the logged loss may be right, the step is not.
         "test_update_contract[loss-over-accumulation]": UPDATE_FAILS,
         "test_update_contract[drops-a-micro-batch]": UPDATE_FAILS,
@@ -154,5 +157,10 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
     assert records["test_grpo_contract[real]"]["metrics"]["logps_max_gap"] < 1e-4
     assert records["test_dpo_contract[real]"]["metrics"]["reference_logps_chosen"] < 0
     assert records["test_lora_fresh_adapter_contract[real]"]["metrics"]["max_fresh_diff"] == 0.0
+    # Where no signature names the log-prob arguments, they are read at the model's boundary.
+    assert records["test_grpo_contract[unnamed]"]["metrics"]["logps_contract"].startswith(
+        "checked through the model's boundary (trl 1.16.0: _get_per_token_logps_and_entropies("
+    )
+    assert records["test_grpo_contract[real]"]["metrics"]["logits_positions_checked"] > 0
     assert records["test_update_contract[real]"]["metrics"]["update_gap_batch 2 x 2"] < 1e-5
     assert records["test_resume_contract[real]"]["metrics"]["resume_gap"] < 1e-5

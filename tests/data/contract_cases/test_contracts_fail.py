@@ -81,20 +81,51 @@ def lora_nonzero_b(model: Any, *, fresh: bool = False) -> Any:
     return adapted
 
 
+def ignoring_logits_to_keep(model: Any) -> Any:
+    """The model, its forward ignoring what the caller asks of ``logits_to_keep``."""
+    forward = model.forward
+
+    def every_position(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("logits_to_keep", None)
+        kwargs.pop("num_logits_to_keep", None)
+        return forward(*args, **kwargs)
+
+    model.forward = every_position
+    return model
+
+
 @pytest.mark.operation("grpo")
-@pytest.mark.parametrize("broken", ["real", "shifted-logps", "mask-drops-first-token"])
+@pytest.mark.parametrize(
+    "broken",
+    ["real", "shifted-logps", "mask-drops-first-token", "ignores-logits-to-keep", "unnamed"],
+)
 def test_grpo_contract(
-    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+    broken: str,
+    tiny_model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    record_property: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import _compat
     from test_grpo import run_grpo_two_steps
     from trl import GRPOTrainer
 
+    if broken == "unnamed":
+        # A release none of whose signatures names the log-prob arguments (as trl 1.14's
+        # `(self, model, *args, ...)` once did): the case reads them at the model's boundary.
+        monkeypatch.setattr(_compat, "LOGPS_ARGUMENTS", (*_compat.LOGPS_ARGUMENTS, "unnamed"))
     trainer_class = {
         "real": lambda: GRPOTrainer,
+        "ignores-logits-to-keep": lambda: GRPOTrainer,
         "shifted-logps": grpo_shifted_logps,
         "mask-drops-first-token": grpo_mask_without_first_token,
+        "unnamed": lambda: GRPOTrainer,
     }[broken]()
-    run_grpo_two_steps(trainer_class, tiny_model, tokenizer, tmp_path, record_property)
+    model = (
+        ignoring_logits_to_keep(tiny_model) if broken == "ignores-logits-to-keep" else tiny_model
+    )
+    run_grpo_two_steps(trainer_class, model, tokenizer, tmp_path, record_property)
 
 
 @pytest.mark.operation("dpo")

@@ -213,26 +213,53 @@ def grpo_logps_method(trainer: Any) -> str | None:
     return next((name for name in GRPO_LOGPS_METHODS if hasattr(trainer, name)), None)
 
 
+# Where a release's log-prob method takes ``(model, *args, **kwargs)`` and hands them on
+# (trl 1.14: to `_full_logits_logps` or `_chunked_logps`), the arguments are named by the
+# method it hands them to.
+GRPO_LOGPS_DELEGATES = ("_full_logits_logps", "_chunked_logps", "_get_per_token_logps")
+LOGPS_ARGUMENTS = ("model", "input_ids", "attention_mask", "logits_to_keep")
+
+
 def grpo_logps_call(
     trainer: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> dict[str, Any]:
-    """One call's arguments by name, in whatever order the release passed them.
+) -> dict[str, Any] | None:
+    """One call's arguments by name, in whatever order the release passed them, or None
+    where no signature in this release names them (the case then reads them at the
+    model's boundary: :func:`grpo_signature_found` says what it found instead).
 
     The names come from the first class in the trainer's MRO that spells them out
-    (a subclass may override the method with ``*args, **kwargs``).
+    (a subclass may override the method with ``*args, **kwargs``), else from the
+    method the release delegates to.
     """
-    signature = next(
-        inspect.signature(vars(cls)[name])
-        for cls in type(trainer).__mro__
-        if name in vars(cls) and "input_ids" in inspect.signature(vars(cls)[name]).parameters
-    )
-    named = dict(signature.bind(trainer, *args, **kwargs).arguments)
-    return {
-        "model": named["model"],
-        "input_ids": named["input_ids"],
-        "attention_mask": named["attention_mask"],
-        "logits_to_keep": int(named["logits_to_keep"]),
-    }
+    for method in (name, *GRPO_LOGPS_DELEGATES):
+        for cls in type(trainer).__mro__:
+            function = vars(cls).get(method)
+            if function is None or not callable(function):
+                continue
+            signature = inspect.signature(function)
+            if not set(LOGPS_ARGUMENTS) <= set(signature.parameters):
+                continue
+            try:
+                named = dict(signature.bind(trainer, *args, **kwargs).arguments)
+            except TypeError:
+                continue  # not the signature these arguments were passed for
+            return {
+                "model": named["model"],
+                "input_ids": named["input_ids"],
+                "attention_mask": named["attention_mask"],
+                "logits_to_keep": int(named["logits_to_keep"]),
+            }
+    return None
+
+
+def grpo_signature_found(trainer: Any, name: str) -> str:
+    """``trl 1.14.2: _get_per_token_logps_and_entropies(self, model, *args, ...)``: what a
+    release offers where its log-prob arguments cannot be named, for the record."""
+    import trl
+
+    method = getattr(type(trainer), name, None)
+    shown = str(inspect.signature(method)) if method is not None else "(absent)"
+    return f"trl {trl.__version__}: {name}{shown}"
 
 
 def grpo_logps_result(result: Any) -> Any:

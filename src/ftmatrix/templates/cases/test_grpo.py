@@ -3,7 +3,8 @@
 Contract: the per-token log-probs the trainer computes for the completions equal
 those of a plain forward pass over prompt + completion (and, where the model returns
 them, the logits it sliced are that forward's); the completion mask covers exactly
-the generated tokens (up to and including the first end-of-sequence).
+the generated tokens (up to and including the first end-of-sequence); at the model's
+boundary, every forward that asked for its last k positions got exactly k back.
 """
 
 from __future__ import annotations
@@ -25,16 +26,73 @@ def reward_distinct_words(completions: list[Any], **_: Any) -> list[float]:
 
 
 class LogitsWatch:
-    """Keeps the logits each forward of the model returns (where the release materialises them)."""
+    """What each forward of the model was asked and what it returned, at the model's boundary.
+
+    A forward hook with keyword arguments sees every release's call, whatever its
+    internals: the tokens, the attention mask, how many last positions it asked for
+    (``logits_to_keep``, or ``num_logits_to_keep`` before transformers 4.50), and the
+    logits that came back (where the release materialises them).
+    """
 
     def __init__(self, model: Any) -> None:
         self.seen: list[Any] = []
-        self.handle = model.register_forward_hook(self.hook)
+        self.calls: list[dict[str, Any]] = []
+        self.backbone_calls: list[dict[str, Any]] = []
+        self.positions_checked = 0
+        self.handles = [model.register_forward_hook(self.hook, with_kwargs=True)]
+        # A release may score through the backbone and the LM head itself (trl's chunked
+        # log-probs), never calling the causal LM's forward: its boundary is the backbone's.
+        backbone = model.get_decoder() if hasattr(model, "get_decoder") else None
+        if backbone is not None and backbone is not model:
+            self.handles.append(
+                backbone.register_forward_hook(self.backbone_hook, with_kwargs=True)
+            )
 
-    def hook(self, module: Any, args: Any, output: Any) -> None:
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+    def backbone_hook(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        self.backbone_calls.append(
+            {
+                "input_ids": kwargs.get("input_ids", args[0] if args else None),
+                "attention_mask": kwargs.get("attention_mask"),
+            }
+        )
+
+    def hook(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
         logits = getattr(output, "logits", None)
-        if logits is not None:
-            self.seen.append(logits.detach())
+        if logits is None:
+            return
+        self.seen.append(logits.detach())
+        asked = kwargs.get("logits_to_keep", kwargs.get("num_logits_to_keep"))
+        self.calls.append(
+            {
+                "input_ids": kwargs.get("input_ids", args[0] if args else None),
+                "attention_mask": kwargs.get("attention_mask"),
+                "asked": asked,
+                "returned": logits.size(1),
+            }
+        )
+
+    def check_positions(self) -> None:
+        """Each forward asked for its last k positions got exactly k (k = 0 means all)."""
+        from _contracts import ContractError, contract_message
+
+        for call in self.calls:
+            asked = call["asked"]
+            if isinstance(asked, int) and asked > 0:
+                if call["returned"] != asked:
+                    raise ContractError(
+                        contract_message(
+                            f"positions of logits returned for logits_to_keep={asked}",
+                            call["returned"],
+                            asked,
+                            0,
+                        )
+                    )
+                self.positions_checked += 1
+        self.calls.clear()
 
 
 class LogpsWatch:
@@ -44,7 +102,9 @@ class LogpsWatch:
     log-probs from a plain forward pass of the same model over the same tokens,
     compares the logits the trainer's forward returned (a release may keep only the
     last positions: ``logits_to_keep``) with the same positions of ours, and checks
-    the completion mask the call carried (the end of the attention mask).
+    the completion mask the call carried (the end of the attention mask). Where the
+    release's signature does not name its arguments, they are read at the model's
+    boundary instead (the forward hook), and the record says which signature it found.
     """
 
     def __init__(self, trainer: Any, eos_token_id: int) -> None:
@@ -57,6 +117,7 @@ class LogpsWatch:
         self.generated_tokens = 0
         self.trainer = trainer
         self.name = grpo_logps_method(trainer)
+        self.via = "the log-prob method's arguments"
         self.logits = LogitsWatch(trainer.model)
         if self.name is not None:
             self.original = getattr(trainer, self.name)
@@ -64,18 +125,35 @@ class LogpsWatch:
 
     def wrapper(self, *args: Any, **kwargs: Any) -> Any:
         import torch
-        from _compat import grpo_logps_call, grpo_logps_result
+        from _compat import grpo_logps_call, grpo_logps_result, grpo_signature_found
 
+        self.logits.check_positions()
         self.logits.seen.clear()
+        self.logits.backbone_calls.clear()
         result = self.original(*args, **kwargs)
         returned = list(self.logits.seen)
+        forwards = [c for c in self.logits.calls if c["input_ids"] is not None] or [
+            c for c in self.logits.backbone_calls if c["input_ids"] is not None
+        ]
+        self.logits.check_positions()
         if len(returned) > 1 and len({tuple(t.shape[1:]) for t in returned}) == 1:
             returned = [torch.cat(returned)]  # a release that scores the batch in chunks
-        self.check(
-            grpo_logps_call(self.trainer, self.name, args, kwargs),
-            grpo_logps_result(result),
-            returned,
-        )
+        trainer_logps = grpo_logps_result(result)
+        call = grpo_logps_call(self.trainer, self.name, args, kwargs)
+        if call is None:
+            # No signature names the arguments: take them where they met the model.
+            self.via = f"the model's boundary ({grpo_signature_found(self.trainer, self.name)})"
+            if not forwards:
+                raise AssertionError(
+                    f"{self.via}: the log-prob method never called the model's forward"
+                )
+            call = {
+                "model": self.trainer.model,
+                "input_ids": torch.cat([c["input_ids"] for c in forwards]),
+                "attention_mask": torch.cat([c["attention_mask"] for c in forwards]),
+                "logits_to_keep": int(trainer_logps.size(1)),
+            }
+        self.check(call, trainer_logps, returned)
         return result
 
     def check(self, call: dict[str, Any], trainer_logps: Any, returned_logits: list[Any]) -> None:
@@ -143,13 +221,19 @@ def run_grpo_two_steps(
     try:
         # Weights move only where rewards differed within a group: checked below.
         trained = train_and_check(trainer, record_property, steps=2, weights_move=False)
+        logps.logits.check_positions()
     finally:
-        logps.logits.handle.remove()
+        logps.logits.remove()
         # The contract's numbers so far, also when a check failed mid-training.
+        record_property("logits_positions_checked", logps.logits.positions_checked)
         if logps.name is None:
-            # trl 0.14 computed log-probs in a closure inside compute_loss: nothing to observe.
-            record_property("logps_contract", "not observable in this trl")
+            # trl 0.14 computed log-probs in a closure inside compute_loss: only the
+            # boundary (positions asked = positions returned) can be checked there.
+            record_property(
+                "logps_contract", "unverified: computed inside compute_loss in this trl"
+            )
         else:
+            record_property("logps_contract", f"checked through {logps.via}")
             record_property("logps_calls", logps.calls)
             record_property("logps_max_gap", logps.largest_gap)
             record_property("completion_tokens", logps.generated_tokens)
