@@ -11,8 +11,11 @@ Standard library only: the modules that run inside a cell's venv import it.
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Sequence
 from typing import ClassVar
+
+from ftmatrix.cell.redact import redact_text
 
 
 class ExitCode(enum.IntEnum):
@@ -40,8 +43,13 @@ class FatalError(Exception):
     context: ClassVar[str] = ""
 
     def describe(self) -> str:
-        """The line (or block, for several problems) the user reads: ``ftmatrix: ...``."""
-        return ": ".join(part for part in ("ftmatrix", self.context, str(self)) if part)
+        """The line (or block, for several problems) the user reads: ``ftmatrix: ...``.
+
+        Never with a secret: a URL's userinfo (an index URL's password) and the values
+        of secret-named variables are masked.
+        """
+        text = ": ".join(part for part in ("ftmatrix", self.context, str(self)) if part)
+        return redact_text(text, os.environ)
 
 
 class UsageError(FatalError):

@@ -259,6 +259,10 @@ def _run_cell(
     log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
     write_atomically(files.done, json.dumps({"key": state, "since": ctx.run_id, "ran_at": started}))
     shutil.rmtree(workdir, ignore_errors=True)
+    # The lists of collected case ids served a resume of this cell; its records are whole
+    # now, and ids are raw (unredacted) text: nothing of them stays beside the records.
+    for listing in (collected_cases_path(path), isolated_cases_path(path)):
+        listing.unlink(missing_ok=True)
     return records
 
 

@@ -308,7 +308,7 @@ def _attempt(
         preexec_fn=die_with_parent,  # noqa: PLW1509
     )
     tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
-    pump = threading.Thread(target=_pump, args=(process, tail, watcher.progress), daemon=True)
+    pump = threading.Thread(target=_pump, args=(process, tail, watcher.progress, env), daemon=True)
     pump.start()
     killed_for: Status | None = None
     cell_deadline_passed = False
@@ -546,11 +546,15 @@ class _RecordWatcher:
 
 
 def _pump(
-    process: subprocess.Popen[bytes], tail: collections.deque[str], progress: Progress | None
+    process: subprocess.Popen[bytes],
+    tail: collections.deque[str],
+    progress: Progress | None,
+    env: Mapping[str, str],
 ) -> None:
     assert process.stdout is not None
     for raw in iter(process.stdout.readline, b""):
-        line = raw.decode("utf-8", "replace")
+        # What a cell prints becomes the run's log, which CI publishes: secrets masked.
+        line = redact(raw.decode("utf-8", "replace"), env) or ""
         tail.append(line)
         if progress is not None:
             progress.output(line)

@@ -15,13 +15,13 @@ import dataclasses
 import glob
 import json
 import os
-import re
 import tempfile
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ftmatrix.cell.redact import redact_data, redact_text
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 
@@ -406,21 +406,12 @@ def shorten(text: str, limit: int = TEXT_LIMIT) -> str:
 
 
 def _line(record: Record) -> str:
-    return json.dumps(record.to_dict(), sort_keys=True, default=str) + "\n"
-
-
-SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+    # The one place every record passes before it is written: every string of it
+    # (case ids, reasons, messages, metrics, their names) redacted by value.
+    data = redact_data(record.to_dict(), os.environ)
+    return json.dumps(data, sort_keys=True, default=str) + "\n"
 
 
 def redact(text: str | None, env: Mapping[str, str]) -> str | None:
-    """``text`` with the values of secret-looking environment variables masked.
-
-    Short values are left alone: masking '1' or 'true' everywhere would garble
-    messages while protecting nothing.
-    """
-    if text is None:
-        return None
-    for name, value in env.items():
-        if SECRET_NAME.search(name) and len(value) >= 6:
-            text = text.replace(value, f"<redacted:{name}>")
-    return text
+    """``text`` with every secret masked (:mod:`ftmatrix.cell.redact`); None stays None."""
+    return None if text is None else redact_text(text, env)
