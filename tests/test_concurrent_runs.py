@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ftmatrix.errors import SettingsError
 from ftmatrix.settings import Settings, new_run_id
 
 ROOT = Path(__file__).parent.parent
@@ -130,3 +131,19 @@ def test_a_second_run_into_the_same_run_id_refuses_and_touches_nothing(
         ("test_second_case", "pass"),
         ("test_waits_for_the_test", "pass"),
     ]
+
+
+@pytest.mark.parametrize(
+    "run_id", ["../../../../x", "a/b", "..", ".hidden", "x" * 101, "a b", "a..b"]
+)
+def test_a_run_id_that_is_not_a_plain_folder_name_is_refused(run_id: str) -> None:
+    """FTMATRIX_RUN_ID=../../x once wrote records outside FTMATRIX_OUT."""
+    with pytest.raises(SettingsError, match=r"FTMATRIX_RUN_ID=.*: a run id is a folder name"):
+        Settings.from_env({"FTMATRIX_RUN_ID": run_id}, root=ROOT, now=datetime.now(UTC))
+
+
+def test_a_plain_run_id_is_kept() -> None:
+    settings = Settings.from_env(
+        {"FTMATRIX_RUN_ID": "nightly-42.1_a"}, root=ROOT, now=datetime.now(UTC)
+    )
+    assert settings.run_id == "nightly-42.1_a"

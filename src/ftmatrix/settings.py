@@ -6,6 +6,7 @@ noxfile plans is chosen by environment variables; the CLI reads the same ones.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class Settings:
         out = root / env.get("FTMATRIX_OUT", "reports")
         resume = env.get("FTMATRIX_RESUME", "") not in ("", "0")
         run_id = env.get("FTMATRIX_RUN_ID") or (resume and newest_run_id(out)) or new_run_id(now)
+        check_run_id(run_id)
         return cls(
             matrix=root / env.get("FTMATRIX_MATRIX", "matrix.yaml"),
             profile=env.get("FTMATRIX_PROFILE") or None,
@@ -80,6 +82,20 @@ def new_run_id(now: datetime) -> str:
     id, each would clear the other's cells.
     """
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+# A run id names a folder under records/ and work/: a plain name, never a path.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_run_id(run_id: str) -> None:
+    """A run id is a safe folder name (letters, digits, '.', '_', '-'), or a SettingsError."""
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
+        raise SettingsError(
+            f"FTMATRIX_RUN_ID={run_id!r}: a run id is a folder name of letters, digits, "
+            "'.', '_' and '-' (at most 100, starting with a letter or digit, no '..'), "
+            "such as '20261125T030000Z-nightly'"
+        )
 
 
 def parse_shard(text: str) -> tuple[int, int] | None:
