@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ftmatrix.config import ConfigError, load_matrix, parse_matrix
+from ftmatrix.errors import ExitCode
 
 DATA = Path(__file__).parent / "data"
 
@@ -168,3 +174,62 @@ def test_probe_caps_is_off_by_default_and_a_boolean():
     with pytest.raises(ConfigError) as caught:
         parse("packages: {trl: ['1.16.0']}\nprobe-caps: sometimes\n")
     assert caught.value.problems[-1].endswith("probe-caps: must be true or false, got 'sometimes'")
+
+
+HOSTILE_SUPPORT = [
+    "--index-url=http://127.0.0.1:9/simple",
+    "-e evil",
+    "./evil",
+    "../evil",
+    "evil @ file:///tmp/evil",
+    "six @ https://example.invalid/six.whl",
+]
+
+
+@pytest.mark.parametrize("entry", HOSTILE_SUPPORT)
+def test_a_support_entry_that_is_not_a_plain_requirement_is_refused_before_anything_runs(
+    tmp_path: Path, entry: str
+) -> None:
+    """Once, `plan` handed such entries to uv: an option switched its index, and a local
+    folder named there was built, its setup.py run, at plan time."""
+    (tmp_path / "evil").mkdir()
+    marker = tmp_path / "setup-py-ran"
+    (tmp_path / "evil" / "setup.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nfrom setuptools import setup\nsetup(name='evil')\n"
+    )
+    (tmp_path / "matrix.yaml").write_text(
+        "packages:\n  six: ['1.17.0']\nsupport: " + json.dumps([entry]) + "\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "plan"],
+        env={**os.environ, "FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml")},
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert ran.returncode == ExitCode.CONFIG, ran.stdout + ran.stderr
+    assert f"support[0]: {entry!r} is not a PEP 508 requirement" in ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["six; touch x", "../../etc/passwd", "a/b", "-x", "six "])
+def test_an_axis_that_is_not_a_distribution_name_is_refused(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump({"packages": {name: ["1.0"]}}))
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(path, profile=None, default_python="3.11")
+    assert caught.value.problems == (
+        f"{path}: packages.{name}: {name!r} is not a distribution name (letters, digits, "
+        "'.', '_' and '-', starting and ending with a letter or digit), such as 'transformers'",
+    )
+
+
+def test_plain_requirements_with_extras_specifiers_and_markers_pass(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    support = [
+        "accelerate",
+        "datasets>=3",
+        "torch[opt]==2.13.0",
+        'bnb; platform_machine == "x86_64"',
+    ]
+    path.write_text(yaml.safe_dump({"packages": {"six": ["1.17.0"]}, "support": support}))
+    assert load_matrix(path, profile=None, default_python="3.11").support == tuple(support)

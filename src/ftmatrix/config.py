@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -299,7 +300,7 @@ def _build(
 ) -> Matrix | None:
     packages = _packages(checker, raw.get("packages"))
     python = _python(checker, raw.get("python"), default_python)
-    support = _names(checker, raw.get("support", []), "support")
+    support = _requirements(checker, raw.get("support", []), "support")
     strategy = raw.get("strategy", "full")
     if strategy not in STRATEGIES:
         checker.add("strategy", f"{strategy!r} is not a strategy; allowed: {', '.join(STRATEGIES)}")
@@ -349,6 +350,13 @@ def _packages(checker: _Checker, raw: Any) -> tuple[Axis, ...]:
     seen: dict[str, str] = {}
     for package, versions in raw.items():
         at = f"packages.{package}"
+        if not isinstance(package, str) or not DISTRIBUTION_NAME.fullmatch(package):
+            checker.add(
+                at,
+                f"{package!r} is not a distribution name (letters, digits, '.', '_' and '-', "
+                "starting and ending with a letter or digit), such as 'transformers'",
+            )
+            continue
         name = canonicalize_name(str(package))
         if name in seen:
             checker.add(at, f"the same package as packages.{seen[name]}")
@@ -448,6 +456,43 @@ def _python(checker: _Checker, raw: Any, default: str) -> tuple[str, ...]:
             continue
         result.append(str(value))
     return tuple(result)
+
+
+# PEP 508's distribution name: what an axis may be called.
+DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+REQUIREMENT_FORMS = (
+    "a PEP 508 requirement: a distribution name with optional extras, version specifier "
+    "and marker, such as 'accelerate', 'datasets>=3' or 'bitsandbytes; platform_machine == "
+    '"x86_64"\' (no URLs, paths or installer options)'
+)
+
+
+def _requirements(checker: _Checker, raw: Any, at: str) -> tuple[str, ...]:
+    """Each entry a PEP 508 requirement of a package index's distribution, nothing else.
+
+    uv reads a requirement string as it would a line of a requirements file: an option
+    (``--index-url=...``) would switch its index, a path or ``-e DIR`` would build a
+    local project (running its setup.py at plan time). Only name, extras, specifier and
+    marker pass.
+    """
+    names = _names(checker, raw, at)
+    kept = []
+    for index, text in enumerate(names):
+        where = f"{at}[{index}]"
+        stripped = text.strip()
+        if stripped.startswith("-") or "/" in stripped.split(";", 1)[0] or "\\" in stripped:
+            checker.add(where, f"{text!r} is not {REQUIREMENT_FORMS}")
+            continue
+        try:
+            requirement = Requirement(stripped)
+        except InvalidRequirement as error:
+            checker.add(where, f"{text!r} is not {REQUIREMENT_FORMS} ({error})")
+            continue
+        if requirement.url:
+            checker.add(where, f"{text!r} names a URL; it must be {REQUIREMENT_FORMS}")
+            continue
+        kept.append(stripped)
+    return tuple(kept)
 
 
 def _names(checker: _Checker, raw: Any, at: str) -> tuple[str, ...]:
