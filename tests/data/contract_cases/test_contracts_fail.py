@@ -232,3 +232,26 @@ def test_resume_contract(
 
     trainer_class = None if broken == "real" else trainer_resume_restarts_scheduler()
     run_train_resume(trainer_class, tiny_model_dir, tokenizer, tmp_path, record_property)
+
+
+def load_returning_the_base(adapter_dir: Path, base_dir: Path) -> Any:
+    """A loading path that silently drops the adapter: the base model comes back."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(base_dir)
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.parametrize("broken", ["real", "returns-base"])
+def test_adapter_path_contract(
+    broken: str,
+    tiny_model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    record_property: Any,
+) -> None:
+    from test_lora import load_with_peft, run_adapter_path
+
+    load = load_with_peft if broken == "real" else load_returning_the_base
+    run_adapter_path(load, tiny_model, tokenizer, tmp_path, tiny_model_dir, record_property)

@@ -1,7 +1,10 @@
-"""LoRA with peft: train, checkpoint, save and reload, merge.
+"""LoRA with peft: train, checkpoint, save and reload, merge, and every path an adapter travels.
 
 Contracts: merge, save and reload give the logits of the adapted model; a freshly
-initialised adapter (B = 0) leaves the logits exactly the base model's.
+initialised adapter (B = 0) leaves the logits exactly the base model's; an adapter
+saved by peft comes back with the adapted model's logits through each path users take
+(peft's PeftModel.from_pretrained, transformers' load_adapter and from_pretrained of
+the adapter folder, AutoPeftModelForCausalLM, merge_and_unload), each its own case.
 """
 
 from __future__ import annotations
@@ -130,5 +133,106 @@ def run_fresh_adapter(make_adapter: Any, model: Any, tokenizer: Any, record_prop
         "max_fresh_diff",
         check_tensors_close(
             "logits with a fresh LoRA adapter vs the base model", adapted_logits, base_logits, 1e-6
+        ),
+    )
+
+
+def load_with_peft(adapter_dir: Path, base_dir: Path) -> Any:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), adapter_dir)
+
+
+def load_with_transformers_load_adapter(adapter_dir: Path, base_dir: Path) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    model.load_adapter(str(adapter_dir))
+    return model
+
+
+def load_adapter_folder_with_transformers(adapter_dir: Path, base_dir: Path) -> Any:
+    """transformers reads adapter_config.json and loads the base it names, then the adapter."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(adapter_dir)
+
+
+def load_with_auto_peft_model(adapter_dir: Path, base_dir: Path) -> Any:
+    from peft import AutoPeftModelForCausalLM
+
+    return AutoPeftModelForCausalLM.from_pretrained(adapter_dir)
+
+
+def load_and_merge(adapter_dir: Path, base_dir: Path) -> Any:
+    return load_with_peft(adapter_dir, base_dir).merge_and_unload()
+
+
+# Each path an adapter saved by peft travels back, with what it needs: transformers'
+# PEFT integration arrived in 4.34, AutoPeftModelForCausalLM in peft 0.6.
+ADAPTER_PATHS = {
+    "peft-from-pretrained": (load_with_peft, {}),
+    "transformers-load-adapter": (load_with_transformers_load_adapter, {"transformers": ">=4.34"}),
+    "transformers-from-pretrained-adapter-folder": (
+        load_adapter_folder_with_transformers,
+        {"transformers": ">=4.34"},
+    ),
+    "auto-peft-model": (load_with_auto_peft_model, {"peft": ">=0.6"}),
+    "merge-and-unload": (load_and_merge, {}),
+}
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.requires_packages(peft=">=0.4")
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(name, marks=[pytest.mark.requires_packages(**needs)] if needs else [], id=name)
+        for name, (_, needs) in ADAPTER_PATHS.items()
+    ],
+)
+def test_lora_adapter_paths(
+    path: str,
+    tiny_model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    record_property: Any,
+) -> None:
+    run_adapter_path(
+        ADAPTER_PATHS[path][0], tiny_model, tokenizer, tmp_path, tiny_model_dir, record_property
+    )
+
+
+def run_adapter_path(
+    load: Any,
+    model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    base_dir: Path,
+    record_property: Any,
+) -> None:
+    """The case: a non-zero adapter saved by peft, loaded back by ``load``, gives the
+    adapted model's logits (and not the base model's)."""
+    import torch
+    from _contracts import check_tensors_close
+
+    inputs = batch(tokenizer)
+    model.eval()
+    with torch.no_grad():
+        base_logits = model(**inputs).logits.clone()
+    adapted = lora_model(model).eval()  # random A and B: the adapter changes the logits
+    with torch.no_grad():
+        reference = adapted(**inputs).logits
+    record_property("adapter_effect", float((reference - base_logits).abs().max()))
+    adapted.save_pretrained(tmp_path / "adapter")
+    loaded = load(tmp_path / "adapter", base_dir).eval()
+    with torch.no_grad():
+        logits = loaded(**inputs).logits
+    record_property(
+        "max_path_diff",
+        check_tensors_close(
+            "LoRA logits after loading the saved adapter back", logits, reference, 1e-4
         ),
     )
