@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from ftmatrix.bisect.auto import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.bisect.cells import BisectRequest, finding_document, run_bisect
@@ -623,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     auto.add_argument(
         "--budget",
-        type=int,
+        type=count_at_least(0),
         metavar="CELLS",
         help="cells to build at most (default: the matrix file's bisect.budget)",
     )
@@ -641,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ci-matrix",
         help="print the GitHub Actions job matrix (one job per hardware class and shard)",
     )
-    ci.add_argument("--cells-per-shard", type=int, default=8, metavar="N")
+    ci.add_argument("--cells-per-shard", type=count_at_least(1), default=8, metavar="N")
     ci.add_argument(
         "--no-reuse",
         action="store_true",
@@ -714,6 +714,49 @@ def _init(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def count_at_least(lowest: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``lowest`` (argparse says which, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lowest - 1
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= {lowest}")
+        return value
+
+    return parse
+
+
+def check_bisect_arguments(
+    args: argparse.Namespace, matrix: Matrix, env: Mapping[str, str]
+) -> None:
+    """The ends are versions, the hardware class exists, the Python can be found: else a
+    UsageError before any cell is built."""
+    for flag, text in (("--good", args.good), ("--bad", args.bad)):
+        try:
+            Version(text)
+        except InvalidVersion:
+            raise UsageError(f"bisect {flag} {text!r}: not a version, such as 0.19.1") from None
+    classes = [h.name for h in matrix.hardware]
+    if args.hardware is not None and args.hardware not in classes:
+        raise UsageError(
+            f"bisect --hardware {args.hardware!r}: no such hardware class; classes: "
+            + ", ".join(classes)
+        )
+    if args.python is not None:
+        found = subprocess.run(
+            [uv_binary(), "python", "find", args.python],
+            env=dict(env), capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if found.returncode != 0:
+            raise UsageError(
+                f"bisect --python {args.python!r}: uv finds no such interpreter here "
+                "(a version such as 3.11, installed or installable by uv)"
+            )
+
+
 def _bisect(args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now: datetime) -> int:
     pins = []
     for text in args.pins:
@@ -723,6 +766,7 @@ def _bisect(args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now
         pins.append((package, version))
     settings = Settings.from_env(env, root=root, now=now)
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
+    check_bisect_arguments(args, matrix, env)
     request = BisectRequest(
         case=args.case,
         axis=args.axis,

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix.errors import ConfigError as ConfigError  # noqa: PLC0414 -- a re-export
+from ftmatrix.yaml_file import parse_yaml, read_yaml_text
 
 NOT_INSTALLED = "none"
 """The axis value meaning: this package is not installed in the cell."""
@@ -209,10 +209,7 @@ def load_matrix(path: Path, *, profile: str | None = None, default_python: str) 
 
     ``default_python`` is the interpreter version cells use when the file names none.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file"]) from None
+    text = read_yaml_text(path)
     return parse_matrix(text, source=str(path), profile=profile, default_python=default_python)
 
 
@@ -220,13 +217,7 @@ def parse_matrix(
     text: str, *, source: str, profile: str | None = None, default_python: str
 ) -> Matrix:
     """Validate the YAML ``text`` of a matrix file named ``source``."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError([f"{where}: invalid YAML: {problem}"]) from None
+    raw = parse_yaml(text, source=source)
     if not isinstance(raw, dict):
         raise ConfigError(
             [f"{source}: the file must be a mapping with at least 'packages', got {_kind(raw)}"]

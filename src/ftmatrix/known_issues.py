@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix.cell.records import Record
 from ftmatrix.config import ConfigError
+from ftmatrix.yaml_file import parse_yaml, read_yaml_text
 
 ENTRY_KEYS = ("id", "title", "upstream", "match", "affected", "fixed-in", "workaround")
 MATCH_KEYS = ("signatures", "exception", "message", "frame", "packages")
@@ -103,12 +103,7 @@ def load_known_issues(path: Path) -> tuple[KnownIssue, ...]:
     """Read and validate ``path``; a missing file means no known issues."""
     if not path.exists():
         return ()
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    raw = parse_yaml(read_yaml_text(path), source=str(path))
     return parse_known_issues(raw, source=str(path))
 
 

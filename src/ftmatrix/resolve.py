@@ -23,6 +23,7 @@ from ftmatrix.cell.records import write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
 from ftmatrix.plan import Cell
+from ftmatrix.settings import resolve_ttl
 from ftmatrix.system_packages import HostError, host_note, host_stack
 
 # The test runner every cell gets besides its pins.
@@ -81,7 +82,7 @@ def resolve_cell(
             return Resolution(lock=None, status=refused[0], reason=refused[1])
         # Content-addressed paths: the host's versions are part of the cache key.
         args += stack.resolver_args(cache_dir(env) / "host")
-    ttl = float(env.get("FTMATRIX_RESOLVE_TTL", DEFAULT_TTL_SECONDS))
+    ttl = resolve_ttl(env)
     overrides = "".join(f"{line}\n" for line in cell.overrides)
     key = _cache_key(requirements + overrides, args, env)
     cached = _cached(key, env, ttl, now()) if ttl > 0 else None
@@ -126,7 +127,6 @@ def _compile_preferring(
         return result
 
 
-DEFAULT_TTL_SECONDS = 6 * 3600
 # Variables that change what uv answers: part of the cache key.
 RESOLVER_ENV = (
     "UV_EXCLUDE_NEWER",

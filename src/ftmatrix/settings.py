@@ -58,9 +58,15 @@ class Settings:
         """Settings from ``env``; relative paths are taken from ``root``."""
         labels = env.get("FTMATRIX_RUNNER_LABELS", "")
         out = root / env.get("FTMATRIX_OUT", "reports")
+        if out.exists() and not out.is_dir():
+            raise SettingsError(
+                f"FTMATRIX_OUT={out}: is a file; records and reports go into a folder "
+                "(default: reports/), which is made where it does not exist"
+            )
         resume = env.get("FTMATRIX_RESUME", "") not in ("", "0")
         run_id = env.get("FTMATRIX_RUN_ID") or (resume and newest_run_id(out)) or new_run_id(now)
         check_run_id(run_id)
+        resolve_ttl(env)  # checked now: a plan without resolving must not hide a typo
         return cls(
             matrix=root / env.get("FTMATRIX_MATRIX", "matrix.yaml"),
             profile=env.get("FTMATRIX_PROFILE") or None,
@@ -82,6 +88,24 @@ def new_run_id(now: datetime) -> str:
     id, each would clear the other's cells.
     """
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+DEFAULT_TTL_SECONDS = 6 * 3600
+
+
+def resolve_ttl(env: Mapping[str, str]) -> float:
+    """FTMATRIX_RESOLVE_TTL in seconds (0: off), or a SettingsError naming what is allowed."""
+    text = env.get("FTMATRIX_RESOLVE_TTL", "").strip() or str(DEFAULT_TTL_SECONDS)
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = -1.0
+    if not ttl >= 0 or ttl == float("inf"):
+        raise SettingsError(
+            f"FTMATRIX_RESOLVE_TTL={text!r}: expected seconds, a number of 0 or more "
+            f"(0 turns the resolution cache off; default {DEFAULT_TTL_SECONDS})"
+        )
+    return ttl
 
 
 # A run id names a folder under records/ and work/: a plain name, never a path.

@@ -1,0 +1,129 @@
+"""Hostile or unlucky inputs, each through the CLI and through nox: one message, its exit code,
+never a traceback. The files are under tests/data/hostile/."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.errors import ExitCode
+
+ROOT = Path(__file__).parent.parent
+HOSTILE = Path(__file__).parent / "data" / "hostile"
+OK = HOSTILE / "known_issues_dup" / "matrix.yaml"
+
+# (name, command, environment, what the message says, exit code)
+CORPUS = [
+    ("duplicate-keys", "plan", {"FTMATRIX_MATRIX": "duplicate_keys.yaml"},
+     "the key 'six' is written twice in one mapping (lines 2 and 3)", ExitCode.CONFIG),
+    ("not-utf8", "plan", {"FTMATRIX_MATRIX": "not_utf8.yaml"},
+     "not UTF-8 text (byte 0xff at offset 24)", ExitCode.CONFIG),
+    ("a-folder", "plan", {"FTMATRIX_MATRIX": "a_folder.yaml"},
+     "a_folder.yaml: is a folder", ExitCode.CONFIG),
+    ("alias-bomb", "plan", {"FTMATRIX_MATRIX": "alias_bomb.yaml"},
+     "expands to more than 100,000 values", ExitCode.CONFIG),
+    ("deep", "plan", {"FTMATRIX_MATRIX": "deep.yaml"},
+     "nested more than 32 levels deep", ExitCode.CONFIG),
+    ("support-option", "plan", {"FTMATRIX_MATRIX": "support_option.yaml"},
+     "support[0]: '--index-url=http://127.0.0.1:9/simple' is not a PEP 508 requirement",
+     ExitCode.CONFIG),
+    ("axis-path", "plan", {"FTMATRIX_MATRIX": "axis_path.yaml"},
+     "'../../etc/passwd' is not a distribution name", ExitCode.CONFIG),
+    ("ttl", "plan", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_RESOLVE_TTL": "abc"},
+     "FTMATRIX_RESOLVE_TTL='abc': expected seconds", ExitCode.SETTINGS),
+    ("run-id", "plan", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_RUN_ID": "../../x"},
+     "FTMATRIX_RUN_ID='../../x': a run id is a folder name", ExitCode.SETTINGS),
+    ("out-is-a-file", "report", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_OUT": "README.md"},
+     "FTMATRIX_OUT=", ExitCode.SETTINGS),
+    ("known-issues-duplicate-keys", "report", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_OUT": "{tmp}"},
+     "the key 'id' is written twice in one mapping", ExitCode.CONFIG),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+@pytest.mark.parametrize(
+    ("command", "env", "says", "code"),
+    [pytest.param(*rest, id=name) for name, *rest in CORPUS],
+)
+def test_a_hostile_input_gets_one_message_and_its_exit_code(
+    tmp_path: Path, entry: str, command: str, env: dict[str, str], says: str, code: int
+) -> None:
+    variables = {k: v.replace("{tmp}", str(tmp_path / "out")) for k, v in env.items()}
+    if entry == "cli":
+        argv = [sys.executable, "-m", "ftmatrix", command]
+        argv += ["--no-resolve"] if command == "plan" else []
+    else:
+        argv = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", command]
+        argv += ["--", "--no-resolve"] if command == "plan" else []
+    # nox runs in the noxfile's folder: relative names are given from the corpus folder.
+    absolute = {
+        k: str(HOSTILE / v) if k in ("FTMATRIX_MATRIX", "FTMATRIX_OUT") and "/" not in v else v
+        for k, v in variables.items()
+    }
+    ran = subprocess.run(
+        argv, env={**os.environ, **absolute}, cwd=HOSTILE, capture_output=True, text=True,
+        check=False, timeout=120,
+    )  # fmt: skip
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert says in output, output[-3000:]
+    assert ran.returncode == code, output[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["bisect", "--case", "t.py::t", "--axis", "six", "--good", "abc", "--bad", "1.17.0"],
+            "bisect --good 'abc': not a version",
+        ),
+        (
+            [
+                "bisect",
+                "--case",
+                "t.py::t",
+                "--axis",
+                "six",
+                "--good",
+                "1.16.0",
+                "--bad",
+                "1.17.0",
+                "--hardware",
+                "nope",
+            ],
+            "bisect --hardware 'nope': no such hardware class; classes: cpu",
+        ),
+        (
+            [
+                "bisect",
+                "--case",
+                "t.py::t",
+                "--axis",
+                "six",
+                "--good",
+                "1.16.0",
+                "--bad",
+                "1.17.0",
+                "--python",
+                "9.9",
+            ],
+            "bisect --python '9.9': uv finds no such interpreter",
+        ),
+        (["autobisect", "--budget", "-5", "--dry-run"], "'-5': expected a whole number >= 0"),
+        (["ci-matrix", "--cells-per-shard", "0"], "'0': expected a whole number >= 1"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(tmp_path: Path, args: list[str], says: str) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", *args],
+        env={**os.environ, "FTMATRIX_MATRIX": str(OK), "FTMATRIX_OUT": str(tmp_path)},
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert says in output, output
+    assert ran.returncode == ExitCode.USAGE
