@@ -15,8 +15,9 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -325,3 +326,118 @@ def test_a_reader_that_goes_away_is_not_a_traceback(tmp_path: Path):
     process.stdin.close()
     assert process.wait(timeout=120) == 141
     assert process.stderr.read().decode() == ""
+
+
+class HostileHandler(BaseHTTPRequestHandler):
+    """A server that drips, sends too much, redirects to ftp://, or serves control codes."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/drip":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(1000):  # a byte every half second: 500 s, each read quick
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.5)
+        elif self.path == "/huge":
+            self.send_response(200)
+            self.end_headers()
+            block = b" " * (1 << 20)
+            try:
+                for _ in range(300):  # 300 MB of whitespace: valid JSON's lead-in, no end
+                    self.wfile.write(block)
+            except OSError:
+                return
+        elif self.path == "/to-ftp":
+            self.send_response(302)
+            self.send_header("Location", "ftp://127.0.0.1/results.json")
+            self.end_headers()
+        else:
+            self.send_response(404)
+            self.end_headers()
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        (
+            "/drip",
+            "not all of it came within 3 s (--timeout sets the limit for the whole download)",
+        ),
+        ("/huge", "more than 200 MB; a results.json is far smaller"),
+        ("/to-ftp", "redirected to 'ftp://127.0.0.1/results.json', which is not http(s)"),
+    ],
+)
+def test_a_hostile_server_gets_one_line_and_no_more_time(
+    hostile: str, path: str, says: str, tmp_path: Path
+) -> None:
+    done = ftmatrix(
+        "check", "--results", f"{hostile}{path}", "--freeze", "-", "--timeout", "3",
+        stdin="trl==1.16.0\n", cwd=tmp_path,
+    )  # fmt: skip
+    assert says in one_line_usage_error(done)
+
+
+def test_control_characters_in_results_never_reach_the_terminal(tmp_path: Path) -> None:
+    payload = json.loads(RESULTS.read_text())
+    for group in payload.get("failure_groups") or []:
+        if isinstance(group, dict) and isinstance(group.get("known_issue"), dict):
+            group["known_issue"]["workaround"] = "upgrade\x1b[2J\x1b]0;owned\x07 now"
+            group["blame"] = "peft\x1b[31m red"
+    hostile_file = tmp_path / "results.json"
+    hostile_file.write_text(json.dumps(payload))
+    freeze = "transformers==5.23.0\npeft==0.17.1\ntrl==1.16.0\ntorch==2.13.0\n"
+    done = ftmatrix(
+        "check", "--results", str(hostile_file), "--freeze", "-", stdin=freeze, cwd=tmp_path
+    )
+    assert "\x1b" not in done.stdout + done.stderr
+    assert "\\x1b[2J" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"status": 5},
+        {"case": ["a"]},
+        {"pins": "x"},
+        {"metrics": []},
+        {"hardware": 3},
+        {"duration": "slow"},
+        {"packages": [1, 2]},
+        {"run_id": None},
+    ],
+)
+def test_a_record_field_of_the_wrong_type_is_one_line(tmp_path: Path, change: dict) -> None:
+    payload = json.loads(RESULTS.read_text())
+    payload["records"][0].update(change)
+    (tmp_path / "results.json").write_text(json.dumps(payload))
+    done = ftmatrix("check", "--results", str(tmp_path / "results.json"), "--freeze", "-",
+                    stdin="trl==1.16.0\n", cwd=tmp_path)  # fmt: skip
+    assert "records[0]: " in one_line_usage_error(done)
+
+
+def test_a_deeply_nested_results_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text("[" * 200_000 + "]" * 200_000)
+    done = ftmatrix("check", "--results", str(tmp_path / "results.json"), "--freeze", "-",
+                    stdin="trl==1.16.0\n", cwd=tmp_path)  # fmt: skip
+    assert "nested too deeply" in one_line_usage_error(done)

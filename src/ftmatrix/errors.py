@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -35,6 +36,16 @@ class ExitCode(enum.IntEnum):
     BUSY = 11
 
 
+# Terminal control characters (an escape sequence can rewrite what a terminal shows)
+# other than newline and tab: shown as \x.. wherever ftmatrix prints text it read.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control characters escaped as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 class FatalError(Exception):
     """An anticipated failure that ends the command: a message for the user, no traceback."""
 
@@ -49,7 +60,7 @@ class FatalError(Exception):
         of secret-named variables are masked.
         """
         text = ": ".join(part for part in ("ftmatrix", self.context, str(self)) if part)
-        return redact_text(text, os.environ)
+        return printable(redact_text(text, os.environ))
 
 
 class UsageError(FatalError):

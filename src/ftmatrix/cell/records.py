@@ -178,6 +178,12 @@ class Record:
         missing = [name for name in FIELDS if name not in data and name not in _OPTIONAL_FIELDS]
         if missing:
             raise ValueError(f"missing field(s): {', '.join(missing)}")
+        for name, (kinds, _) in FIELDS.items():
+            if name in data and not _is_json_type(data[name], kinds):
+                wanted = " or ".join([kinds] if isinstance(kinds, str) else kinds)
+                raise ValueError(
+                    f"field {name!r}: expected {wanted}, got {type(data[name]).__name__}"
+                )
         values = {name: data[name] for name in FIELDS if name in data}
         values["status"] = Status.parse(str(data["status"]))
         values["runner_labels"] = tuple(data.get("runner_labels") or ())
@@ -185,6 +191,27 @@ class Record:
         values["flaky"] = bool(data.get("flaky", False))
         values["duration"] = float(data.get("duration") or 0.0)
         return cls(**values)
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list, tuple),
+    "null": (type(None),),
+}
+
+
+def _is_json_type(value: Any, kinds: str | list[str]) -> bool:
+    """Is ``value`` of one of the JSON schema ``kinds`` (a bool is no number here)?"""
+    for kind in [kinds] if isinstance(kinds, str) else kinds:
+        if isinstance(value, bool) and kind in ("integer", "number"):
+            continue
+        if isinstance(value, _JSON_TYPES[kind]):
+            return True
+    return False
 
 
 _OPTIONAL_FIELDS = frozenset(

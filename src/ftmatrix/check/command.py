@@ -28,7 +28,7 @@ from ftmatrix.check.verdict import (
     check_stack,
     describe_match,
 )
-from ftmatrix.errors import UsageError
+from ftmatrix.errors import UsageError, printable
 
 VERDICT_ORDER = ("broken", "flaky", "mixed", "pass", "n/a", "untested")
 
@@ -97,7 +97,9 @@ def run_check(args: argparse.Namespace, extra: Sequence[str]) -> int:
     if args.json:
         print(json.dumps(report_json(report), indent=1))
     else:
-        print(report_text(report))
+        # Text a published results.json carries (workarounds, blame, case ids) reaches
+        # the terminal: its control characters are escaped.
+        print(printable(report_text(report)))
     return report.exit_code
 
 

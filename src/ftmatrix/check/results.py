@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -83,6 +84,8 @@ def read_results(where: str, *, timeout: float = 30) -> Results:
             raise UsageError(f"{what}: cannot be read: {exc.strerror or exc}") from None
     try:
         payload = json.loads(text)
+    except RecursionError:
+        raise UsageError(f"{what}: nested too deeply to be a results.json") from None
     except json.JSONDecodeError as exc:
         start = " ".join(text[:40].split())
         raise UsageError(
@@ -107,14 +110,7 @@ def parse_results(payload: Any, *, source: str) -> Results:
         raise UsageError(f"{what}: {written}; this ftmatrix reads schema {RESULTS_SCHEMA}")
     if not isinstance(payload["records"], list):
         raise UsageError(f"{what}: 'records' is not a list")
-    records = []
-    for i, item in enumerate(payload["records"]):
-        try:
-            if not isinstance(item, dict):
-                raise ValueError("not an object")
-            records.append(Record.from_mapping(item))
-        except (ValueError, TypeError) as exc:
-            raise UsageError(f"{what}: records[{i}]: {exc}") from None
+    records = _parse_records(payload["records"], what)
     known: dict[str, KnownIssueLink] = {}
     blame: dict[str, str] = {}
     for group in payload.get("failure_groups") or []:
@@ -141,20 +137,77 @@ def parse_results(payload: Any, *, source: str) -> Results:
     )
 
 
+def _parse_records(items: list[Any], what: str) -> list[Record]:
+    """Every record of results.json, or a UsageError naming the first bad one and why."""
+    records = []
+    for i, item in enumerate(items):
+        try:
+            if not isinstance(item, dict):
+                raise ValueError("not an object")
+            records.append(Record.from_mapping(item))
+        except ValueError as exc:
+            raise UsageError(f"{what}: records[{i}]: {exc}") from None
+        except (TypeError, KeyError, AttributeError, RecursionError) as exc:
+            # A field of the wrong type: said with its place, never a traceback.
+            raise UsageError(
+                f"{what}: records[{i}]: not a record of schema {RESULTS_SCHEMA} "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+    return records
+
+
+# What check reads of a URL at most: the default matrix's results.json is 1.7 MB, a
+# year of a large nightly a few tens; past this it is no results.json.
+MAX_RESULTS_BYTES = 200_000_000
+CHUNK = 1 << 16
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed to http(s) URLs only (urllib would follow ftp:// too)."""
+
+    def redirect_request(  # noqa: PLR0917 -- urllib calls it with these positionals
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Any:
+        if not re.match(r"^https?://", newurl, re.IGNORECASE):
+            raise urllib.error.URLError(f"redirected to {newurl!r}, which is not http(s)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def _fetch(url: str, what: str, timeout: float) -> str:
-    # read_results let only http(s) URLs through.
+    """The body of ``url``: ``timeout`` seconds in all (not per read: a server that drips a
+    byte at a time is cut off), at most MAX_RESULTS_BYTES, http(s) redirects only."""
     request = urllib.request.Request(
         url, headers={"Accept": "application/json", "User-Agent": "ftmatrix-check"}
     )
+    opener = urllib.request.build_opener(_HttpOnlyRedirects)
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    size = 0
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body: bytes = response.read()
+        with opener.open(request, timeout=timeout) as response:
+            while True:
+                if time.monotonic() > deadline:
+                    raise UsageError(
+                        f"{what}: cannot be read: not all of it came within {timeout:g} s "
+                        "(--timeout sets the limit for the whole download)"
+                    )
+                chunk = response.read1(CHUNK)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_RESULTS_BYTES:
+                    raise UsageError(
+                        f"{what}: more than {MAX_RESULTS_BYTES // 1_000_000} MB; a results.json "
+                        "is far smaller, so this is not one"
+                    )
+                chunks.append(chunk)
     except urllib.error.HTTPError as exc:
         raise UsageError(f"{what}: cannot be read: HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
         raise UsageError(f"{what}: cannot be read: {exc.reason}") from None
     except (TimeoutError, OSError) as exc:
         raise UsageError(f"{what}: cannot be read: {exc or 'timed out'}") from None
+    body = b"".join(chunks)
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
