@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.processes import die_with_parent
+from ftmatrix.cell.processes import become_subreaper, die_with_parent
 from ftmatrix.cell.records import (
     CellRecordFile,
     Record,
@@ -297,6 +297,8 @@ def _attempt(
     current = current_case_path(record_file)
     for note_path in [current, *worker_case_paths(record_file)]:
         note_path.unlink(missing_ok=True)
+    become_subreaper()
+    ours_before = _children_of(os.getpid(), _process_table())
     process = subprocess.Popen(
         list(command),
         env=dict(env),
@@ -325,7 +327,8 @@ def _attempt(
                 killed_for, cell_deadline_passed = Status.TIMEOUT, True
             elif (
                 limits.memory_bytes
-                and _group_rss(process.pid, but=workers.killed) > limits.memory_bytes
+                and _case_tree_rss(process.pid, ours_before, but=workers.killed)
+                > limits.memory_bytes
                 and not workers.kill_the_largest()  # no worker to blame: the whole run
             ):
                 killed_for = Status.OOM
@@ -336,6 +339,15 @@ def _attempt(
         _kill_group(process)  # Ctrl-C: leave no stray training process behind
         raise
     process.wait()
+    leftovers = _end_leftovers(process.pid, ours_before)
+    if leftovers:
+        log_line = (
+            f"[ftmatrix] ended {len(leftovers)} process(es) the cases left running: "
+            + ", ".join(leftovers)
+            + "\n"
+        )
+        tail.append(log_line)
+        sys.stdout.write(log_line)
     pump.join(timeout=5)
     note = _read_note(current)
     left = workers.poll()  # a worker's death the controller noted just before it ended
@@ -576,12 +588,49 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def _group_rss(pgid: int, but: Set[int] = frozenset()) -> int:
-    """Resident bytes of every process in the group (the case and what it spawned).
+def _children_of(pid: int, table: Mapping[int, _Process]) -> set[int]:
+    return {child for child, process in table.items() if process.ppid == pid}
 
-    ``but``: processes already killed, whose memory is on its way back.
+
+def _case_processes(root: int, ours_before: Set[int], table: Mapping[int, _Process]) -> set[int]:
+    """The pytest process ``root``, everything below it, and what left its tree: orphans
+    the supervisor adopted as subreaper (children of ours that were not before)."""
+    adopted = _children_of(os.getpid(), table) - ours_before - {root}
+    return {p for top in (root, *adopted) for p in _tree(top, table) if p in table}
+
+
+def _case_tree_rss(root: int, ours_before: Set[int], but: Set[int] = frozenset()) -> int:
+    """Resident bytes of the case's whole process tree, new sessions and double forks
+    included. ``but``: processes already killed, whose memory is on its way back."""
+    table = _process_table()
+    return sum(table[p].rss for p in _case_processes(root, ours_before, table) if p not in but)
+
+
+def _end_leftovers(root: int, ours_before: Set[int]) -> list[str]:
+    """Kill what the cases left running once their pytest process ended; ``pid (name)`` of each.
+
+    On a GPU runner such a process would hold GPU memory and the lease into the next cell.
     """
-    return sum(p.rss for pid, p in _process_table().items() if p.pgid == pgid and pid not in but)
+    table = _process_table()
+    leftovers = sorted(_case_processes(root, ours_before, table) - {root})
+    named = []
+    for pid in leftovers:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            name = "?"
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            named.append(f"{pid} ({name})")
+    for pid in leftovers:  # adopted orphans are our children now: reap them
+        for _ in range(100):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+            except (ChildProcessError, OSError):
+                break
+            time.sleep(0.01)
+    return named
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+PR_SET_CHILD_SUBREAPER = 36
 _LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
 
 
@@ -25,3 +26,15 @@ def die_with_parent() -> bool:
         return False
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return True
+
+
+def become_subreaper() -> bool:
+    """Adopt every orphan of this process's descendants (Linux); False where it cannot.
+
+    A case's child started in a new session, or a double fork, leaves the case's process
+    tree when its parent exits; as a subreaper, the supervisor stays its ancestor, so it
+    still counts its memory and ends it with the case's process.
+    """
+    if _LIBC is None:
+        return False
+    return bool(_LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
