@@ -97,7 +97,14 @@ def test_a_failure_already_bisected_or_known_is_not_bisected_again():
         "first_bad": "1.0.2",
     }
     known = parse_known_issues(
-        [{"id": "trl-x", "title": "t", "upstream": "u", "match": {"signatures": ["sig-c"]}}],
+        [
+            {
+                "id": "trl-x",
+                "title": "t",
+                "upstream": "https://u",
+                "match": {"signatures": ["sig-c"]},
+            }
+        ],
         source="k.yaml",
     )
     selection = choose_bisects(

@@ -180,7 +180,14 @@ def test_an_entry_whose_fixed_release_still_fails_is_flagged():
 
 def test_signatures_match_directly():
     (entry,) = parse_known_issues(
-        [{"id": "s", "title": "t", "upstream": "u", "match": {"signatures": ["abc123def456"]}}],
+        [
+            {
+                "id": "s",
+                "title": "t",
+                "upstream": "https://u",
+                "match": {"signatures": ["abc123def456"]},
+            }
+        ],
         source="k.yaml",
     )
     assert entry.matches(make_record(status=Status.FAIL, signature="abc123def456"))
@@ -191,11 +198,16 @@ def test_bad_entries_are_all_reported_with_key_paths():
     with pytest.raises(ConfigError) as caught:
         parse_known_issues(
             [
-                {"id": "a", "title": "t", "upstream": "u", "match": {"message": "(unclosed"}},
                 {
                     "id": "a",
                     "title": "t",
-                    "upstream": "u",
+                    "upstream": "https://u",
+                    "match": {"message": "(unclosed"},
+                },
+                {
+                    "id": "a",
+                    "title": "t",
+                    "upstream": "https://u",
                     "match": {"mesage": "x"},
                     "fixed-in": {"trl": "soon"},
                 },

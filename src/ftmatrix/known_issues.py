@@ -143,6 +143,10 @@ def _parse_entry(item: Any, at: str, seen: set[str], problems: list[str]) -> Kno
     for key in ("title", "upstream"):
         if not isinstance(item.get(key), str) or not item[key]:
             problems.append(f"{at}.{key}: missing or not text")
+    upstream = item.get("upstream")
+    if isinstance(upstream, str) and upstream and not re.fullmatch(r"https?://\S+", upstream):
+        # Published as a link on the report and in the job summary.
+        problems.append(f"{at}.upstream: {upstream[:80]!r} is not an http(s) URL")
     match = item.get("match") or {}
     if not isinstance(match, dict) or not match:
         problems.append(f"{at}.match: must name signatures or an exception/message pattern")

@@ -9,6 +9,7 @@ scripts live in ``assets/`` and are inlined, so the page stays one self-containe
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -149,7 +150,8 @@ def render_markdown(
         for change in changes:
             moved = ", ".join(f"{k} {a}->{b}" for k, (a, b) in change.moved_packages.items())
             lines.append(
-                f"- **{change.kind}** `{_md(change.after.cell_label)}` `{_md(change.after.case)}`: "
+                f"- **{change.kind}** {_md_code(change.after.cell_label)} "
+                f"{_md_code(change.after.case)}: "
                 f"{change.before.status.value} -> {change.after.status.value}"
                 + (f" (moved: {_md(moved)})" if moved else "")
             )
@@ -158,7 +160,9 @@ def render_markdown(
         for group in groups:
             first = headline(group.message)
             known = (
-                f"known: [{group.known.id}]({group.known.upstream})" if group.known else "**new**"
+                "known: " + _md_link(group.known.id, group.known.upstream)
+                if group.known
+                else "**new**"
             )
             lines.append(
                 f"- {len(group.records)} x {group.status.value} {known}: {_md(first[:200])}"
@@ -171,7 +175,8 @@ def render_markdown(
             detail = record.message or record.reason or ""
             first = headline(detail)
             lines.append(
-                f"- **{record.status.value}** `{_md(record.cell_label)}` `{_md(record.case)}`: "
+                f"- **{record.status.value}** {_md_code(record.cell_label)} "
+                f"{_md_code(record.case)}: "
                 f"{_md(first[:300])}"
             )
     return "\n".join(lines) + "\n"
@@ -770,8 +775,44 @@ def _hardware_text(hardware: Any) -> str:
     return f"{hardware.get('cpu', '?')} ({hardware.get('cpu_count', '?')} CPUs), {gpu_text}"
 
 
+# Markdown's punctuation: escaped, a record's text is never a link, emphasis, code span or
+# table cell boundary. HTML's three are written as entities, so no raw HTML gets through.
+# (Our text never starts a line, so #, -, + and 1. cannot make headings or lists.)
+_MD_PUNCTUATION = frozenset("\\`*_[]|~!")
+_HTML_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;"}
+
+
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text shown as itself in GitHub-flavoured Markdown, on one line."""
+    line = " ".join(text.splitlines())
+    return "".join(
+        _HTML_ENTITIES.get(c)
+        or (f"\\{c}" if c in _MD_PUNCTUATION and not _intraword_underscore(line, i) else c)
+        for i, c in enumerate(line)
+    )
+
+
+def _intraword_underscore(line: str, i: int) -> bool:
+    """An ``_`` between two letters or digits (``test_sft``) never emphasises: kept as is."""
+    return (
+        line[i] == "_" and 0 < i < len(line) - 1 and line[i - 1].isalnum() and line[i + 1].isalnum()
+    )
+
+
+def _md_code(text: str) -> str:
+    """A code span of ``text``: its fence longer than any run of backticks inside."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    line = " ".join(text.splitlines())
+    pad = " " if line.startswith("`") or line.endswith("`") else ""  # stripped when rendered
+    return f"{fence}{pad}{line}{pad}{fence}"
+
+
+def _md_link(label: str, url: str) -> str:
+    """A Markdown link to an http(s) page; any other address is shown as text only."""
+    if re.fullmatch(r"https?://[^\s<>()\[\]`]+", url):
+        return f"[{_md(label)}]({url})"
+    return _md(label)
 
 
 # The page's style and scripts, inlined by render_html. pivot.js re-renders the grid
