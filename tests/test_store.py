@@ -82,6 +82,33 @@ def test_findings_are_kept(tmp_path: Path):
     assert load_findings(store) == [json.loads(json.dumps(finding))]
 
 
+def test_each_hardware_class_keeps_its_own_finding(tmp_path: Path):
+    """Two classes bisecting the same case once wrote one folder and one history key: the
+    night kept one class's answer. Their folders and keys now differ."""
+    from ftmatrix.bisect.cells import BisectRequest
+
+    store = tmp_path / "h.sqlite"
+    requests = [
+        BisectRequest(case="t.py::x", axis="trl", good="0.18.0", bad="0.19.0", hardware=h)
+        for h in ("l4", "a100x2")
+    ]
+    assert len({r.id for r in requests}) == 2
+    for request, first_bad in zip(requests, ("0.19.0", "0.18.5"), strict=True):
+        save_finding(
+            store,
+            {
+                "case": request.case,
+                "axis": "trl",
+                "hardware": request.hardware,
+                "first_bad": first_bad,
+            },
+        )
+    assert sorted((f["hardware"], f["first_bad"]) for f in load_findings(store)) == [
+        ("a100x2", "0.18.5"),
+        ("l4", "0.19.0"),
+    ]
+
+
 def test_newest_runs_and_pass_rates_come_straight_from_sql(tmp_path: Path):
     from ftmatrix.report.changes import pass_rates
     from ftmatrix.store import newest_records, pass_rate_table

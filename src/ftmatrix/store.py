@@ -326,9 +326,10 @@ def pass_rate_table(path: Path) -> dict[str, list[tuple[str, float]]]:
 
 def save_finding(path: Path, finding: dict[str, Any]) -> None:
     """Keep a bisect finding (``finding.json``'s content) in the history."""
-    key = (
-        f"{finding['case']}|{finding['axis']}|{json.dumps(finding.get('held', {}), sort_keys=True)}"
-    )
+    held = json.dumps(finding.get("held", {}), sort_keys=True)
+    # Hardware classes bisect apart: one's finding never replaces another's.
+    where = f"{finding['hardware']}|" if finding.get("hardware") else ""
+    key = f"{where}{finding['case']}|{finding['axis']}|{held}"
     with closing(open_store(path)) as connection, connection:
         connection.execute(
             "INSERT OR REPLACE INTO findings VALUES (?, ?, ?, ?, ?, ?)",

@@ -45,7 +45,9 @@ class BisectRequest:
     def id(self) -> str:
         held = "-".join(f"{k}{v}" for k, v in self.pins)
         case = "".join(ch if ch.isalnum() else "_" for ch in self.case)[:60]
-        return f"{case}--{self.axis}-{self.good}-{self.bad}" + (f"--{held}" if held else "")
+        # Each hardware class bisects its own failures: their folders (and artifacts) apart.
+        where = f"{self.hardware}--" if self.hardware else ""
+        return f"{where}{case}--{self.axis}-{self.good}-{self.bad}" + (f"--{held}" if held else "")
 
 
 def judge_status(status: Status) -> Verdict:
