@@ -112,6 +112,11 @@ def test_the_matrix_it_writes_loads_with_the_axes_and_what_the_cases_need(tmp_pa
     # sft needs the training stack, lora needs peft (an axis already): the rest is support.
     assert sorted(matrix.support) == ["accelerate", "datasets", "torch", "transformers"]
     assert [h.name for h in matrix.hardware] == ["cpu"]
+    # The nightly's profile reuses unchanged cells (an adopter's nightly once re-ran every
+    # cell every night); a run by hand does not.
+    assert matrix.reuse.max_age_days == 0
+    nightly = load_matrix(tmp_path / "matrix.yaml", profile="nightly", default_python="3.11")
+    assert nightly.reuse.max_age_days == 7
     assert sorted(p for p in planned if p.startswith("cases/")) == sorted(
         ["cases/test_sft.py", "cases/test_lora.py", *(f"cases/{h}" for h in HELPERS)]
     )
@@ -205,6 +210,7 @@ def test_the_workflows_it_writes_are_valid_and_call_the_reusable_one(tmp_path: P
     (job,) = nightly["jobs"].values()
     assert job["uses"] == f"./{REUSABLE}"
     assert job["with"]["ftmatrix"] == f"ftmatrix=={__version__}"
+    assert job["with"]["profile"] == "nightly"
     reusable = yaml.safe_load(planned[REUSABLE])
     assert set(job["with"]) <= set(reusable[True]["workflow_call"]["inputs"])
     assert len(planned[NIGHTLY].splitlines()) <= 20

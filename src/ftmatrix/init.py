@@ -158,6 +158,13 @@ def matrix_yaml(axes: Sequence[AxisRequest], support: Sequence[str]) -> str:
         "hardware:",
         "  cpu: {runs-on: [ubuntu-latest], gpus: 0}",
         "  # l4: {runs-on: [self-hosted, gpu, l4], gpus: 1}",
+        "",
+        "# What the nightly (.github/workflows/ftmatrix-nightly.yml) changes: a cell whose lock,",
+        "# cases and hardware are unchanged since its newest run is not run again (its records",
+        "# are carried forward) for up to 7 nights; the re-runs spread over them.",
+        "profiles:",
+        "  nightly:",
+        "    reuse: {max-age-days: 7}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -181,6 +188,7 @@ jobs:
     permissions: {{contents: read, pages: write, id-token: write}}
     with:
       ftmatrix: "{requirement}"
+      profile: nightly
       python: "3.11"
 """
 
