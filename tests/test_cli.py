@@ -64,7 +64,9 @@ def test_an_index_variable_is_named_as_what_chose_the_index(capsys: pytest.Captu
 
 def test_report_from_no_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["report", "--out", str(tmp_path)], env={}) == ExitCode.OK
-    assert capsys.readouterr().out == f"report: {tmp_path / 'index.html'} (0 records, 0 cells)\n"
+    assert capsys.readouterr().out == (
+        f"report: {tmp_path / 'index.html'} (0 records, 0 cells); to publish: {tmp_path / 'site'}\n"
+    )
     assert "No records found" in (tmp_path / "index.html").read_text()
 
 

@@ -268,7 +268,7 @@ def test_ci_matrix_starts_jobs_only_for_cells_that_run(
     assert main(["ci-matrix", "--no-reuse"], env=env, root=ROOT) == 0
     output = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
     [job] = json.loads(output["matrix"])["include"]
-    assert (job["select"], job["cells"]) == ("cpu-*", CELLS)
+    assert (len(job["select"].split(",")), job["cells"]) == (CELLS, CELLS)
 
 
 def test_a_released_support_package_runs_every_cell_it_floats_in_once(tmp_path: Path):

@@ -16,6 +16,7 @@ from conftest import make_record
 
 from ftmatrix.cell.records import CellRecordFile, record_path
 from ftmatrix.cli import build_parser
+from ftmatrix.errors import ExitCode
 from ftmatrix.settings import ENV_VARS
 
 ROOT = Path(__file__).parent.parent
@@ -159,6 +160,107 @@ def test_the_plan_output_has_the_shape_the_workflow_reads(tmp_path: Path):
         )
         chosen += [line.split()[0] for line in plan.stdout.splitlines()[1:-1]]
     assert len(chosen) == len(set(chosen)) == 4
+
+
+def test_every_job_runs_the_cells_the_plan_planned_on_the_planned_python(tmp_path: Path):
+    """The run and bisect jobs once used the runner's own python3: on a runner whose python3
+    was 3.12 the cells planned as py3.11 matched no label (exit 4) or ran on 3.12."""
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(ROOT / "tests/data/small_matrix.yaml"),
+        "FTMATRIX_OUT": str(tmp_path),
+        "FTMATRIX_PYTHON": "3.12",  # the plan job's Python: not the one running these tests
+    }
+    env.pop("FTMATRIX_PROFILE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "ci-matrix"],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    outputs = dict(line.split("=", 1) for line in done.stdout.splitlines())
+    [job] = json.loads(outputs["matrix"])["include"]
+    assert (job["python"], job["pythons"]) == ("3.12", "3.12")
+    planned = job["select"].split(",")
+    assert len(planned) == job["cells"] == 4 and all("-py3.12-" in x for x in planned)
+    # The job, on a runner whose interpreter is another (this one), with the job's variables.
+    job_env = {**env, "FTMATRIX_SELECT": job["select"], "FTMATRIX_SHARD": job["shard"]}
+    job_env["FTMATRIX_PYTHON"] = job["python"]
+    plan = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "plan", "--no-resolve"],
+        env=job_env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert sorted(line.split()[0] for line in plan.stdout.splitlines()[1:-1]) == sorted(planned)
+    # ... which the workflow hands over, with actions/setup-python of those Pythons.
+    jobs = yaml.safe_load((SOURCE / "ftmatrix.yml").read_text())["jobs"]
+    for name in ("run", "bisect"):
+        assert jobs[name]["env"]["FTMATRIX_PYTHON"] == "${{ matrix.python }}", name
+        setup = [s for s in jobs[name]["steps"] if "setup-python" in s.get("uses", "")]
+        assert setup and setup[0]["with"]["python-version"] == "${{ matrix.pythons }}", name
+        assert not [s for s in jobs[name]["steps"] if "python3 " in s.get("run", "")], name
+    bad = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "plan", "--no-resolve"],
+        env={**env, "FTMATRIX_PYTHON": "python3.12"}, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    assert bad.returncode == ExitCode.SETTINGS
+    assert "FTMATRIX_PYTHON='python3.12': a Python version" in bad.stderr
+
+
+def test_planned_cells_that_produced_nothing_fail_the_night_loudly(tmp_path: Path):
+    """Two run jobs failed before uploading: the report once showed the other cells and
+    never said four planned cells had no records."""
+    out = tmp_path / "reports"
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(ROOT / "tests/data/small_matrix.yaml"),
+        "FTMATRIX_OUT": str(out),
+        "FTMATRIX_RUN_ID": "20261125T021700Z-abcdef",
+    }
+    env.pop("FTMATRIX_PROFILE", None)
+    ftmatrix = [sys.executable, "-m", "ftmatrix"]
+    subprocess.run([*ftmatrix, "ci-matrix"], env=env, capture_output=True, check=True)
+    planned = json.loads((out / "plan.json").read_text())
+    assert planned["run_id"] == "20261125T021700Z-abcdef" and len(planned["cells"]) == 4
+    # Last night's records of every cell are in the history: they must not count.
+    for index, label in enumerate(planned["cells"]):
+        CellRecordFile(record_path(out, "20261124T021700Z-000000", f"c{index}")).add(
+            make_record(run_id="20261124T021700Z-000000", cell_id=f"c{index}", cell_label=label)
+        )
+    # Tonight, only the first shard's two cells came back.
+    for index, label in enumerate(planned["cells"][:2]):
+        CellRecordFile(record_path(out, planned["run_id"], f"c{index}")).add(
+            make_record(run_id=planned["run_id"], cell_id=f"c{index}", cell_label=label)
+        )
+    done = subprocess.run(
+        [*ftmatrix, "report"], env=env, capture_output=True, text=True, check=False
+    )
+    lost = planned["cells"][2:]
+    assert done.returncode == ExitCode.FAILED, done.stderr
+    assert done.stderr == (
+        "ftmatrix: 2 planned cell(s) produced no records, so no verdict (see plan.json): "
+        + ", ".join(lost) + "\n"
+    )  # fmt: skip
+    page = (out / "index.html").read_text()
+    assert "2 planned cells produced no records tonight" in page
+    assert all(f"<li><code>{label}</code></li>" in page for label in lost)
+    assert "2 planned cells produced no records tonight" in (out / "summary.md").read_text()
+    results = json.loads((out / "results.json").read_text())
+    assert results["planned_without_records"] == lost
+    assert (out / "site" / "index.html").read_text() == page  # published all the same
+    # The workflow fails the night after publishing.
+    steps = yaml.safe_load((SOURCE / "ftmatrix.yml").read_text())["jobs"]["report"]["steps"]
+    names = [s.get("id") or s.get("name") for s in steps]
+    assert names.index("report") < names.index("deploy") < len(names) - 1
+    assert steps[-1]["if"] == "steps.report.outcome == 'failure'"
+    # Every planned cell with a record of tonight: no complaint.
+    for index, label in enumerate(lost, start=2):
+        CellRecordFile(record_path(out, planned["run_id"], f"c{index}")).add(
+            make_record(run_id=planned["run_id"], cell_id=f"c{index}", cell_label=label)
+        )
+    done = subprocess.run(
+        [*ftmatrix, "report"], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "planned" not in (out / "summary.md").read_text()
 
 
 def test_the_report_job_merges_two_shards_with_the_previous_history(tmp_path: Path):

@@ -31,6 +31,7 @@ from ftmatrix.cell.records import Record, read_records, write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
+from ftmatrix.download import NotFound
 from ftmatrix.errors import BisectError, ExitCode, FatalError, PackageIndexError, UsageError
 from ftmatrix.index import list_releases
 from ftmatrix.init import parse_operations, parse_package, scaffold, write_scaffold
@@ -47,6 +48,8 @@ from ftmatrix.plan import (
     plan_cells,
     select_cells,
 )
+from ftmatrix.report.planned import PLAN_FILE, cells_without_records, write_plan
+from ftmatrix.report.publish import restore_history, write_site
 from ftmatrix.report.render import INSTALLABILITY_FILE, render_report
 from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
 from ftmatrix.reuse import CellKey, Decision, EarlierRun, decide, newest_hardware_of_class
@@ -54,7 +57,6 @@ from ftmatrix.runner import (
     RETRY_DELAYS,
     TRANSIENT,
     cases_id,
-    current_python,
     judging,
     locked_packages,
     reuse_records_of_cell,
@@ -105,7 +107,7 @@ def load(
     With ``check``, a pin the index never had is a ConfigError first, never a cell.
     """
     settings = Settings.from_env(env, root=root, now=now)
-    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
+    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
     if any(axis.selector for axis in matrix.packages):
         matrix = resolve_selectors(matrix, index_releases(matrix, env))
     if check:
@@ -372,31 +374,41 @@ def ci_matrix(
 ) -> dict[str, Any]:
     """The nightly workflow's job matrix: each hardware class's cells split into shards.
 
-    Cells in ``reused`` (ids) start no job: where a class has some, its jobs select the
-    cells that run by label; a class with none left starts none.
+    Each job gets the exact labels of the cells it runs (cells in ``reused``, ids, start
+    none; a class with none left starts no job), the Python the plan gave cells that name
+    none (``python``: FTMATRIX_PYTHON there, so the job's labels are the plan's whatever
+    the runner's own ``python3``) and every Python its cells need (``pythons``, one per
+    line, as actions/setup-python takes them).
     """
     include = []
     for hardware in loaded.matrix.hardware:
-        mine = [c for c in loaded.selected if c.hardware == hardware.name]
-        running = [c for c in mine if c.id not in reused]
+        running = [c for c in loaded.selected if c.hardware == hardware.name and c.id not in reused]
         count = len(running)
         if not count:
             continue
-        select = (
-            ",".join(c.label for c in running) if len(running) < len(mine) else f"{hardware.name}-*"
-        )
         shards = -(-count // max(cells_per_shard, 1))
         for index in range(1, shards + 1):
             include.append(
                 {
                     "hardware": hardware.name,
                     "runs_on": list(hardware.runs_on),
-                    "select": select,
+                    "select": ",".join(c.label for c in running),
                     "shard": f"{index}/{shards}",
                     "cells": count,
+                    **job_pythons(loaded, running),
                 }
             )
     return {"include": include}
+
+
+def job_pythons(loaded: Loaded, cells: Sequence[Cell]) -> dict[str, str]:
+    """``python`` (the default cell Python of the plan) and ``pythons`` (each one a job's
+    cells need, the default last: actions/setup-python makes its last the default)."""
+    default = loaded.settings.python
+    others = sorted(
+        {c.python for c in cells} - {default}, key=lambda v: tuple(map(int, v.split(".")))
+    )
+    return {"python": default, "pythons": "\n".join([*others, default])}
 
 
 def carry_reused(
@@ -430,7 +442,15 @@ def bisect_jobs(loaded: Loaded, jobs: Mapping[str, Any]) -> dict[str, Any]:
     classes: dict[str, Any] = {}
     for job in jobs["include"]:
         classes.setdefault(
-            job["hardware"], {"hardware": job["hardware"], "runs_on": job["runs_on"]}
+            job["hardware"],
+            {
+                "hardware": job["hardware"],
+                "runs_on": job["runs_on"],
+                # A bisect cell holds all but one of a failing cell's pins: its Pythons.
+                **job_pythons(
+                    loaded, [c for c in loaded.selected if c.hardware == job["hardware"]]
+                ),
+            },
         )
     return {"include": list(classes.values())}
 
@@ -673,6 +693,26 @@ def build_parser() -> argparse.ArgumentParser:
     house.add_argument("--select", action="append", default=[], metavar="GLOB")
     report = sub.add_parser("report", help="build the report from the records that exist")
     report.add_argument("--out", help="reports folder (default: reports/)")
+    restore_parser = sub.add_parser(
+        "restore-history",
+        help="add a published history.jsonl's records to reports/history.sqlite",
+        description="Restore the history from its published copy (reports/site/history.jsonl, "
+        "deployed with the report): the records and bisect findings the local history "
+        "lacks are added; a record it has is kept as it is.",
+    )
+    restore_parser.add_argument("source", metavar="FILE_OR_URL", help="a path or http(s) URL")
+    restore_parser.add_argument("--out", help="reports folder (default: reports/)")
+    restore_parser.add_argument(
+        "--missing-ok",
+        action="store_true",
+        help="nothing published there yet (HTTP 404, no such file) is not an error",
+    )
+    restore_parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120,
+        help="seconds for the whole download (default: 120)",
+    )
     init = sub.add_parser(
         "init",
         help="write a matrix.yaml, example cases, a noxfile and the nightly into a repository",
@@ -765,7 +805,7 @@ def _bisect(args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now
             raise UsageError(f"--pins {text!r}: expected PKG==VERSION, such as trl==0.19.1")
         pins.append((package, version))
     settings = Settings.from_env(env, root=root, now=now)
-    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
+    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
     check_bisect_arguments(args, matrix, env)
     request = BisectRequest(
         case=args.case,
@@ -805,7 +845,7 @@ def _autobisect(
     args: argparse.Namespace, env: Mapping[str, str], *, root: Path, now: datetime
 ) -> int:
     settings = Settings.from_env(env, root=root, now=now)
-    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=current_python())
+    matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
     budget = matrix.bisect.budget if args.budget is None else args.budget
     store = settings.out / "history.sqlite"
     merge_outputs(settings.out)  # what the report merges: tonight's records, findings on disk
@@ -996,6 +1036,7 @@ def dispatch(
         "autobisect": lambda a, x, e, r, n: _autobisect(a, e, root=r, now=n),
         "wheelhouse": lambda a, x, e, r, n: _wheelhouse(a, e, root=r, now=n),
         "report": _report,
+        "restore-history": _restore_history,
         "ci-matrix": _ci_matrix,
         "plan": _plan,
         "run": _run,
@@ -1008,16 +1049,44 @@ def _report(
 ) -> int:
     settings = Settings.from_env(env, root=root, now=now)
     merged = merge_outputs(settings.out)
+    missing = cells_without_records(settings.out)
     grid = render_report(
         settings.out,
         now=now,
         problems=merged.problems,
         known_issues=known_issues_file(settings),
+        missing=missing,
     )
+    site = write_site(settings.out)
     print(
         f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
-        f"{len(grid.rows)} cells)"
+        f"{len(grid.rows)} cells); to publish: {site}"
     )
+    if missing:  # the report is written and shows them; the night still failed
+        sys.stderr.write(
+            f"ftmatrix: {len(missing)} planned cell(s) produced no records, so no verdict "
+            f"(see {PLAN_FILE}): " + ", ".join(missing) + "\n"
+        )
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def _restore_history(
+    args: argparse.Namespace, extra: list[str], env: Mapping[str, str], root: Path, now: datetime
+) -> int:
+    settings = Settings.from_env(env, root=root, now=now)
+    store = settings.out / "history.sqlite"
+    try:
+        added, findings = restore_history(args.source, store, timeout=args.timeout)
+    except NotFound as exc:
+        if not args.missing_ok:
+            raise
+        print(
+            f"restore-history: nothing published yet "
+            f"({exc.describe().removeprefix('ftmatrix: ')}); {store} unchanged"
+        )
+        return ExitCode.OK
+    print(f"restore-history: {added} records and {findings} bisect findings added to {store}")
     return ExitCode.OK
 
 
@@ -1027,6 +1096,8 @@ def _ci_matrix(
     loaded = load(env, root=root, now=now)
     reused = carry_reused(loaded, env, now=now, log=sys.stderr)
     jobs = ci_matrix(loaded, args.cells_per_shard, reused)
+    # The report job checks the night against it: a planned cell without records is loud.
+    write_plan(loaded.settings.out, loaded.settings.run_id, [c.label for c in loaded.selected])
     print(f"matrix={json.dumps(jobs)}")
     print(f"bisect={json.dumps(bisect_jobs(loaded, jobs))}")
     print(f"run-id={loaded.settings.run_id}")

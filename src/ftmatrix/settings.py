@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,8 @@ ENV_VARS = {
     "and a random suffix).",
     "FTMATRIX_RUNNER_LABELS": "Comma-separated labels of the CI runner, recorded per cell.",
     "FTMATRIX_SELECT": "Comma-separated globs: only cells whose label matches one.",
+    "FTMATRIX_PYTHON": "The Python of cells whose matrix names none, such as 3.11 (default: "
+    "the one running ftmatrix); the nightly's jobs get the plan's.",
     "FTMATRIX_SHARD": "Run only shard I of N (`I/N`, 1-based), balanced by past durations.",
     "FTMATRIX_RESOLVE_TTL": "Seconds a cached resolution stays valid (default 21600; 0: off).",
     "FTMATRIX_CACHE_DIR": "Where resolutions (and the declared requirements cap probes read) "
@@ -52,6 +55,9 @@ class Settings:
     resume: bool = False
     select: tuple[str, ...] = ()
     reuse: bool = True
+    # The Python of cells whose matrix names none: the interpreter running ftmatrix, or
+    # FTMATRIX_PYTHON (the nightly's jobs get the one the plan used, so labels agree).
+    python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, root: Path, now: datetime) -> Settings:
@@ -67,6 +73,12 @@ class Settings:
         run_id = env.get("FTMATRIX_RUN_ID") or (resume and newest_run_id(out)) or new_run_id(now)
         check_run_id(run_id)
         resolve_ttl(env)  # checked now: a plan without resolving must not hide a typo
+        python = env.get("FTMATRIX_PYTHON", "").strip()
+        if python and not re.fullmatch(r"3\.\d{1,2}", python):
+            raise SettingsError(
+                f"FTMATRIX_PYTHON={python!r}: a Python version as a cell label names it, "
+                "such as 3.11 (unset: the interpreter running ftmatrix)"
+            )
         return cls(
             matrix=root / env.get("FTMATRIX_MATRIX", "matrix.yaml"),
             profile=env.get("FTMATRIX_PROFILE") or None,
@@ -78,6 +90,7 @@ class Settings:
             resume=resume,
             select=tuple(g.strip() for g in env.get("FTMATRIX_SELECT", "").split(",") if g.strip()),
             reuse=env.get("FTMATRIX_REUSE", "1").strip().lower() not in ("0", "false", "no", "off"),
+            **({"python": python} if python else {}),
         )
 
 

@@ -177,6 +177,37 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
     return added, unchanged
 
 
+def restore(path: Path, records: Iterable[Record]) -> int:
+    """Add the records ``path`` lacks (a published copy of the history); returns how many.
+
+    A record already there is kept as it is: it has the raw text the copy leaves out.
+    """
+    added = 0
+    runs: set[str] = set()
+    with closing(open_store(path)) as connection, connection:
+        for record in records:
+            cursor = connection.execute(
+                "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.run_id,
+                    record.cell_id,
+                    record.case,
+                    record.cell_label,
+                    record.operation,
+                    record.status.value,
+                    record.hardware_class,
+                    record.signature,
+                    record.finished_at,
+                    json.dumps(record.to_dict(), sort_keys=True, default=str),
+                ),
+            )
+            if cursor.rowcount:
+                added += 1
+                runs.add(record.run_id)
+        refresh_pass_rates(connection, sorted(runs))
+    return added
+
+
 def merge_cell_runs(path: Path, records_dir: Path) -> int:
     """Keep each finished cell run's marker (``<run>/<cell-id>.done.json``); returns how many.
 
@@ -270,6 +301,17 @@ def load_history(path: Path) -> list[Record]:
     with closing(open_store(path)) as connection:
         rows = connection.execute("SELECT data FROM records ORDER BY run_id, cell_label, case_id")
         return [Record.from_mapping(json.loads(data)) for (data,) in rows]
+
+
+def cell_labels_of_run(path: Path, run_id: str) -> set[str]:
+    """The labels of the cells with at least one record of ``run_id``."""
+    if not path.exists():
+        return set()
+    with closing(open_store(path)) as connection:
+        rows = connection.execute(
+            "SELECT DISTINCT cell_label FROM records WHERE run_id = ?", (run_id,)
+        )
+        return {label for (label,) in rows}
 
 
 def newest_records(path: Path, *, back: int = 0) -> list[Record]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 # Order matters: paths and addresses before bare numbers.
 _FOLDS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -92,6 +93,17 @@ def clean_paths(text: str) -> str:
     for pattern, replacement in _CLEAN:
         text = pattern.sub(replacement, text)
     return text
+
+
+def clean_paths_in(value: Any) -> Any:
+    """``value`` (JSON-like: a bisect finding) with :func:`clean_paths` applied to every text."""
+    if isinstance(value, str):
+        return clean_paths(value)
+    if isinstance(value, dict):
+        return {key: clean_paths_in(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_paths_in(item) for item in value]
+    return value
 
 
 def innermost_framework_frame(

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +19,7 @@ from typing import Any
 
 from ftmatrix.cell.records import Record
 from ftmatrix.constraints import ConstraintSet, derive_constraints
+from ftmatrix.download import fetch_text
 from ftmatrix.errors import UsageError
 
 RESULTS_SCHEMA = 1  # what render_json writes
@@ -72,7 +70,7 @@ def read_results(where: str, *, timeout: float = 30) -> Results:
     """results.json from a path or an ``https://`` (or ``http://``) URL."""
     what = f"--results {where}"
     if re.match(r"^https?://", where):
-        text = _fetch(where, what, timeout)
+        text = fetch_text(where, what, timeout=timeout, kind="a results.json")
     elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", where):
         raise UsageError(f"{what}: only https:// and http:// URLs or a file path can be read")
     else:
@@ -154,61 +152,3 @@ def _parse_records(items: list[Any], what: str) -> list[Record]:
                 f"({type(exc).__name__}: {exc})"
             ) from None
     return records
-
-
-# What check reads of a URL at most: the default matrix's results.json is 1.7 MB, a
-# year of a large nightly a few tens; past this it is no results.json.
-MAX_RESULTS_BYTES = 200_000_000
-CHUNK = 1 << 16
-
-
-class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
-    """Redirects are followed to http(s) URLs only (urllib would follow ftp:// too)."""
-
-    def redirect_request(  # noqa: PLR0917 -- urllib calls it with these positionals
-        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> Any:
-        if not re.match(r"^https?://", newurl, re.IGNORECASE):
-            raise urllib.error.URLError(f"redirected to {newurl!r}, which is not http(s)")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def _fetch(url: str, what: str, timeout: float) -> str:
-    """The body of ``url``: ``timeout`` seconds in all (not per read: a server that drips a
-    byte at a time is cut off), at most MAX_RESULTS_BYTES, http(s) redirects only."""
-    request = urllib.request.Request(
-        url, headers={"Accept": "application/json", "User-Agent": "ftmatrix-check"}
-    )
-    opener = urllib.request.build_opener(_HttpOnlyRedirects)
-    deadline = time.monotonic() + timeout
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            while True:
-                if time.monotonic() > deadline:
-                    raise UsageError(
-                        f"{what}: cannot be read: not all of it came within {timeout:g} s "
-                        "(--timeout sets the limit for the whole download)"
-                    )
-                chunk = response.read1(CHUNK)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > MAX_RESULTS_BYTES:
-                    raise UsageError(
-                        f"{what}: more than {MAX_RESULTS_BYTES // 1_000_000} MB; a results.json "
-                        "is far smaller, so this is not one"
-                    )
-                chunks.append(chunk)
-    except urllib.error.HTTPError as exc:
-        raise UsageError(f"{what}: cannot be read: HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        raise UsageError(f"{what}: cannot be read: {exc.reason}") from None
-    except (TimeoutError, OSError) as exc:
-        raise UsageError(f"{what}: cannot be read: {exc or 'timed out'}") from None
-    body = b"".join(chunks)
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{what}: not UTF-8 text, so not a results.json") from None

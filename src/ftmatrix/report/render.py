@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.records import WHOLE_CELL, Record, write_atomically
-from ftmatrix.cell.signature import clean_paths
+from ftmatrix.cell.signature import clean_paths, clean_paths_in
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.constraints import write_constraints
 from ftmatrix.known_issues import load_known_issues
@@ -80,8 +80,11 @@ def render_html(
     groups: Sequence[FailureGroup] = (),
     changes: Sequence[Change] = (),
     trend: dict[str, list[tuple[str, float]]] | None = None,
+    missing: Sequence[str] = (),
 ) -> str:
-    """One self-contained HTML page: no script or style is fetched from anywhere."""
+    """One self-contained HTML page: no script or style is fetched from anywhere.
+
+    ``missing``: planned cells without a record of the night (shown first, loudly)."""
     counts = Counter(r.status for r in grid.records)
     entries = grid_entries(grid.records)
     values = grid_axes(entries)
@@ -95,6 +98,7 @@ def render_html(
         f"<p class=meta>Generated {escape(generated_at.isoformat(timespec='seconds'))}"
         f" from {len(grid.records)} records of {len(grid.rows)} cells"
         f" (runs: {escape(', '.join(grid.runs) or 'none')}).</p>",
+        _missing_html(missing),
         render_headline(grid.records, changes, groups),
         _summary(counts, reused_cells(grid.records)),
         _legend(),
@@ -121,12 +125,18 @@ def render_html(
 
 
 def render_markdown(
-    grid: Grid, groups: Sequence[FailureGroup] = (), changes: Sequence[Change] = ()
+    grid: Grid,
+    groups: Sequence[FailureGroup] = (),
+    changes: Sequence[Change] = (),
+    missing: Sequence[str] = (),
 ) -> str:
     """A compact summary for a GitHub job summary."""
     counts = Counter(r.status for r in grid.records)
     reused = reused_cells(grid.records)
     lines = ["# ftmatrix compatibility report", ""]
+    if missing:
+        lines += [f"**{_missing_headline(len(missing))}**", ""]
+        lines += [f"- {_md_code(label)}" for label in missing] + [""]
     counted = ", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "No records."
     if reused:
         counted += (
@@ -230,6 +240,7 @@ def render_report(
     now: datetime,
     problems: Sequence[str] = (),
     known_issues: Path | None = None,
+    missing: Sequence[str] = (),
 ) -> Grid:
     """Write the reports from ``out_dir``'s history; it reads the history, never writes it.
 
@@ -245,7 +256,8 @@ def render_report(
     plain = [r for r in latest if not r.beyond_cap]
     grid = build_grid(plain)
     known = load_known_issues(known_issues) if known_issues else ()
-    groups = failure_groups(grid.records, known, load_findings(store))
+    findings = [clean_paths_in(f) for f in load_findings(store)]  # published too
+    groups = failure_groups(grid.records, known, findings)
     changes = changes_since_previous(
         [
             r
@@ -261,10 +273,11 @@ def render_report(
         groups=groups,
         changes=changes,
         trend=pass_rate_table(store),
+        missing=missing,
     )
     extra = _probes_html(probes) + _installability_html(installability)
     html = html.replace("<script>", extra + "<script>", 1) if extra else html
-    markdown = render_markdown(grid, groups, changes) + probes_markdown(probes)
+    markdown = render_markdown(grid, groups, changes, missing) + probes_markdown(probes)
     payload = json.loads(render_json(grid, groups, changes))
     payload["probes"] = [
         {"cap": cap, "hardware": hw, "outcome": text}
@@ -272,6 +285,7 @@ def render_report(
     ]
     payload["probe_records"] = [r.to_dict() for r in probes]
     payload["installability"] = installability
+    payload["planned_without_records"] = list(missing)
     write_atomically(out_dir / "index.html", html)
     write_atomically(out_dir / "summary.md", markdown)
     write_atomically(
@@ -458,6 +472,24 @@ def _summary(counts: Counter[Status], reused: Mapping[str, str]) -> str:
             "</li>"
         )
     return f"<ul class=counts>{chips or '<li>No records yet.</li>'}</ul>"
+
+
+def _missing_headline(count: int) -> str:
+    cells = "cell" if count == 1 else "cells"
+    return (
+        f"{count} planned {cells} produced no records tonight (the job failed before its "
+        "records were kept, or was cancelled): no verdict for them"
+    )
+
+
+def _missing_html(missing: Sequence[str]) -> str:
+    if not missing:
+        return ""
+    items = "".join(f"<li><code>{escape(label)}</code></li>" for label in missing)
+    return (
+        f"<section id=missing class=problems><h2>{escape(_missing_headline(len(missing)))}"
+        f"</h2><ul>{items}</ul></section>"
+    )
 
 
 def _legend() -> str:

@@ -1,0 +1,75 @@
+"""Reading a published file over HTTP(S) without trusting the server.
+
+``ftmatrix check --results URL`` and ``ftmatrix restore-history URL`` read what a web
+server sends: one deadline for the whole download (a server that drips a byte at a time is
+cut off), a size limit, redirects to http(s) only, and every failure one UsageError line.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from ftmatrix.errors import UsageError
+
+# The most read from a URL: the default matrix's results.json is 1.7 MB, a year of a large
+# nightly's results or history a few tens; past this it is not a file of ours.
+MAX_BYTES = 200_000_000
+CHUNK = 1 << 16
+
+
+class NotFound(UsageError):
+    """The server answered 404: nothing is published there (yet)."""
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed to http(s) URLs only (urllib would follow ftp:// too)."""
+
+    def redirect_request(  # noqa: PLR0917 -- urllib calls it with these positionals
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Any:
+        if not re.match(r"^https?://", newurl, re.IGNORECASE):
+            raise urllib.error.URLError(f"redirected to {newurl!r}, which is not http(s)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def fetch_text(url: str, what: str, *, timeout: float, kind: str) -> str:
+    """The UTF-8 body of ``url``; ``what`` starts every error, ``kind`` names the file
+    expected ("a results.json"). ``timeout`` seconds in all, at most MAX_BYTES."""
+    request = urllib.request.Request(url, headers={"User-Agent": "ftmatrix"})
+    opener = urllib.request.build_opener(_HttpOnlyRedirects)
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            while True:
+                if time.monotonic() > deadline:
+                    raise UsageError(
+                        f"{what}: cannot be read: not all of it came within {timeout:g} s "
+                        "(--timeout sets the limit for the whole download)"
+                    )
+                chunk = response.read1(CHUNK)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    raise UsageError(
+                        f"{what}: more than {MAX_BYTES // 1_000_000} MB; {kind} is far "
+                        "smaller, so this is not one"
+                    )
+                chunks.append(chunk)
+    except urllib.error.HTTPError as exc:
+        error = NotFound if exc.code == 404 else UsageError
+        raise error(f"{what}: cannot be read: HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise UsageError(f"{what}: cannot be read: {exc.reason}") from None
+    except (TimeoutError, OSError) as exc:
+        raise UsageError(f"{what}: cannot be read: {exc or 'timed out'}") from None
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None

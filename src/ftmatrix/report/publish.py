@@ -1,0 +1,116 @@
+"""What a public page gets: the rendered report and a path-free copy of the history.
+
+``reports/`` is the machine's: records and ``history.sqlite`` keep each failure's raw text,
+with the machine's absolute paths. ``reports/site/`` is what the nightly deploys to Pages:
+the rendered files, and ``history.jsonl``, every record of the history as the page shows it
+(paths replaced, raw text left out) with the bisect findings, from which the next night
+restores its history when the Actions cache has lost it (:func:`restore_history`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ftmatrix.cell.records import Record
+from ftmatrix.cell.signature import clean_paths_in
+from ftmatrix.download import NotFound, fetch_text
+from ftmatrix.errors import UsageError
+from ftmatrix.store import load_findings, load_history, restore, save_finding
+
+SITE = "site"
+HISTORY_FILE = "history.jsonl"
+HISTORY_FORMAT = 1
+# The rendered report (ftmatrix.report.render.render_report writes these).
+RENDERED_FILES = ("index.html", "summary.md", "results.json")
+RENDERED_FOLDERS = ("badges", "constraints")
+
+
+def write_site(out_dir: Path) -> Path:
+    """Build ``out_dir/site`` from the rendered report and the history; returns it.
+
+    Built beside and swapped in whole, so a failure leaves the previous site as it was.
+    """
+    site = out_dir / SITE
+    building = out_dir / f".{SITE}.building"
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    for name in RENDERED_FILES:
+        if (out_dir / name).is_file():
+            shutil.copy2(out_dir / name, building / name)
+    for name in RENDERED_FOLDERS:
+        if (out_dir / name).is_dir():
+            shutil.copytree(out_dir / name, building / name)
+    with (building / HISTORY_FILE).open("w", encoding="utf-8") as history:
+        for line in published_history(out_dir / "history.sqlite"):
+            history.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+    shutil.rmtree(site, ignore_errors=True)
+    building.rename(site)
+    return site
+
+
+def published_history(store: Path) -> Iterator[dict[str, Any]]:
+    """The lines of history.jsonl: a header, each record as published, each finding."""
+    yield {"ftmatrix-history": HISTORY_FORMAT}
+    for record in load_history(store):
+        yield {"record": record.published().to_dict()}
+    for finding in load_findings(store):
+        yield {"finding": clean_paths_in(finding)}
+
+
+def restore_history(source: str, store: Path, *, timeout: float = 120) -> tuple[int, int]:
+    """Add to ``store`` what a published history.jsonl (a path or an http(s) URL) has and it
+    lacks; returns (records added, findings kept). Never replaces a record it has: the local
+    one keeps its raw text. :class:`ftmatrix.download.NotFound` where nothing is published."""
+    what = f"restore-history {source}"
+    if source.startswith(("https://", "http://")):
+        text = fetch_text(source, what, timeout=timeout, kind=f"a {HISTORY_FILE}")
+    else:
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"{what}: not UTF-8 text, so not a {HISTORY_FILE}") from None
+        except FileNotFoundError:
+            raise NotFound(f"{what}: cannot be read: no such file") from None
+        except OSError as exc:
+            raise UsageError(f"{what}: cannot be read: {exc.strerror or exc}") from None
+    records, findings = _parse_history(text, what)
+    added = restore(store, records)
+    for finding in findings:
+        save_finding(store, finding)
+    return added, len(findings)
+
+
+def _parse_history(text: str, what: str) -> tuple[list[Record], list[dict[str, Any]]]:
+    lines = text.splitlines()
+    try:
+        header = json.loads(lines[0]) if lines else None
+    except (json.JSONDecodeError, RecursionError):
+        header = None
+    if not isinstance(header, dict) or header.get("ftmatrix-history") != HISTORY_FORMAT:
+        start = " ".join(text[:40].split())
+        raise UsageError(
+            f"{what}: not a history.jsonl of format {HISTORY_FORMAT} (ftmatrix report writes "
+            f"one into reports/{SITE}/); it starts {start!r}"
+        )
+    records: list[Record] = []
+    findings: list[dict[str, Any]] = []
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            item = json.loads(line)
+            if isinstance(item, dict) and isinstance(item.get("record"), dict):
+                records.append(Record.from_mapping(item["record"]))
+            elif isinstance(item, dict) and isinstance(item.get("finding"), dict):
+                finding = item["finding"]
+                if not {"case", "axis"} <= finding.keys():
+                    raise ValueError("a finding names its case and axis")
+                findings.append(finding)
+            else:
+                raise ValueError('neither {"record": ...} nor {"finding": ...}')
+        except (json.JSONDecodeError, RecursionError, ValueError, TypeError) as exc:
+            reason = "not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise UsageError(f"{what}: line {number}: {reason}; nothing was restored") from None
+    return records, findings
