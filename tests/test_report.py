@@ -617,3 +617,20 @@ def test_a_known_issue_links_only_to_a_web_page(tmp_path: Path):
     entry = {"id": "k", "title": "t", "upstream": "javascript:alert(1)", "match": {"message": "x"}}
     with pytest.raises(ConfigError, match=r"k\.yaml.*upstream: 'javascript:alert\(1\)' is not an"):
         parse_known_issues([entry], source="k.yaml")
+
+
+def test_a_pass_whose_contract_could_not_be_checked_is_never_shown_as_a_plain_pass():
+    why = "unverified: computed inside compute_loss in this trl"
+    records = [
+        make_record(
+            operation="grpo", case="test_grpo.py::test_grpo", metrics={"logps_contract": why}
+        ),
+        make_record(cell_id="c2", cell_label="cell-b", metrics={"logps_contract": "checked"}),
+    ]
+    grid = build_grid(records)
+    page = render_html(grid, generated_at=NOW)
+    assert page.count(why) >= 2  # under the pass in the grid, and in the pivot's data
+    markdown = render_markdown(grid)
+    rows = {line.split(" | ")[0]: line for line in markdown.splitlines() if line.startswith("| ")}
+    assert "pass (unverified)" in rows["| cpu-py3.11-trl1.16.0"]
+    assert "pass" in rows["| cell-b"] and "unverified" not in rows["| cell-b"]

@@ -87,8 +87,23 @@ class GridEntry:
 
     @property
     def headline(self) -> str:
-        """The line of its record's message (or reason) worth showing in the grid."""
-        return headline(self.record.message or self.record.reason)
+        """The line of its record's message (or reason) worth showing in the grid; for a
+        pass whose contract could not be checked, why (never a plain pass)."""
+        return unverified(self.record) or headline(self.record.message or self.record.reason)
+
+
+def unverified(record: Record) -> str | None:
+    """Why a passing case could not check one of its contracts, or None.
+
+    A case records ``<name>_contract: "unverified: <why>"`` where a release computes a
+    contract's quantity out of its reach (trl 0.14's GRPO log-probs inside compute_loss).
+    """
+    if record.status is not Status.PASS:
+        return None
+    for name, value in sorted(record.metrics.items()):
+        if name.endswith("_contract") and isinstance(value, str) and value.startswith("unverified"):
+            return value
+    return None
 
 
 def grid_entries(records: Iterable[Record]) -> list[GridEntry]:

@@ -42,6 +42,7 @@ from ftmatrix.report.grid import (
     reuse_note,
     reused_cells,
     status_css_name,
+    unverified,
     worst_of,
 )
 from ftmatrix.report.overview import group_id, render_compatibility, render_headline, render_hud
@@ -150,7 +151,8 @@ def render_markdown(
         values = []
         for column in grid.columns:
             record = grid.cells.get((row, column)) or whole
-            values.append(record.status.value if record else "")
+            shown = record.status.value if record else ""
+            values.append(f"{shown} (unverified)" if record and unverified(record) else shown)
         if whole and not grid.columns:
             values = [whole.status.value]
         note = f" ({_md(f'reused, unchanged since {reused[row]}')})" if row in reused else ""
@@ -637,7 +639,7 @@ def _pivot_data(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> s
 
 
 def _grid_cell(record: Record) -> str:
-    text = record.message or record.reason or ""
+    text = unverified(record) or record.message or record.reason or ""
     first = headline(text)
     link = ""
     if record.status in PROBLEM_STATUSES:
