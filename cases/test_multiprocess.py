@@ -1,4 +1,5 @@
-"""Multi-process training: SFT under `accelerate launch` with 2 processes (CPU: gloo).
+"""Multi-process training: SFT under `accelerate launch` and `torchrun` with 2 processes
+(CPU: gloo), GRPO under `accelerate launch`.
 
 Also the GPU launch modes, which this file declares but only a GPU runner can run:
 plain `python` on 2 GPUs (transformers wraps the model in DataParallel) and
@@ -58,6 +59,19 @@ def test_accelerate_launch_two_processes(
     assert all(r["world_size"] == 2 and r["steps"] == 2 for r in ranks), ranks
     assert all(math.isfinite(r["loss"]) for r in ranks), ranks
     # Data parallel training keeps the replicas identical after every step.
+    assert ranks[0]["weights_sha"] == ranks[1]["weights_sha"], ranks
+    record_property("loss", ranks[0]["loss"])
+
+
+@pytest.mark.operation("multiprocess")
+@pytest.mark.requires_packages(trl=">=0.7", accelerate=">=0.20")
+def test_torchrun_two_processes(tiny_model_dir: Path, tmp_path: Path, record_property):
+    """The same SFT under plain `torchrun --nproc_per_node 2` (gloo on CPU): transformers'
+    Trainer sets up the process group itself, with no accelerate launcher."""
+    ranks = launch("torchrun", "sft", 2, tiny_model_dir, tmp_path / "ranks")
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["world_size"] == 2 and r["steps"] == 2 for r in ranks), ranks
+    assert all(math.isfinite(r["loss"]) for r in ranks), ranks
     assert ranks[0]["weights_sha"] == ranks[1]["weights_sha"], ranks
     record_property("loss", ranks[0]["loss"])
 

@@ -126,6 +126,7 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         "test_adapter_path_contract[real]",
         "test_update_contract[real]",
         "test_resume_contract[real]",
+        "test_qlora_contract[real]",
     ):
         assert outcome[case][0] == "pass", (case, outcome[case])
     expected_failures = {
@@ -151,6 +152,10 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         r"one step resumed, against two steps in one run, [\w.]+ at \[\d+, \d+\] \(largest gap "
         r"[\d.e+-]+\): trainer -?[\d.e+-]+ != reference -?[\d.e+-]+ \(tolerance 1e-05\)",
     }
+    expected_failures["test_qlora_contract[loads-float]"] = (
+        r"^nf4 was asked for: model\.layers\.0\.self_attn\.q_proj is "
+        r"torch\.nn\.modules\.linear\.Linear, not Linear4bit"
+    )
     import re
 
     for case, pattern in expected_failures.items():

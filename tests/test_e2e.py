@@ -141,6 +141,7 @@ packages:
   transformers: ["{transformers}"]
   trl: ["{trl}"]
   peft: ["{peft}"]
+support: [bitsandbytes]
 """
 
 
@@ -159,7 +160,7 @@ def test_one_real_cell_runs_the_whole_case_library(tmp_path: Path):
     for record in records:
         by_operation.setdefault(record["operation"], set()).add(record["status"])
     # What a CPU can run passes; GPU-only cases are skip; absent packages are n/a.
-    for operation in ("sft", "train", "grpo", "dpo", "lora", "multiprocess", "import"):
+    for operation in ("sft", "train", "grpo", "dpo", "lora", "qlora", "multiprocess", "import"):
         assert by_operation[operation] <= {"pass", "n/a"}, (operation, statuses)
         assert "pass" in by_operation[operation], (operation, statuses)
     for operation in ("sft-multigpu", "vllm-generate", "grpo-vllm", "unsloth-qlora-qkv"):

@@ -95,7 +95,7 @@ def test_operations_are_split_on_commas_and_checked():
     assert parse_operations([]) == ("import",)
     with pytest.raises(
         UsageError,
-        match=r"--operation 'vllm': no example for it; choose from dpo, grpo, import, lora, sft, train",
+        match=r"--operation 'vllm': no example for it; choose from dpo, grpo, import, lora, qlora, sft, train",
     ):
         parse_operations(["sft,vllm"])
 

@@ -33,6 +33,7 @@ OPERATIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "dpo": ("test_dpo.py", TRAINING),
     "grpo": ("test_grpo.py", TRAINING),
     "train": ("test_train.py", ("torch", "transformers", "accelerate")),
+    "qlora": ("test_qlora.py", ("torch", "transformers", "peft", "bitsandbytes")),
 }
 DEFAULT_SELECTOR = "latest:2"
 NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's distribution name

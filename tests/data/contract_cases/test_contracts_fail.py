@@ -255,3 +255,14 @@ def test_adapter_path_contract(
 
     load = load_with_peft if broken == "real" else load_returning_the_base
     run_adapter_path(load, tiny_model, tokenizer, tmp_path, tiny_model_dir, record_property)
+
+
+@pytest.mark.operation("qlora")
+@pytest.mark.parametrize("broken", ["real", "loads-float"])
+def test_qlora_contract(broken: str, tmp_path: Path, tokenizer: Any, record_property: Any) -> None:
+    """A release that ignores the quantization config: the float model trains as if QLoRA."""
+    from test_qlora import quantization, run_qlora, save_quantizable_model
+
+    asked = quantization if broken == "real" else (lambda kind: None)
+    model_dir = save_quantizable_model(tmp_path, tokenizer)
+    run_qlora("nf4", model_dir, tokenizer, record_property, asked)

@@ -68,7 +68,7 @@ def build_tokenizer() -> Any:
     return tokenizer
 
 
-def build_model(family: str, tokenizer: Any, *, seed: int = 0) -> Any:
+def build_model(family: str, tokenizer: Any, *, seed: int = 0, hidden_size: int = 32) -> Any:
     """A 2-layer causal LM of ``family`` with random weights sized to ``tokenizer``."""
     import torch
     import transformers
@@ -76,8 +76,8 @@ def build_model(family: str, tokenizer: Any, *, seed: int = 0) -> Any:
     spec = FAMILIES[family]
     config = getattr(transformers, spec.config_class)(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
