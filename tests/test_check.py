@@ -226,13 +226,14 @@ def test_trl_env_compares_python_and_says_unsloth_is_not_named(
     argv = ["check", "--trl-env", str(DATA / "trl_env_0.19.1.txt"), "--results", str(RESULTS)]
     assert main([*argv, "--operation", "sft,dpo"]) == ExitCode.OK
     out = capsys.readouterr().out.splitlines()
+    assert out[1] == f"  note: {DATA / 'trl_env_0.19.1.txt'}: accelerator(s): cpu"
     assert (
-        out[2]
+        out[3]
         == "compared on: peft, torch, transformers, trl, python; not named by your input: unsloth"
     )
     label = "cpu-py3.11-torch2.13.0-tf4.57.6-trl0.19.1-peft0.18.1-nounsloth"
-    assert out[4] == f"dpo on cpu: pass: {label} (your versions) passes: 1 pass"
-    assert out[6] == f"sft on cpu: pass: {label} (your versions) passes: 8 pass"
+    assert out[5] == f"dpo on cpu: pass: {label} (your versions) passes: 1 pass"
+    assert out[7] == f"sft on cpu: pass: {label} (your versions) passes: 8 pass"
 
 
 def test_cells_that_differ_only_where_the_input_is_silent_can_disagree():

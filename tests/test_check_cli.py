@@ -150,6 +150,28 @@ def test_a_malformed_freeze_line(tmp_path: Path):
     )
 
 
+def test_a_freeze_that_includes_another_file_is_refused(tmp_path: Path):
+    (tmp_path / "freeze.txt").write_text("torch==2.13.0\n-r more.txt\n")
+    done = ftmatrix("check", "--freeze", "freeze.txt", "--results", str(RESULTS), cwd=tmp_path)
+    assert one_line_usage_error(done).startswith(
+        "ftmatrix: freeze.txt:2: '-r more.txt' names another file, which check does not follow"
+    )
+
+
+def test_what_a_freeze_leaves_out_is_said_and_a_bom_is_no_part_of_it(tmp_path: Path):
+    # Saved by a Windows editor (a BOM), with an installer option line.
+    (tmp_path / "freeze.txt").write_text(
+        "\ufefftorch==2.13.0+cpu\n--index-url https://pypi.org/simple\n" + FAILING_STACK[18:],
+        encoding="utf-8",
+    )
+    done = ftmatrix("check", "--freeze", "freeze.txt", "--results", str(RESULTS), cwd=tmp_path)
+    assert "Traceback" not in done.stderr and done.returncode == 1, done.stderr
+    assert "stack: freeze.txt (pip freeze): peft 0.17.1, torch 2.13.0+cpu," in done.stdout
+    assert (
+        "  note: freeze.txt:2: option line, left out: --index-url https://pypi.org/simple"
+    ) in done.stdout
+
+
 @pytest.mark.parametrize(
     ("path", "error"),
     [
@@ -247,7 +269,8 @@ def test_a_real_environment_read_three_ways(failing_venv: Path, tmp_path: Path):
     )
     for done in (named, running):
         assert done.returncode == 1, done.stderr
-        lines = done.stdout.splitlines()
+        # (the notes under the stack line say what it left out: its editable ftmatrix)
+        lines = [x for x in done.stdout.splitlines() if not x.startswith("  note: ")]
         assert lines[0].startswith(f"stack: {python} (interpreter): peft 0.17.1, torch 2.13.0+cpu")
         assert lines[0].endswith("unsloth not installed; Python 3.11")
         assert lines[2] == "compared on: peft, torch, transformers, trl, unsloth, python"
@@ -263,7 +286,7 @@ def test_a_real_environment_read_three_ways(failing_venv: Path, tmp_path: Path):
     (tmp_path / "freeze.txt").write_text(frozen)
     done = ftmatrix("check", "--freeze", "freeze.txt", *sft, cwd=tmp_path)
     assert done.returncode == 1, done.stderr
-    assert done.stdout.splitlines()[4] == verdict
+    assert [x for x in done.stdout.splitlines() if not x.startswith("  note: ")][4] == verdict
     # Its `trl env`, piped in.
     printed = subprocess.run(
         [str(failing_venv / "bin" / "trl"), "env"], capture_output=True, text=True, check=True
@@ -271,7 +294,7 @@ def test_a_real_environment_read_three_ways(failing_venv: Path, tmp_path: Path):
     assert "- PEFT version: 0.17.1" in printed
     done = ftmatrix("check", "--trl-env", "-", *sft, stdin=printed, cwd=tmp_path)
     assert done.returncode == 1, done.stderr
-    lines = done.stdout.splitlines()
+    lines = [x for x in done.stdout.splitlines() if not x.startswith("  note: ")]
     assert (
         lines[2]
         == "compared on: peft, torch, transformers, trl, python; not named by your input: unsloth"

@@ -41,6 +41,18 @@ CORPUS = [
      "FTMATRIX_OUT=", ExitCode.SETTINGS),
     ("known-issues-duplicate-keys", "report", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_OUT": "{tmp}"},
      "the key 'id' is written twice in one mapping", ExitCode.CONFIG),
+    ("known-issues-workaround", "report",
+     {"FTMATRIX_MATRIX": str(HOSTILE / "known_issues_workaround" / "matrix.yaml"), "FTMATRIX_OUT": "{tmp}"},
+     "[0].workaround: must be text (what to do instead), got {'pin': 'six<1.17'}", ExitCode.CONFIG),
+    ("workers", "plan", {"FTMATRIX_MATRIX": "workers.yaml"},
+     "limits.workers: must be a whole number from 1 to 256 or 'auto' (one per CPU), got 100000",
+     ExitCode.CONFIG),
+    ("python-2.7", "plan", {"FTMATRIX_MATRIX": "python27.yaml"},
+     "python[0]: '2.7': a cell's pytest and plugin need Python 3.9 or newer", ExitCode.CONFIG),
+    ("twelve-axes", "plan", {"FTMATRIX_MATRIX": "twelve_axes.yaml"},
+     "the axes make 1,000,000,000,000 combinations (10 six x 10 attrs", ExitCode.PLAN),
+    ("default-python", "plan", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_PYTHON": "2"},
+     "FTMATRIX_PYTHON='2': a Python version", ExitCode.SETTINGS),
 ]  # fmt: skip
 
 
@@ -114,6 +126,7 @@ def test_a_hostile_input_gets_one_message_and_its_exit_code(
             "bisect --python '9.9': uv finds no such interpreter",
         ),
         (["autobisect", "--budget", "-5", "--dry-run"], "'-5': expected a whole number >= 0"),
+        (["autobisect", "--hardware", "", "--dry-run"], "--hardware '': "),
         (["ci-matrix", "--cells-per-shard", "0"], "'0': expected a whole number >= 1"),
     ],
 )
@@ -127,3 +140,36 @@ def test_bad_arguments_are_usage_errors(tmp_path: Path, args: list[str], says: s
     assert "Traceback" not in output, output[-3000:]
     assert says in output, output
     assert ran.returncode == ExitCode.USAGE
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+@pytest.mark.parametrize("damage", ["not-a-database", "truncated"])
+def test_a_damaged_history_is_one_message_saying_how_to_rebuild_it(
+    tmp_path: Path, entry: str, damage: str
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    store = out / "history.sqlite"
+    if damage == "not-a-database":
+        store.write_bytes(b"garbage, not SQLite\n" * 200)
+    else:  # a history cut off mid-write (a full disk, a killed copy)
+        from conftest import make_record
+
+        from ftmatrix.store import merge
+
+        merge(store, [make_record(run_id=f"r{i}", cell_id=f"c{i}") for i in range(200)])
+        store.write_bytes(store.read_bytes()[: store.stat().st_size // 2])
+    argv = (
+        [sys.executable, "-m", "ftmatrix", "report"]
+        if entry == "cli"
+        else [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "report"]
+    )
+    ran = subprocess.run(
+        argv, env={**os.environ, "FTMATRIX_MATRIX": str(OK), "FTMATRIX_OUT": str(out)},
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert f"{store}: not a history this ftmatrix can read (" in output, output[-3000:]
+    assert "`ftmatrix report` builds a new one from the records folder" in output
+    assert (ran.returncode == ExitCode.HISTORY) if entry == "cli" else ran.returncode != 0

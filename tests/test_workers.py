@@ -40,7 +40,8 @@ def test_a_bad_worker_count_names_its_key(value: str):
     shown = {"0": "0", "two": "'two'", "true": "True", "1.5": "1.5"}[value]
     assert caught.value.problems == (
         "m.yaml: limits.memory-gib: must be a number of GiB > 0, got 0",
-        f"m.yaml: limits.workers: must be a whole number >= 1 or 'auto', got {shown}",
+        f"m.yaml: limits.workers: must be a whole number from 1 to 256 or 'auto' (one per CPU), "
+        f"got {shown}",
     )
 
 

@@ -48,6 +48,8 @@ PROFILE_KEYS = tuple(k for k in TOP_LEVEL_KEYS if k not in ("profiles", "default
 INSTALL_KEYS = ("find-links", "index-url", "extra-index-urls", "system-packages")
 TIMEOUT_KEYS = ("case", "cell")
 LIMIT_KEYS = ("memory-gib", "workers")
+MAX_WORKERS = 256  # pytest-xdist processes in one cell: more than any runner has CPUs
+OLDEST_PYTHON = (3, 9)  # what the cell's plugin and a supported pytest run on
 HARDWARE_KEYS = ("runs-on", "gpus")
 BISECT_KEYS = ("budget",)
 REUSE_KEYS = ("max-age-days",)
@@ -441,9 +443,13 @@ def _python(checker: _Checker, raw: Any, default: str) -> tuple[str, ...]:
             checker.add(at, f"{value!r} was read as a number; quote it, e.g. '3.11'")
             continue
         try:
-            Version(str(value))
+            parsed = Version(str(value))
         except InvalidVersion:
             checker.add(at, f"{value!r} is not a Python version such as '3.11'")
+            continue
+        if parsed.release[:2] < OLDEST_PYTHON:
+            oldest = ".".join(map(str, OLDEST_PYTHON))
+            checker.add(at, f"{value!r}: a cell's pytest and plugin need Python {oldest} or newer")
             continue
         result.append(str(value))
     return tuple(result)
@@ -591,10 +597,15 @@ def _limits(checker: _Checker, raw: Any) -> Limits:
         else:
             values["memory_gib"] = float(memory)
     workers = raw.get("workers", 1)
-    if workers == "auto" or (type(workers) is int and workers >= 1):  # bool is no count
+    # bool is no count; past MAX_WORKERS, pytest-xdist would start a process per worker
+    if workers == "auto" or (type(workers) is int and 1 <= workers <= MAX_WORKERS):
         values["workers"] = workers
     else:
-        checker.add("limits.workers", f"must be a whole number >= 1 or 'auto', got {workers!r}")
+        checker.add(
+            "limits.workers",
+            f"must be a whole number from 1 to {MAX_WORKERS} or 'auto' (one per CPU), "
+            f"got {workers!r}",
+        )
     return Limits(**values)
 
 

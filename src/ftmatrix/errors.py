@@ -34,6 +34,7 @@ class ExitCode(enum.IntEnum):
     LEASE = 9
     HOST = 10
     BUSY = 11
+    HISTORY = 12
 
 
 # Terminal control characters (an escape sequence can rewrite what a terminal shows)
@@ -132,6 +133,13 @@ class RunBusyError(FatalError):
     return_code = ExitCode.BUSY
 
 
+class HistoryError(FatalError):
+    """The history (history.sqlite) cannot be read or written: a damaged or truncated file
+    (delete it: the report rebuilds it from the records), a full disk, a lock held elsewhere."""
+
+    return_code = ExitCode.HISTORY
+
+
 # The table the README shows: each fatal error, the exit code it ends a command with.
 FATAL_ERRORS: tuple[type[FatalError], ...] = (
     UsageError,
@@ -144,6 +152,7 @@ FATAL_ERRORS: tuple[type[FatalError], ...] = (
     LeaseError,
     HostError,
     RunBusyError,
+    HistoryError,
 )
 
 

@@ -7,6 +7,7 @@ names from find-links folders, so a wheelhouse counts as an index.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import re
@@ -152,7 +153,8 @@ class _Unreadable(Exception):
 
 def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
     try:
-        request = urllib.request.Request(url, headers={"Accept": accept})
+        bare, headers = _with_credentials(url, {"Accept": accept})
+        request = urllib.request.Request(bare, headers=headers)
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
             return response.read(), response.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
@@ -164,6 +166,24 @@ def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
     # A dropped connection, a timeout, a URL that is no URL: all mean the same to the user.
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise _Unreadable(str(exc) or type(exc).__name__) from exc
+
+
+def _with_credentials(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """``https://user:pass@host/...`` as uv and pip take it: the URL without its userinfo
+    and the credentials as HTTP basic authentication (urllib would fail on the URL)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, headers
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # an IPv6 address
+        netloc = f"[{netloc}]"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return bare, {**headers, "Authorization": f"Basic {token}"}
 
 
 def _with_pypi_upload_times(

@@ -143,6 +143,9 @@ def _parse_entry(item: Any, at: str, seen: set[str], problems: list[str]) -> Kno
     for key in ("title", "upstream"):
         if not isinstance(item.get(key), str) or not item[key]:
             problems.append(f"{at}.{key}: missing or not text")
+    workaround = item.get("workaround")
+    if workaround is not None and (not isinstance(workaround, str) or not workaround.strip()):
+        problems.append(f"{at}.workaround: must be text (what to do instead), got {workaround!r}")
     upstream = item.get("upstream")
     if isinstance(upstream, str) and upstream and not re.fullmatch(r"https?://\S+", upstream):
         # Published as a link on the report and in the job summary.

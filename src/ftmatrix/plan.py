@@ -11,6 +11,7 @@ import fnmatch
 import hashlib
 import itertools
 import json
+import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -120,6 +121,11 @@ class Plan:
     covering: Covering | None = None
 
 
+# Combinations of the axes the plan expands (and checks every rule against) at most: past
+# this, planning itself takes minutes and gigabytes, before any cell could run.
+MAX_COMBINATIONS = 100_000
+
+
 def plan_cells(matrix: Matrix, oracle: Oracle | None = None) -> Plan:
     """Expand ``matrix`` by its strategy, add includes, drop excludes.
 
@@ -130,6 +136,14 @@ def plan_cells(matrix: Matrix, oracle: Oracle | None = None) -> Plan:
     a typo, and silently ignoring it would run (or hide) cells the user did not mean.
     """
     axes = _axes(matrix)
+    size = math.prod(len(values) for values in axes.values())
+    if size > MAX_COMBINATIONS:
+        counts = " x ".join(f"{len(v)} {name}" for name, v in axes.items() if len(v) > 1)
+        raise PlanError(
+            f"{matrix.source}: the axes make {size:,} combinations ({counts}); ftmatrix plans "
+            f"at most {MAX_COMBINATIONS:,}: name fewer versions, or split the matrix into "
+            "profiles (strategy: pairwise still starts from every combination)"
+        )
     full = list(itertools.product(*axes.values()))
     names = list(axes)
     combos = [dict(zip(names, values, strict=True)) for values in full]

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
-from contextlib import closing
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.records import Record, read_records
+from ftmatrix.errors import HistoryError
 from ftmatrix.reuse import CellKey, EarlierRun
 
 # Beside a cell's records once its run finished it: what it was run with (runner.py).
@@ -115,6 +116,26 @@ def open_store(path: Path) -> sqlite3.Connection:
     return connection
 
 
+@contextmanager
+def history(path: Path) -> Iterator[sqlite3.Connection]:
+    """The history at ``path``, open (and migrated) for the ``with`` block, closed after.
+
+    Any SQLite failure in the block is a HistoryError naming the file and what to do: a
+    traceback from the depths of sqlite3 tells a user nothing.
+    """
+    try:
+        with closing(open_store(path)) as connection:
+            yield connection
+    except sqlite3.OperationalError as exc:  # a full disk, a lock, a read-only file
+        raise HistoryError(f"{path}: cannot be used: {exc}") from None
+    except sqlite3.Error as exc:  # damaged, truncated, not a database, too new
+        raise HistoryError(
+            f"{path}: not a history this ftmatrix can read ({exc}); move it away or delete "
+            "it, and `ftmatrix report` builds a new one from the records folder beside it "
+            "(findings and runs whose records are gone are not in it)"
+        ) from None
+
+
 def merge_records(path: Path, sources: Sequence[Path]) -> MergeResult:
     """Merge every record file under ``sources`` (folders or files) into the history."""
     records: list[Record] = []
@@ -142,7 +163,7 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
     """Upsert ``records``; returns (rows added or replaced, rows unchanged)."""
     added = unchanged = 0
     runs: set[str] = set()
-    with closing(open_store(path)) as connection, connection:
+    with history(path) as connection, connection:
         for record in records:
             runs.add(record.run_id)
             data = json.dumps(record.to_dict(), sort_keys=True, default=str)
@@ -184,7 +205,7 @@ def restore(path: Path, records: Iterable[Record]) -> int:
     """
     added = 0
     runs: set[str] = set()
-    with closing(open_store(path)) as connection, connection:
+    with history(path) as connection, connection:
         for record in records:
             cursor = connection.execute(
                 "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -221,7 +242,7 @@ def merge_cell_runs(path: Path, records_dir: Path) -> int:
             continue
         cell_id = marker.name.removesuffix(DONE_SUFFIX)
         rows.append((marker.parent.name, cell_id, json.dumps(data, sort_keys=True)))
-    with closing(open_store(path)) as connection, connection:
+    with history(path) as connection, connection:
         connection.executemany("INSERT OR REPLACE INTO cell_runs VALUES (?, ?, ?)", rows)
     return len(rows)
 
@@ -234,7 +255,7 @@ def earlier_runs(
     if not path.exists():
         return {}
     found: dict[str, EarlierRun] = {}
-    with closing(open_store(path)) as connection:
+    with history(path) as connection:
         if cell_ids is None:
             newest = connection.execute(
                 "SELECT cell_id, MAX(run_id) FROM records WHERE run_id != ? GROUP BY cell_id",
@@ -298,7 +319,7 @@ def load_history(path: Path) -> list[Record]:
     """Every record in the history, oldest run first."""
     if not path.exists():
         return []
-    with closing(open_store(path)) as connection:
+    with history(path) as connection:
         rows = connection.execute("SELECT data FROM records ORDER BY run_id, cell_label, case_id")
         return [Record.from_mapping(json.loads(data)) for (data,) in rows]
 
@@ -307,7 +328,7 @@ def cell_labels_of_run(path: Path, run_id: str) -> set[str]:
     """The labels of the cells with at least one record of ``run_id``."""
     if not path.exists():
         return set()
-    with closing(open_store(path)) as connection:
+    with history(path) as connection:
         rows = connection.execute(
             "SELECT DISTINCT cell_label FROM records WHERE run_id = ?", (run_id,)
         )
@@ -322,7 +343,7 @@ def newest_records(path: Path, *, back: int = 0) -> list[Record]:
     """
     if not path.exists():
         return []
-    with closing(open_store(path)) as connection:
+    with history(path) as connection:
         # Index lookups per cell (records_by_cell_run), not a pass over every row.
         newest = connection.execute(
             "SELECT cell_id, MAX(run_id) FROM records GROUP BY cell_id"
@@ -355,7 +376,7 @@ def pass_rate_table(path: Path) -> dict[str, list[tuple[str, float]]]:
     """For each operation, (run id, share of its judged cases that passed), oldest first."""
     if not path.exists():
         return {}
-    with closing(open_store(path)) as connection:
+    with history(path) as connection:
         rows = connection.execute(
             "SELECT operation, run_id, CAST(passed AS REAL) / judged FROM pass_rates"
             " ORDER BY operation, run_id"
@@ -372,7 +393,7 @@ def save_finding(path: Path, finding: dict[str, Any]) -> None:
     # Hardware classes bisect apart: one's finding never replaces another's.
     where = f"{finding['hardware']}|" if finding.get("hardware") else ""
     key = f"{where}{finding['case']}|{finding['axis']}|{held}"
-    with closing(open_store(path)) as connection, connection:
+    with history(path) as connection, connection:
         connection.execute(
             "INSERT OR REPLACE INTO findings VALUES (?, ?, ?, ?, ?, ?)",
             (
@@ -390,7 +411,7 @@ def load_findings(path: Path) -> list[dict[str, Any]]:
     """Every bisect finding kept in the history."""
     if not path.exists():
         return []
-    with closing(open_store(path)) as connection:
+    with history(path) as connection:
         return [
             json.loads(d) for (d,) in connection.execute("SELECT data FROM findings ORDER BY id")
         ]

@@ -43,6 +43,10 @@ from ftmatrix.cell.status import Status
 from ftmatrix.progress import Progress
 
 POLL_SECONDS = 0.25
+# What one attempt's output may add to the console (and a CI log): a passing case's
+# captured 100 MB, printed by pytest's -rA, once went there whole.
+ECHO_BYTES = 8 * 2**20
+LINE_BYTES = 64 * 2**10
 OUTPUT_TAIL_LINES = 60
 # pytest's own exit codes: ok, tests failed, interrupted, internal error, usage, none collected.
 PYTEST_EXIT_CODES = {0, 1, 2, 3, 4, 5}
@@ -564,10 +568,21 @@ def _pump(
     env: Mapping[str, str],
 ) -> None:
     assert process.stdout is not None
-    for raw in iter(process.stdout.readline, b""):
+    echoed = 0
+    # Read in bounded pieces: one line of 100 MB (a tensor printed whole) never sits in memory.
+    for raw in iter(lambda: process.stdout.readline(LINE_BYTES), b""):  # type: ignore[union-attr]
         # What a cell prints becomes the run's log, which CI publishes: secrets masked.
         line = redact(raw.decode("utf-8", "replace"), env) or ""
         tail.append(line)
+        echoed += len(raw)
+        if echoed > ECHO_BYTES:
+            if echoed - len(raw) <= ECHO_BYTES:
+                line = (
+                    f"\n[ftmatrix] this attempt printed more than {ECHO_BYTES // 2**20} MiB; "
+                    "the rest is not echoed (the record keeps its failure's head and tail)\n"
+                )
+            else:
+                continue
         if progress is not None:
             progress.output(line)
         else:

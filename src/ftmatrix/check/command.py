@@ -114,7 +114,9 @@ def read_stack(args: argparse.Namespace) -> Stack:
 
 def report_text(report: CheckReport) -> str:
     """What a person reads: the stack, the results, one paragraph per verdict, a summary."""
-    lines = [f"stack: {_stack_text(report)}", f"results: {_results_text(report)}"]
+    lines = [f"stack: {_stack_text(report)}"]
+    lines += [f"  note: {note}" for note in report.stack.notes]  # what the input left out
+    lines.append(f"results: {_results_text(report)}")
     compared = ", ".join(report.axes)
     lines.append(
         f"compared on: {compared}"

@@ -84,11 +84,18 @@ def parse_freeze(text: str, *, source: str) -> Stack:
     unversioned: dict[str, str] = {}
     where: dict[str, int] = {}
     notes: list[str] = []
+    text = text.removeprefix("\ufeff")  # a BOM (Windows editors) is no part of line 1
     for number, raw in enumerate(text.splitlines(), start=1):
         line = re.sub(r"(^|\s+)#.*$", "", raw).strip()
         if not line:
             continue
         at = f"{source}:{number}"
+        if re.match(r"^(-r|-c|--requirement|--constraint)(\s|=|$)", line):
+            raise UsageError(
+                f"{at}: {line!r} names another file, which check does not follow: check the "
+                "stack as installed (`pip freeze` prints every package) or list the other "
+                "file's pins here"
+            )
         if line.startswith("-e ") or line.startswith("--editable"):
             egg = re.search(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)", line)
             if egg:
