@@ -27,7 +27,13 @@ from ftmatrix.download import NotFound
 from ftmatrix.errors import ExitCode, UsageError
 from ftmatrix.report.publish import restore_history, write_site
 from ftmatrix.report.render import render_report
-from ftmatrix.store import load_findings, load_history, merge_outputs, newest_records
+from ftmatrix.store import (
+    load_cell_runs,
+    load_findings,
+    load_history,
+    merge_outputs,
+    newest_records,
+)
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 FINDING = {
@@ -55,6 +61,9 @@ def a_history(out: Path) -> None:
                 raw_traceback=f'  File "{out}/cases/test_sft.py", line 3\n' if status is Status.FAIL else None,
             )
         )  # fmt: skip
+    marker = {"key": {"lock": "313c85fa698b", "cases": "2c20", "hardware": "c3c5", "version": 1},
+              "since": "20261123T000000Z-aaaaaa", "ran_at": "2026-11-24T00:00:00+00:00"}  # fmt: skip
+    (out / "records" / "20261124T000000Z-bbbbbb" / "c1.done.json").write_text(json.dumps(marker))
     finding_file = out / "bisect" / "one" / "finding.json"
     finding_file.parent.mkdir(parents=True)
     finding_file.write_text(json.dumps({**FINDING, "log": f"{out}/bisect/one/log.txt"}))
@@ -91,6 +100,8 @@ def test_a_lost_history_comes_back_from_the_published_copy(tmp_path: Path):
     assert {(r.run_id, r.cell_id, r.case, r.status) for r in load_history(again)} == before
     assert [r.status for r in newest_records(again)] == [Status.FAIL]
     assert load_findings(again)[0]["first_bad"] == "1.16.0"
+    # ... and what the cell's run was run with: without it no restored cell is reused.
+    assert load_cell_runs(again) == load_cell_runs(out / "history.sqlite") != []
     # A second restore adds nothing, and never replaces a record the history has (with its
     # raw text) by its published copy.
     assert restore_history(str(out / "site" / "history.jsonl"), out / "history.sqlite") == (0, 1)

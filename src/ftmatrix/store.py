@@ -198,14 +198,22 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
     return added, unchanged
 
 
-def restore(path: Path, records: Iterable[Record]) -> int:
-    """Add the records ``path`` lacks (a published copy of the history); returns how many.
-
-    A record already there is kept as it is: it has the raw text the copy leaves out.
+def restore(
+    path: Path,
+    records: Iterable[Record],
+    cell_runs: Iterable[tuple[str, str, dict[str, Any]]] = (),
+) -> int:
+    """Add the records (and cell runs) ``path`` lacks, from a published copy of the history;
+    returns how many records. One already there is kept as it is: it has the raw text the
+    copy leaves out.
     """
     added = 0
     runs: set[str] = set()
     with history(path) as connection, connection:
+        connection.executemany(
+            "INSERT OR IGNORE INTO cell_runs VALUES (?, ?, ?)",
+            [(run, cell, json.dumps(data, sort_keys=True)) for run, cell, data in cell_runs],
+        )
         for record in records:
             cursor = connection.execute(
                 "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -245,6 +253,15 @@ def merge_cell_runs(path: Path, records_dir: Path) -> int:
     with history(path) as connection, connection:
         connection.executemany("INSERT OR REPLACE INTO cell_runs VALUES (?, ?, ?)", rows)
     return len(rows)
+
+
+def load_cell_runs(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every finished cell run's marker: (run id, cell id, what it was run with)."""
+    if not path.exists():
+        return []
+    with history(path) as connection:
+        rows = connection.execute("SELECT run_id, cell_id, data FROM cell_runs ORDER BY 1, 2")
+        return [(run, cell, json.loads(data)) for run, cell, data in rows]
 
 
 def earlier_runs(

@@ -71,6 +71,16 @@ class Stack:
         }
 
 
+def _refuse_included_file(line: str, at: str) -> None:
+    """``-r other.txt`` / ``-c other.txt``: pins check would silently not see."""
+    if re.match(r"^(-r|-c|--requirement|--constraint)(\s|=|$)", line):
+        raise UsageError(
+            f"{at}: {line!r} names another file, which check does not follow: check the "
+            "stack as installed (`pip freeze` prints every package) or list the other "
+            "file's pins here"
+        )
+
+
 def parse_freeze(text: str, *, source: str) -> Stack:
     """``pip freeze`` / ``uv pip freeze`` (or ``pip list --format=freeze``) output.
 
@@ -90,12 +100,7 @@ def parse_freeze(text: str, *, source: str) -> Stack:
         if not line:
             continue
         at = f"{source}:{number}"
-        if re.match(r"^(-r|-c|--requirement|--constraint)(\s|=|$)", line):
-            raise UsageError(
-                f"{at}: {line!r} names another file, which check does not follow: check the "
-                "stack as installed (`pip freeze` prints every package) or list the other "
-                "file's pins here"
-            )
+        _refuse_included_file(line, at)
         if line.startswith("-e ") or line.startswith("--editable"):
             egg = re.search(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)", line)
             if egg:

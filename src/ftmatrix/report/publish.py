@@ -19,7 +19,7 @@ from ftmatrix.cell.records import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import NotFound, fetch_text
 from ftmatrix.errors import UsageError
-from ftmatrix.store import load_findings, load_history, restore, save_finding
+from ftmatrix.store import load_cell_runs, load_findings, load_history, restore, save_finding
 
 SITE = "site"
 HISTORY_FILE = "history.jsonl"
@@ -59,6 +59,9 @@ def published_history(store: Path) -> Iterator[dict[str, Any]]:
         yield {"record": record.published().to_dict()}
     for finding in load_findings(store):
         yield {"finding": clean_paths_in(finding)}
+    # What each cell's run was run with: without it, no restored cell is ever reused.
+    for run_id, cell_id, data in load_cell_runs(store):
+        yield {"cell_run": {"run_id": run_id, "cell_id": cell_id, "data": clean_paths_in(data)}}
 
 
 def restore_history(source: str, store: Path, *, timeout: float = 120) -> tuple[int, int]:
@@ -77,14 +80,16 @@ def restore_history(source: str, store: Path, *, timeout: float = 120) -> tuple[
             raise NotFound(f"{what}: cannot be read: no such file") from None
         except OSError as exc:
             raise UsageError(f"{what}: cannot be read: {exc.strerror or exc}") from None
-    records, findings = _parse_history(text, what)
-    added = restore(store, records)
+    records, findings, cell_runs = _parse_history(text, what)
+    added = restore(store, records, cell_runs)
     for finding in findings:
         save_finding(store, finding)
     return added, len(findings)
 
 
-def _parse_history(text: str, what: str) -> tuple[list[Record], list[dict[str, Any]]]:
+def _parse_history(
+    text: str, what: str
+) -> tuple[list[Record], list[dict[str, Any]], list[tuple[str, str, dict[str, Any]]]]:
     lines = text.splitlines()
     try:
         header = json.loads(lines[0]) if lines else None
@@ -98,6 +103,7 @@ def _parse_history(text: str, what: str) -> tuple[list[Record], list[dict[str, A
         )
     records: list[Record] = []
     findings: list[dict[str, Any]] = []
+    cell_runs: list[tuple[str, str, dict[str, Any]]] = []
     for number, line in enumerate(lines[1:], start=2):
         try:
             item = json.loads(line)
@@ -108,9 +114,18 @@ def _parse_history(text: str, what: str) -> tuple[list[Record], list[dict[str, A
                 if not {"case", "axis"} <= finding.keys():
                     raise ValueError("a finding names its case and axis")
                 findings.append(finding)
+            elif isinstance(item, dict) and isinstance(item.get("cell_run"), dict):
+                run = item["cell_run"]
+                if not (
+                    isinstance(run.get("run_id"), str)
+                    and isinstance(run.get("cell_id"), str)
+                    and isinstance(run.get("data"), dict)
+                ):
+                    raise ValueError("a cell run names its run_id, cell_id and data")
+                cell_runs.append((run["run_id"], run["cell_id"], run["data"]))
             else:
-                raise ValueError('neither {"record": ...} nor {"finding": ...}')
+                raise ValueError('neither {"record": ...}, {"finding": ...} nor {"cell_run": ...}')
         except (json.JSONDecodeError, RecursionError, ValueError, TypeError) as exc:
             reason = "not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise UsageError(f"{what}: line {number}: {reason}; nothing was restored") from None
-    return records, findings
+    return records, findings, cell_runs
