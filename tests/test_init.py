@@ -1,8 +1,8 @@
 """`ftmatrix init`: what it writes, what it refuses, and that what it writes is valid.
 
-The example cases it ships are this repository's own cases and helpers, byte for byte
-(their passing in a real cell is tests/test_package.py's); the reusable workflow is
-ci/workflows/ftmatrix.yml, byte for byte.
+The example cases it ships are this repository's own cases and helpers, and the reusable
+workflow the one GitHub runs here: one copy each in git, forced into the wheel (their
+passing in a real cell is tests/test_package.py's).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ftmatrix.init import (
     parse_operations,
     parse_package,
     scaffold,
+    shipped,
 )
 from ftmatrix.runner import cell_env, plugin_root
 
@@ -43,16 +44,24 @@ def tool(name: str) -> str:
     return found
 
 
-@pytest.mark.parametrize(
-    "name", sorted({*HELPERS, *(case for case, _ in OPERATIONS.values())} - {"test_import.py"})
-)
-def test_the_shipped_cases_are_this_repositorys_own(name: str):
-    assert (TEMPLATES / "cases" / name).read_bytes() == (ROOT / "cases" / name).read_bytes()
+def test_what_init_ships_is_one_copy_in_git_forced_into_the_wheel():
+    """Each template init writes lives once in git (the repository's own cases/ and the
+    workflow GitHub runs here); pyproject.toml forces each into the wheel, where
+    tests/test_package.py finds it."""
+    import tomllib
 
-
-def test_the_shipped_reusable_workflow_is_the_ci_one():
-    shipped = (TEMPLATES / "ftmatrix.yml").read_bytes()
-    assert shipped == (ROOT / "ci" / "workflows" / "ftmatrix.yml").read_bytes()
+    forced = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "targets"
+    ]["wheel"]["force-include"]
+    needed = sorted({*HELPERS, *(case for case, _ in OPERATIONS.values())} - {"test_import.py"})
+    assert {f"cases/{n}": f"ftmatrix/templates/cases/{n}" for n in needed}.items() <= forced.items()
+    assert forced[".github/workflows/ftmatrix.yml"] == "ftmatrix/templates/ftmatrix.yml"
+    for source in forced:
+        assert (ROOT / source).is_file(), source
+        assert not (TEMPLATES / forced[source].removeprefix("ftmatrix/templates/")).exists()
+    # An editable install (this one) reads them from the checkout.
+    assert shipped("cases/_tiny.py") == (ROOT / "cases" / "_tiny.py").read_text()
+    assert shipped("ftmatrix.yml") == (ROOT / ".github/workflows/ftmatrix.yml").read_text()
 
 
 @pytest.mark.parametrize(

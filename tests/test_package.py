@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -85,7 +86,10 @@ def test_the_wheel_installs_and_runs_the_readme_in_another_repository(tmp_path: 
         inside = set(opened.namelist())
     for asset in (ROOT / "src" / "ftmatrix" / "report" / "assets").iterdir():
         assert f"ftmatrix/report/assets/{asset.name}" in inside
-    assert {"ftmatrix/templates/ftmatrix.yml", "ftmatrix/templates/cases/_tiny.py"} <= inside
+    # init's templates: one copy each in git, forced into the wheel (pyproject.toml)
+    forced = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    assert set(forced["targets"]["wheel"]["force-include"].values()) <= inside
+    assert "ftmatrix/templates/cases/test_import.py" in inside
     with tarfile.open(sdist) as opened:
         assert f"ftmatrix-{__version__}/src/ftmatrix/cell/plugin.py" in opened.getnames()
 

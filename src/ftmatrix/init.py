@@ -111,23 +111,41 @@ def scaffold(axes: Sequence[AxisRequest], operations: Sequence[str]) -> dict[str
         raise UsageError(f"init: package {duplicates[0]!r} is named twice; name each once")
     if not axes:
         raise UsageError(f"init: name at least one package ({PACKAGE_FORMS})")
-    templates = files("ftmatrix") / "templates"
     needed = {d for op in operations for d in OPERATIONS[op][1]}
     support = sorted(d for d in needed if canonicalize_name(d) not in names)
     out = {"matrix.yaml": matrix_yaml(axes, support)}
     for name in HELPERS:
-        out[f"cases/{name}"] = (templates / "cases" / name).read_text(encoding="utf-8")
+        out[f"cases/{name}"] = shipped(f"cases/{name}")
     for operation in operations:
         case = OPERATIONS[operation][0]
-        text = (templates / "cases" / case).read_text(encoding="utf-8")
+        text = shipped(f"cases/{case}")
         if operation == "import":
             listed = ", ".join(f'"{a.package}"' for a in axes)
             text = text.replace(IMPORT_PLACEHOLDER, f"DISTRIBUTIONS = [{listed}]\n")
         out[f"cases/{case}"] = text
-    out["noxfile.py"] = (templates / "noxfile.py").read_text(encoding="utf-8")
-    out[REUSABLE] = (templates / "ftmatrix.yml").read_text(encoding="utf-8")
+    out["noxfile.py"] = shipped("noxfile.py")
+    out[REUSABLE] = shipped("ftmatrix.yml")
     out[NIGHTLY] = nightly_yaml(f"ftmatrix=={__version__}")
     return out
+
+
+# Where a template lives in this repository, when it is not in the package folder: the
+# wheel force-includes these (pyproject.toml), an editable install sees only the checkout.
+IN_REPOSITORY = {"ftmatrix.yml": ".github/workflows/ftmatrix.yml"}
+
+
+def shipped(name: str) -> str:
+    """The text of template ``name`` (``cases/_tiny.py``, ``ftmatrix.yml``): from the
+    installed package, else (an editable install) from the repository it was installed from."""
+    packaged = files("ftmatrix") / "templates" / name
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    checkout = Path(__file__).resolve().parents[2] / IN_REPOSITORY.get(name, name)
+    if not checkout.is_file():
+        raise UsageError(
+            f"init: this ftmatrix installation lacks its template {name}; reinstall it"
+        )
+    return checkout.read_text(encoding="utf-8")
 
 
 def matrix_yaml(axes: Sequence[AxisRequest], support: Sequence[str]) -> str:
