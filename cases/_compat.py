@@ -191,7 +191,7 @@ def completion_only_sft(
         return data, {"completion_only_loss": True}, {}
     collator_class = getattr(trl, "DataCollatorForCompletionOnlyLM", None)
     if collator_class is None:
-        from ftmatrix.cell.plugin import not_applicable
+        from ftmatrix.cell.api import not_applicable
 
         not_applicable(
             "this trl has neither completion_only_loss nor DataCollatorForCompletionOnlyLM"

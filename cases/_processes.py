@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ftmatrix.cell.plugin import ChildProcessFailure, not_applicable
+from ftmatrix.cell.api import ChildProcessFailure, not_applicable
 
 # trl's trainers (1.x, e.g. trl/trainer/sft_trainer.py) refuse DataParallel with a
 # ValueError naming `accelerate launch`: the release does not offer that launch mode.

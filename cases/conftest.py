@@ -13,20 +13,13 @@ from typing import Any
 
 import pytest
 
+from ftmatrix.cell.api import MARKERS
+
 # The hub is never reached: everything a case needs is built here.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
-
-MARKERS = (
-    "operation(name): the operation family this case reproduces",
-    "requires_packages(**specifiers): outside them the case is n/a",
-    "requires_hardware(cuda=False, gpus=0, min_compute_capability=None): else skip; "
-    "gpus=N counts the cell's lease (the gpu_lease fixture), not this process's one GPU",
-    "exclusive(reason): never beside another case (several processes, every GPU)",
-    "isolated(reason): run in a process of its own (patches on import, global state, GPU memory)",
-)
 
 
 def pytest_configure(config: pytest.Config) -> None:

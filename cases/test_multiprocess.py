@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from _processes import launch_command, run_ranks
 
-from ftmatrix.cell.plugin import GpuLease, cpu_only_env
+from ftmatrix.cell.api import GpuLease, cpu_only_env
 
 SCRIPT = Path(__file__).parent / "scripts" / "sft_distributed.py"
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # imported where only the frameworks are installed, too (see below)
-    from ftmatrix.cell.plugin import GpuLease
+    from ftmatrix.cell.api import GpuLease
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 QKV = ("q_proj", "k_proj", "v_proj")

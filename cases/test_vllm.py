@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from _processes import launch_command, run_ranks, serving
 
-from ftmatrix.cell.plugin import GpuLease
+from ftmatrix.cell.api import GpuLease
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -68,7 +68,7 @@ def grpo_with_vllm(model_dir: Path, tmp_path: Path, **vllm_options: Any) -> Any:
 
     missing = [k for k in vllm_options if k not in config_fields(GRPOConfig)]
     if missing:
-        from ftmatrix.cell.plugin import not_applicable
+        from ftmatrix.cell.api import not_applicable
 
         not_applicable(f"this trl's GRPOConfig has no {', '.join(missing)}")
     trainer = GRPOTrainer(

@@ -250,3 +250,19 @@ def test_huge_message():
         assert "TAIL" in huge[field]
         assert "characters cut ..." in huge[field]
         assert len(huge[field]) < 70_000
+
+
+def test_the_case_authors_api_has_its_own_module_and_the_old_path_still_imports():
+    from ftmatrix.cell import api, plugin
+
+    for name in (
+        "not_applicable",
+        "NotApplicable",
+        "ChildProcessFailure",
+        "GpuLease",
+        "cpu_only_env",
+    ):
+        assert getattr(plugin, name) is getattr(api, name), name
+    assert plugin.MARKERS is api.MARKERS  # the marker descriptions exist once
+    text = (Path(__file__).parent.parent / "cases" / "conftest.py").read_text()
+    assert "from ftmatrix.cell.api import MARKERS" in text and "MARKERS = (" not in text

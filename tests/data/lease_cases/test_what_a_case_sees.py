@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.cell.plugin import GpuLease
+from ftmatrix.cell.api import GpuLease
 
 STATE = Path(os.environ["FTMATRIX_TEST_STATE"])
 SEEN = ("CUDA_VISIBLE_DEVICES", "FTMATRIX_GPU_LEASE")
