@@ -305,6 +305,11 @@ def test_a_changed_time_or_memory_limit_changes_the_cases_key(tmp_path: Path):
     assert cases_id(tmp_path, [], judging((), Timeouts(), Limits())) == cases_id(
         tmp_path, [], judging((), Timeouts(), Limits())
     )
+    # The key names each field: what a field added later cannot silently change.
+    assert judging(("-k", "a"), Timeouts(case=60.0), Limits(memory_gib=4.0)) == (
+        "-k", "a", "timeouts.case=60", "timeouts.cell=3600", "limits.memory-gib=4",
+        "limits.workers=1",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

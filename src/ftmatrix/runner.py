@@ -417,8 +417,18 @@ def cases_id(cases_dir: Path, selection: Sequence[str] = (), options: Sequence[s
 
 def judging(options: Sequence[str], timeouts: Timeouts, limits: Limits) -> tuple[str, ...]:
     """What decides a case's status besides its files: pytest options, and the time and
-    memory a case may use (a lower limit can turn last night's pass into a timeout or oom)."""
-    return (*options, f"timeouts={timeouts!r}", f"limits={limits!r}")
+    memory a case may use (a lower limit can turn last night's pass into a timeout or oom).
+
+    Named field by field, never a dataclass's repr: a field added to Timeouts or Limits
+    must not silently change every stored key (so no result would ever be reused again).
+    """
+    return (
+        *options,
+        f"timeouts.case={timeouts.case:g}",
+        f"timeouts.cell={timeouts.cell:g}",
+        f"limits.memory-gib={'default' if limits.memory_gib is None else f'{limits.memory_gib:g}'}",
+        f"limits.workers={limits.workers}",
+    )
 
 
 def _is_test_file(path: Path) -> bool:
