@@ -42,7 +42,7 @@ from packaging.utils import canonicalize_name
 
 from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per, write_atomically
 from ftmatrix.cell.status import Status
-from ftmatrix.report.grid import version_order
+from ftmatrix.versions import version_order
 
 # Cell labels named in one comment; the JSON lists them all.
 LABELS_SHOWN = 3

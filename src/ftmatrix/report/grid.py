@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.resolve import conflict_summary
+from ftmatrix.versions import version_order
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,14 +154,6 @@ def grid_axes(entries: Sequence[GridEntry]) -> dict[str, list[str]]:
         axis: sorted({axis_value(e, axis) for e in entries}, key=version_order)
         for axis in (*CELL_AXES, *packages, *CASE_AXES)
     }
-
-
-def version_order(value: str) -> tuple[int, Version | str]:
-    """A sort key: versions in version order (5.23.0 before 10.0.0), then other text."""
-    try:
-        return (0, Version(value))
-    except InvalidVersion:
-        return (1, value)
 
 
 def pivot(

@@ -31,9 +31,9 @@ from ftmatrix.report.grid import (
     axis_value,
     headline,
     status_css_name,
-    version_order,
     worst_of,
 )
+from ftmatrix.versions import version_order
 
 # The question people ask most ("does trl X work with transformers Y?"): the pair the
 # first compatibility table shows when the matrix has both axes.
