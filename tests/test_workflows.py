@@ -248,6 +248,9 @@ def test_planned_cells_that_produced_nothing_fail_the_night_loudly(tmp_path: Pat
     names = [s.get("id") or s.get("name") for s in steps]
     assert names.index("report") < names.index("deploy") < len(names) - 1
     assert steps[-1]["if"] == "steps.report.outcome == 'failure'"
+    # What Pages gets: the rendered site alone, never reports/ (records, history.sqlite).
+    (pages,) = [s for s in steps if "upload-pages-artifact" in s.get("uses", "")]
+    assert pages["with"]["path"] == "reports/site"
     # Every planned cell with a record of tonight: no complaint.
     for index, label in enumerate(lost, start=2):
         CellRecordFile(record_path(out, planned["run_id"], f"c{index}")).add(
