@@ -266,3 +266,53 @@ def test_the_case_authors_api_has_its_own_module_and_the_old_path_still_imports(
     assert plugin.MARKERS is api.MARKERS  # the marker descriptions exist once
     text = (Path(__file__).parent.parent / "cases" / "conftest.py").read_text()
     assert "from ftmatrix.cell.api import MARKERS" in text and "MARKERS = (" not in text
+
+
+GATED_ISOLATED = """
+import pytest
+
+pytestmark = pytest.mark.isolated("patches a library on import")
+
+
+@pytest.mark.requires_packages(no_such_distribution=">=1")
+def test_needs_a_package():
+    raise AssertionError("never runs")
+
+
+@pytest.mark.requires_hardware(cuda=True)
+def test_needs_a_gpu():
+    raise AssertionError("never runs")
+
+
+def test_runs():
+    pass
+"""
+
+
+def test_an_isolated_case_its_gate_answers_starts_no_process_of_its_own(
+    pytester: pytest.Pytester, tmp_path: Path
+):
+    """n/a and skip are decided from the cell's packages and the machine probe: the case
+    is recorded by the cell's pytest, not handed to the supervisor for a process of its
+    own (about 2 s each; nine per default cell). The record is the one that process wrote."""
+    pytester.makepyfile(test_gated=GATED_ISOLATED)
+    records = run_plugin(pytester, tmp_path)
+    deferred = json.loads((tmp_path / "out.jsonl.isolated").read_text())
+    assert [d.rsplit("/", 1)[-1] for d in deferred] == ["test_gated.py::test_runs"]
+    assert {name: r["status"] for name, r in records.items()} == {
+        "test_needs_a_package": "n/a",
+        "test_needs_a_gpu": "skip",
+    }
+    # The same cases run alone, as the supervisor once ran them: the same records.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (tmp_path / "out.jsonl").rename(alone / "in-process.jsonl")
+    for name in ("test_needs_a_package", "test_needs_a_gpu"):
+        pytester.runpytest_subprocess(
+            "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(tmp_path / "cell.json"),
+            "--ftmatrix-record", str(alone / f"{name}.jsonl"), "--ftmatrix-alone",
+            f"test_gated.py::{name}",
+        )  # fmt: skip
+        (by_itself,) = [json.loads(x) for x in (alone / f"{name}.jsonl").read_text().splitlines()]
+        for field in ("status", "reason", "operation", "case", "message"):
+            assert by_itself[field] == records[name][field], (name, field)

@@ -132,18 +132,30 @@ def _die_with_controller() -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Gate the case on package versions (n/a) and hardware (skip) before it runs."""
+    gated = gate(item)
+    if gated is not None and gated[0] == "n/a":
+        not_applicable(gated[1])
+    if gated is not None:
+        pytest.skip(gated[1])
+
+
+def gate(item: pytest.Item) -> tuple[str, str] | None:
+    """``("n/a", why)`` where the cell's packages lack the case's feature, ``("skip", why)``
+    where the machine lacks its hardware, None where it runs: decided from the installed
+    versions and the machine probe alone, without running anything of the case."""
     installed = _installed_versions()
     for marker in item.iter_markers("requires_packages"):
         for package, spec in marker.kwargs.items():
             reason = package_gap(package, str(spec), installed)
             if reason:
-                not_applicable(reason)
+                return ("n/a", reason)
     for marker in item.iter_markers("requires_hardware"):
         reason = hardware_gap(
             marker.kwargs, _fingerprint(item.config), lease=leased_devices(os.environ)
         )
         if reason:
-            pytest.skip(reason)
+            return ("skip", reason)
+    return None
 
 
 def is_exclusive(item: pytest.Item) -> bool:
@@ -235,18 +247,19 @@ class _Recorder:
     ) -> None:
         self.selected = [i.nodeid for i in items]
         if not config.getoption("--ftmatrix-alone"):
-            # The supervisor runs each of these in a pytest of its own once this one ends.
-            isolated = [i for i in items if is_isolated(i)]
+            # The supervisor runs each of these in a pytest of its own once this one ends;
+            # a case its gate already answers (n/a, skip) is recorded here, with no process.
+            isolated = [i for i in items if is_isolated(i) and gate(i) is None]
             if isolated:
                 _note_isolated(self.isolated, [i.nodeid for i in isolated])
                 config.hook.pytest_deselected(items=isolated)
-                items[:] = [i for i in items if not is_isolated(i)]
+                items[:] = [i for i in items if i not in isolated]
         if config.getoption("--ftmatrix-parallel"):
             # The supervisor runs these alone once the shared pass is over.
-            exclusive = [i for i in items if is_exclusive(i)]
+            exclusive = [i for i in items if is_exclusive(i) and gate(i) is None]
             if exclusive:
                 config.hook.pytest_deselected(items=exclusive)
-                items[:] = [i for i in items if not is_exclusive(i)]
+                items[:] = [i for i in items if i not in exclusive]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # The supervisor needs the whole list to finish a cell whose process died.
