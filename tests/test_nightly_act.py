@@ -93,7 +93,13 @@ class Nightly:
             *("--env", f"STANDIN_PUBLISHED={self.published}"),
             *("--env", f"GITHUB_RUN_ID={1000 + number}"),
         ]  # fmt: skip
-        runner = {**os.environ, **env}
+        # A runner's environment: none of ftmatrix's settings (importing ftmatrix.sessions in
+        # this test process sets FTMATRIX_RUN_ID, which would make every night one run).
+        runner = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")},
+            **env,
+        }
+        runner.pop("PYTHONPATH", None)
         ran = subprocess.run(
             command, cwd=self.repo, env=runner, capture_output=True, text=True, timeout=1200,
             check=False,
