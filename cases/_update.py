@@ -114,6 +114,50 @@ def expected_after_sgd_step(model: Any, batches: Iterable[Any]) -> dict[str, Any
     return {name: (w - w.grad if w.grad is not None else w).detach() for name, w in weights.items()}
 
 
+def expected_after_dpo_step(model: Any, rows: Iterable[Any], beta: float) -> dict[str, Any]:
+    """The weights one SGD step (learning rate 1) of DPO from ``model``'s must give: each
+    minus the gradient of the mean sigmoid DPO loss over ``rows`` (the trainer's own
+    tokenized rows), the reference being the model as it is now.
+
+    Per pair: ``-log sigmoid(beta * ((policy chosen - policy rejected) - (reference chosen
+    - reference rejected)))``, each a summed log-prob of the completion's tokens, computed
+    from the raw logits (:func:`_contracts.token_log_probs`).
+    """
+    import torch
+    from _compat import preference_sequences
+    from _contracts import token_log_probs
+
+    weights = {
+        name: p.detach().clone().requires_grad_(True)
+        for name, p in model.named_parameters()
+        if p.requires_grad
+    }
+
+    def summed(ids: list[int], start: int, *, policy: bool) -> Any:
+        tokens = torch.tensor([ids])
+        if policy:
+            logits = torch.func.functional_call(
+                model, weights, args=(), kwargs={"input_ids": tokens}, strict=False
+            ).logits
+        else:
+            with torch.no_grad():
+                logits = model(input_ids=tokens).logits
+        return token_log_probs(logits[:, :-1, :].float(), tokens[:, 1:])[0][start - 1 :].sum()
+
+    losses = []
+    for row in rows:
+        margin = {}
+        for side in ("chosen", "rejected"):
+            ids, start = preference_sequences(row, side)
+            margin[side] = summed(ids, start, policy=True) - summed(ids, start, policy=False)
+        logit = beta * (margin["chosen"] - margin["rejected"])
+        losses.append(-torch.nn.functional.logsigmoid(logit))
+    if not losses:
+        raise ContractError(contract_message("preference pairs in the step", 0, ">0", 0))
+    torch.stack(losses).mean().backward()
+    return {name: (w - w.grad if w.grad is not None else w).detach() for name, w in weights.items()}
+
+
 def check_weights_equal(quantity: str, model: Any, expected: dict[str, Any]) -> float:
     """Every weight of ``model`` named in ``expected`` equals it within UPDATE_TOLERANCE;
     returns the largest gap."""

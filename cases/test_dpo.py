@@ -4,6 +4,9 @@ Contracts, on the evaluation set before any step (policy equals reference): the
 loss is log 2, and the mean chosen and rejected log-probs the trainer reports equal
 the summed token log-probs of the completions from our own forward pass over the
 tokens the trainer prepared (whose completion part must be the completion's text).
+The update: one plain SGD step (learning rate 1) moves every weight by exactly minus
+the gradient of the mean sigmoid DPO loss over the pairs, computed by the case from the
+model's raw logits; as 4 pairs at once and as 2 micro-batches of 2.
 """
 
 from __future__ import annotations
@@ -94,3 +97,59 @@ def run_dpo_two_steps(
     trained = train_and_check(trainer, record_property, steps=2)
     # Before any step the policy equals the reference: the first DPO loss is log(2).
     check_close("DPO loss of the first step", trained.losses[0], math.log(2), 1e-3)
+
+
+@pytest.mark.operation("dpo")
+@pytest.mark.requires_packages(trl=">=0.7")
+@pytest.mark.parametrize(
+    ("batch", "accumulation"), [(4, 1), (2, 2)], ids=["accumulation-1", "accumulation-2"]
+)
+def test_dpo_exact_update(
+    batch: int,
+    accumulation: int,
+    tiny_model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    record_property: Any,
+) -> None:
+    from trl import DPOTrainer
+
+    run_dpo_exact_update(
+        DPOTrainer, tiny_model, tokenizer, tmp_path, record_property, batch, accumulation
+    )
+
+
+def run_dpo_exact_update(
+    trainer_class: type,
+    model: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    record_property: Any,
+    batch: int,
+    accumulation: int,
+) -> None:
+    """The case: one SGD step of DPO against minus the reference gradient."""
+    from _compat import dpo_arguments, tokenizer_argument
+    from _contracts import ContractError, contract_message
+    from _update import check_weights_equal, expected_after_dpo_step, sgd_step_values
+    from datasets import Dataset
+
+    trainer = trainer_class(
+        model=model,
+        train_dataset=Dataset.from_list(PREFERENCES),  # exactly one accumulated batch
+        **dpo_arguments(str(tmp_path), **sgd_step_values(batch=batch, accumulation=accumulation)),
+        **tokenizer_argument(trainer_class, tokenizer),
+    )
+    beta = float(getattr(trainer, "beta", None) or trainer.args.beta)
+    expected = expected_after_dpo_step(trainer.model, trainer.train_dataset, beta)
+    trainer.train()
+    if trainer.state.global_step != 1:
+        steps = trainer.state.global_step
+        raise ContractError(contract_message("DPO optimizer steps", steps, 1, 0))
+    label = f"batch {batch} x {accumulation}"
+    gap = check_weights_equal(
+        f"weights after one SGD step of DPO ({label}) against minus the reference gradient",
+        trainer.model,
+        expected,
+    )
+    record_property(f"update_gap_{label}", gap)

@@ -127,6 +127,7 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         "test_update_contract[real]",
         "test_resume_contract[real]",
         "test_qlora_contract[real]",
+        "test_dpo_update_contract[real]",
     ):
         assert outcome[case][0] == "pass", (case, outcome[case])
     expected_failures = {
@@ -152,6 +153,11 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         r"one step resumed, against two steps in one run, [\w.]+ at \[\d+, \d+\] \(largest gap "
         r"[\d.e+-]+\): trainer -?[\d.e+-]+ != reference -?[\d.e+-]+ \(tolerance 1e-05\)",
     }
+    expected_failures["test_dpo_update_contract[accumulation-unscaled]"] = (
+        r"^weights after one SGD step of DPO \(batch 2 x 2\) against minus the reference "
+        r"gradient, [\w.]+ at \[\d+, \d+\] \(largest gap [\d.e+-]+\): trainer -?[\d.e+-]+ "
+        r"!= reference -?[\d.e+-]+ \(tolerance 1e-05\)"
+    )
     expected_failures["test_qlora_contract[loads-float]"] = (
         r"^nf4 was asked for: model\.layers\.0\.self_attn\.q_proj is "
         r"torch\.nn\.modules\.linear\.Linear, not Linear4bit"

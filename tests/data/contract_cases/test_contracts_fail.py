@@ -266,3 +266,31 @@ def test_qlora_contract(broken: str, tmp_path: Path, tokenizer: Any, record_prop
     asked = quantization if broken == "real" else (lambda kind: None)
     model_dir = save_quantizable_model(tmp_path, tokenizer)
     run_qlora("nf4", model_dir, tokenizer, record_property, asked)
+
+
+def dpo_accumulation_unscaled() -> type:
+    """DPOTrainer whose loss under accumulation is not divided by the steps (transformers
+    4.46+ with trl < 0.14 did this): each step moves the weights k times too far."""
+    from trl import DPOTrainer
+
+    class Unscaled(DPOTrainer):  # type: ignore[misc]
+        def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
+            loss = super().compute_loss(*args, **kwargs)
+            steps = self.args.gradient_accumulation_steps
+            if isinstance(loss, tuple):
+                return (loss[0] * steps, *loss[1:])
+            return loss * steps
+
+    return Unscaled
+
+
+@pytest.mark.operation("dpo")
+@pytest.mark.parametrize("broken", ["real", "accumulation-unscaled"])
+def test_dpo_update_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_dpo import run_dpo_exact_update
+    from trl import DPOTrainer
+
+    trainer_class = DPOTrainer if broken == "real" else dpo_accumulation_unscaled()
+    run_dpo_exact_update(trainer_class, tiny_model, tokenizer, tmp_path, record_property, 2, 2)
