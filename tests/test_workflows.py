@@ -261,6 +261,20 @@ def test_planned_cells_that_produced_nothing_fail_the_night_loudly(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     assert "planned" not in (out / "summary.md").read_text()
+    # A plan left in a folder says nothing of a later run there (a local run after
+    # ci-matrix): with a newer run in the history, the plan's cells are not asked for.
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / "plan.json").write_text((out / "plan.json").read_text())
+    later = "20261126T021700Z-ffffff"
+    CellRecordFile(record_path(stale, later, "c0")).add(
+        make_record(run_id=later, cell_id="c0", cell_label=planned["cells"][0])
+    )
+    done = subprocess.run(
+        [*ftmatrix, "report"], env={**env, "FTMATRIX_OUT": str(stale)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_report_job_merges_two_shards_with_the_previous_history(tmp_path: Path):

@@ -341,6 +341,15 @@ def load_history(path: Path) -> list[Record]:
         return [Record.from_mapping(json.loads(data)) for (data,) in rows]
 
 
+def newest_run_in_history(path: Path) -> str | None:
+    """The newest run id in the history (run ids sort by time), or None."""
+    if not path.exists():
+        return None
+    with history(path) as connection:
+        (newest,) = connection.execute("SELECT MAX(run_id) FROM records").fetchone()
+        return str(newest) if newest is not None else None
+
+
 def cell_labels_of_run(path: Path, run_id: str) -> set[str]:
     """The labels of the cells with at least one record of ``run_id``."""
     if not path.exists():

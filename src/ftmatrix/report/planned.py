@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.errors import UsageError
-from ftmatrix.store import cell_labels_of_run
+from ftmatrix.store import cell_labels_of_run, newest_run_in_history
 
 PLAN_FILE = "plan.json"
 
@@ -27,7 +27,8 @@ def write_plan(out_dir: Path, run_id: str, labels: Sequence[str]) -> Path:
 
 
 def cells_without_records(out_dir: Path) -> list[str]:
-    """The planned cells with no record of the planned run; none without a plan file."""
+    """The planned cells with no record of the planned run; none without a plan file, or
+    when the history has a later run than the plan's (an old plan left in the folder)."""
     path = out_dir / PLAN_FILE
     if not path.is_file():
         return []
@@ -41,5 +42,9 @@ def cells_without_records(out_dir: Path) -> list[str]:
             f"{path}: not a plan written by `ftmatrix ci-matrix` "
             '({"run_id": "...", "cells": ["label", ...]})'
         ) from None
-    have = cell_labels_of_run(out_dir / "history.sqlite", run_id)
+    store = out_dir / "history.sqlite"
+    newest = newest_run_in_history(store)
+    if newest is not None and newest > run_id:
+        return []  # a later run came after the plan (run ids sort by time): a stale plan
+    have = cell_labels_of_run(store, run_id)
     return [label for label in labels if label not in have]
