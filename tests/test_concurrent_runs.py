@@ -35,7 +35,8 @@ def test_waits_for_the_test():
         time.sleep(0.1)
 
 def test_second_case():
-    assert True
+    # Runs after the first case let the cell go: its start was noted first.
+    assert (Path(os.environ["FTMATRIX_TEST_STATE"]) / "started").exists()
 """
 
 

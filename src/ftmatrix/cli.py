@@ -73,6 +73,7 @@ from ftmatrix.store import (
     save_finding,
 )
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
+from ftmatrix.versions import version_order
 from ftmatrix.wheelhouse import Target, build_wheelhouse, summary_line
 
 
@@ -405,9 +406,7 @@ def job_pythons(loaded: Loaded, cells: Sequence[Cell]) -> dict[str, str]:
     """``python`` (the default cell Python of the plan) and ``pythons`` (each one a job's
     cells need, the default last: actions/setup-python makes its last the default)."""
     default = loaded.settings.python
-    others = sorted(
-        {c.python for c in cells} - {default}, key=lambda v: tuple(map(int, v.split(".")))
-    )
+    others = sorted({c.python for c in cells} - {default}, key=version_order)
     return {"python": default, "pythons": "\n".join([*others, default])}
 
 

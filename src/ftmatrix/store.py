@@ -166,7 +166,6 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
     with history(path) as connection, connection:
         for record in records:
             runs.add(record.run_id)
-            data = json.dumps(record.to_dict(), sort_keys=True, default=str)
             cursor = connection.execute(
                 """
                 INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -177,18 +176,7 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
                     data = excluded.data
                 WHERE (excluded.finished_at, excluded.data) > (records.finished_at, records.data)
                 """,
-                (
-                    record.run_id,
-                    record.cell_id,
-                    record.case,
-                    record.cell_label,
-                    record.operation,
-                    record.status.value,
-                    record.hardware_class,
-                    record.signature,
-                    record.finished_at,
-                    data,
-                ),
+                _record_row(record),
             )
             if cursor.rowcount:
                 added += 1
@@ -196,6 +184,22 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
                 unchanged += 1
         refresh_pass_rates(connection, sorted(runs))
     return added, unchanged
+
+
+def _record_row(record: Record) -> tuple[Any, ...]:
+    """The records table's row of ``record``, its columns in the table's order."""
+    return (
+        record.run_id,
+        record.cell_id,
+        record.case,
+        record.cell_label,
+        record.operation,
+        record.status.value,
+        record.hardware_class,
+        record.signature,
+        record.finished_at,
+        json.dumps(record.to_dict(), sort_keys=True, default=str),
+    )
 
 
 def restore(
@@ -217,18 +221,7 @@ def restore(
         for record in records:
             cursor = connection.execute(
                 "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.run_id,
-                    record.cell_id,
-                    record.case,
-                    record.cell_label,
-                    record.operation,
-                    record.status.value,
-                    record.hardware_class,
-                    record.signature,
-                    record.finished_at,
-                    json.dumps(record.to_dict(), sort_keys=True, default=str),
-                ),
+                _record_row(record),
             )
             if cursor.rowcount:
                 added += 1

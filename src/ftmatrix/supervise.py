@@ -630,13 +630,9 @@ def _end_leftovers(root: int, ours_before: Set[int]) -> list[str]:
     leftovers = sorted(_case_processes(root, ours_before, table) - {root})
     named = []
     for pid in leftovers:
-        try:
-            name = Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
-            name = "?"
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-            named.append(f"{pid} ({name})")
+            named.append(f"{pid} ({table[pid].name})")
     for pid in leftovers:  # adopted orphans are our children now: reap them
         for _ in range(100):
             try:
@@ -653,6 +649,7 @@ class _Process:
     ppid: int
     pgid: int
     rss: int  # bytes
+    name: str  # the command's name (/proc/PID/comm, as stat holds it)
 
 
 def _process_table() -> dict[int, _Process]:
@@ -663,10 +660,14 @@ def _process_table() -> dict[int, _Process]:
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            # Fields 4, 5 and 24 of /proc/PID/stat: parent, process group, resident pages.
+            head, tail = (entry / "stat").read_text().rsplit(")", 1)
+            fields = tail.split()
+            # Fields 2, 4, 5 and 24 of /proc/PID/stat: name, parent, process group, resident pages.
             table[int(entry.name)] = _Process(
-                ppid=int(fields[1]), pgid=int(fields[2]), rss=int(fields[21]) * page
+                ppid=int(fields[1]),
+                pgid=int(fields[2]),
+                rss=int(fields[21]) * page,
+                name=head.split("(", 1)[-1],
             )
         except (OSError, IndexError, ValueError):
             continue

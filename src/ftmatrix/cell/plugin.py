@@ -14,6 +14,7 @@ dependency), so the cell's environment holds nothing else of ours.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -143,7 +144,7 @@ def gate(item: pytest.Item) -> tuple[str, str] | None:
     """``("n/a", why)`` where the cell's packages lack the case's feature, ``("skip", why)``
     where the machine lacks its hardware, None where it runs: decided from the installed
     versions and the machine probe alone, without running anything of the case."""
-    installed = _installed_versions()
+    installed = _cell_versions()
     for marker in item.iter_markers("requires_packages"):
         for package, spec in marker.kwargs.items():
             reason = package_gap(package, str(spec), installed)
@@ -603,6 +604,13 @@ def _walk(tb: types.TracebackType | None) -> Iterator[types.FrameType]:
     while tb is not None:
         yield tb.tb_frame
         tb = tb.tb_next
+
+
+@functools.cache
+def _cell_versions() -> dict[str, str]:
+    """:func:`_installed_versions` by canonical name, read once per pytest process: a
+    cell's environment is fixed, and every case's gate (and the collection's) asks it."""
+    return _installed_versions()
 
 
 def _installed_versions(*, by_display_name: bool = False) -> dict[str, str]:
