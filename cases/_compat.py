@@ -286,3 +286,17 @@ def preference_sequences(row: dict[str, Any], side: str) -> tuple[list[int], int
             prompt = list(row[prompt_key])
             return prompt + list(row[side_key]), len(prompt)
     raise KeyError(f"no tokenized {side} sequence among {sorted(row)}")
+
+
+def grpo_loss_types() -> tuple[str, ...]:
+    """The GRPO loss normalisations this trl offers, as its GRPOConfig documents them.
+
+    Before ``loss_type`` existed (trl 0.14, 0.15) the loss was always the per-sequence
+    mean that later releases call ``"grpo"``.
+    """
+    from trl import GRPOConfig
+
+    if "loss_type" not in config_fields(GRPOConfig):
+        return ("grpo",)
+    documented = GRPOConfig.__doc__ or ""
+    return tuple(name for name in ("grpo", "bnpo", "dr_grpo", "dapo") if f'"{name}"' in documented)

@@ -20,6 +20,7 @@ tolerance, and returns the largest gap it saw (a metric of the record).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -249,3 +250,102 @@ def stop_after_first_step() -> Any:
             return control
 
     return StopAfterFirstStep()
+
+
+# GRPO's loss types whose step is defined over the whole accumulated batch, and how each
+# normalises (trl's own docs): "grpo" the mean over sequences of each sequence's token
+# mean; "dapo" the mean over every completion token of the accumulated batch; "dr_grpo"
+# the token sum over sequences x max_completion_length. ("bnpo" normalises per local
+# micro-batch by definition, so it has no single accumulated answer to check.)
+GRPO_LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+
+
+def expected_after_grpo_step(
+    model: Any,
+    initial: dict[str, Any],
+    micro_batches: list[dict[str, Any]],
+    *,
+    loss_type: str,
+    max_completion_length: int,
+) -> dict[str, Any]:
+    """The weights one SGD step (learning rate 1) of GRPO from ``initial`` must give.
+
+    ``micro_batches`` are the trainer's own scored rollouts, as its loss received them:
+    prompt and completion tokens, their masks and the advantages (taken as given; the
+    rewards behind them are the toy reward's). One optimisation pass per generation
+    (``num_iterations=1``) makes the importance ratio ``exp(logp - logp.detach())`` one
+    in value with gradient ``grad logp``; with ``beta=0`` there is no KL term, so the
+    per-token loss is ``-advantage * ratio``, normalised by ``loss_type`` (see
+    GRPO_LOSS_TYPES) over every micro-batch of the step. The log-probs come from the
+    model's raw logits at the ``initial`` weights (swapped in with
+    ``torch.func.functional_call``), prompt + completion in one forward as every release
+    scores them.
+    """
+    weights = {name: w.detach().clone().requires_grad_(True) for name, w in initial.items()}
+    with forward_not_recomputed(model):
+        loss = _grpo_reference_loss(model, weights, micro_batches, loss_type, max_completion_length)
+        loss.backward()
+    return {name: (w - w.grad if w.grad is not None else w).detach() for name, w in weights.items()}
+
+
+@contextlib.contextmanager
+def forward_not_recomputed(model: Any) -> Any:
+    """Gradient checkpointing off for the reference's forward and backward, as it was after.
+
+    A checkpointed layer recomputes its forward during backward, after
+    ``functional_call`` has put the model's own weights back: the reference's
+    gradient would mix the swapped-in weights with the trained ones.
+    """
+    checkpointing = bool(getattr(model, "is_gradient_checkpointing", False))
+    if checkpointing:
+        model.gradient_checkpointing_disable()
+    try:
+        yield
+    finally:
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+
+
+def _grpo_reference_loss(
+    model: Any,
+    weights: dict[str, Any],
+    micro_batches: list[dict[str, Any]],
+    loss_type: str,
+    max_completion_length: int,
+) -> Any:
+    import torch
+    from _contracts import token_log_probs
+
+    sequence_means, token_sums, tokens, sequences = [], [], 0, 0
+    for batch in micro_batches:
+        completion_ids, mask = batch["completion_ids"], batch["completion_mask"].float()
+        input_ids = torch.cat([batch["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        logits = torch.func.functional_call(
+            model,
+            weights,
+            args=(),
+            kwargs={"input_ids": input_ids, "attention_mask": attention_mask},
+            strict=False,
+        ).logits
+        keep = completion_ids.size(1)
+        logps = token_log_probs(logits[:, -keep - 1 : -1, :], completion_ids)
+        advantages = batch["advantages"].float()
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        per_token = -advantages * torch.exp(logps - logps.detach())
+        sequence_means.append((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0))
+        token_sums.append((per_token * mask).sum())
+        tokens += int(mask.sum())
+        sequences += completion_ids.size(0)
+    if not micro_batches or tokens == 0:
+        raise ContractError(contract_message("completion tokens in the GRPO step", 0, ">0", 0))
+    if loss_type == "grpo":
+        loss = torch.cat(sequence_means).mean()
+    elif loss_type == "dapo":
+        loss = torch.stack(token_sums).sum() / tokens
+    elif loss_type == "dr_grpo":
+        loss = torch.stack(token_sums).sum() / (sequences * max_completion_length)
+    else:
+        raise ValueError(f"no reference for GRPO loss_type {loss_type!r}: {GRPO_LOSS_TYPES}")
+    return loss

@@ -128,6 +128,7 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         "test_resume_contract[real]",
         "test_qlora_contract[real]",
         "test_dpo_update_contract[real]",
+        "test_grpo_update_contract[real]",
     ):
         assert outcome[case][0] == "pass", (case, outcome[case])
     expected_failures = {
@@ -158,6 +159,12 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         r"gradient, [\w.]+ at \[\d+, \d+\] \(largest gap [\d.e+-]+\): trainer -?[\d.e+-]+ "
         r"!= reference -?[\d.e+-]+ \(tolerance 1e-05\)"
     )
+    for broken, loss_type in (("normalised-twice", "grpo"), ("drops-a-micro-batch", "dapo")):
+        expected_failures[f"test_grpo_update_contract[{broken}]"] = (
+            rf"^weights after one SGD step of GRPO \({loss_type}, batch 2 x 2\) against minus the "
+            r"reference gradient, [\w.]+ at \[\d+, \d+\] \(largest gap [\d.e+-]+\): trainer "
+            r"-?[\d.e+-]+ != reference -?[\d.e+-]+ \(tolerance 1e-05\)"
+        )
     expected_failures["test_qlora_contract[loads-float]"] = (
         r"^nf4 was asked for: model\.layers\.0\.self_attn\.q_proj is "
         r"torch\.nn\.modules\.linear\.Linear, not Linear4bit"
@@ -179,3 +186,6 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
     assert records["test_grpo_contract[real]"]["metrics"]["logits_positions_checked"] > 0
     assert records["test_update_contract[real]"]["metrics"]["update_gap_batch 2 x 2"] < 1e-5
     assert records["test_resume_contract[real]"]["metrics"]["resume_gap"] < 1e-5
+    grpo = records["test_grpo_update_contract[real]"]["metrics"]
+    assert grpo["update_gap_grpo, batch 2 x 2"] < 1e-5, grpo
+    assert grpo["update_contract"] == "checked over 2 micro-batches", grpo

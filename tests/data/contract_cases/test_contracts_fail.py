@@ -294,3 +294,43 @@ def test_dpo_update_contract(
 
     trainer_class = DPOTrainer if broken == "real" else dpo_accumulation_unscaled()
     run_dpo_exact_update(trainer_class, tiny_model, tokenizer, tmp_path, record_property, 2, 2)
+
+
+def grpo_wrong_step(broken: str) -> type:
+    """GRPOTrainer whose step is wrong while its per-micro-batch loss looks right:
+    ``normalised-twice`` divides by the accumulation steps once more; ``drops-a-micro-batch``
+    gives every micro-batch after the first no gradient."""
+    from trl import GRPOTrainer
+
+    class WrongStep(GRPOTrainer):  # type: ignore[misc]
+        seen = 0
+
+        def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            loss = super().compute_loss(model, inputs, *args, **kwargs)
+            self.seen += 1
+            if broken == "normalised-twice":
+                return loss / self.args.gradient_accumulation_steps
+            return loss if self.seen == 1 else loss * 0
+
+    return WrongStep
+
+
+@pytest.mark.operation("grpo")
+@pytest.mark.parametrize("broken", ["real", "normalised-twice", "drops-a-micro-batch"])
+def test_grpo_update_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_grpo import run_grpo_exact_update
+    from trl import GRPOTrainer
+
+    trainer_class = GRPOTrainer if broken == "real" else grpo_wrong_step(broken)
+    run_grpo_exact_update(
+        trainer_class,
+        tiny_model,
+        tokenizer,
+        tmp_path,
+        record_property,
+        loss_type="grpo" if broken != "drops-a-micro-batch" else "dapo",
+        batch=2,
+        accumulation=2,
+    )
