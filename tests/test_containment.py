@@ -93,7 +93,13 @@ def test_what_a_case_leaves_running_ends_with_it_and_counts_against_its_memory(
             for path in (tmp_path / "out" / "records").rglob("*.jsonl")
             for line in path.read_text().splitlines()
         }
-        assert records["test_leaves_a_new_session_child_and_a_double_fork"]["status"] == "pass"
+        leaver = records["test_leaves_a_new_session_child_and_a_double_fork"]
+        assert leaver["status"] == "pass"
+        # What had to be ended is on the record of the case that started it.
+        ended = leaver["metrics"]["leftover_processes"]
+        assert all(f"{pid} (sleep)" in ended for pid in pids), ended
+        assert "test_children.py::test_leaves_a_new_session_child_and_a_double_fork left " in output
+        assert not list((tmp_path / "out" / "records").rglob("*.starts")), "case ids stay behind"
         eater = records["test_a_child_in_its_own_session_eats_memory"]
         assert eater["status"] == "oom", (eater["status"], eater.get("reason"))
     finally:

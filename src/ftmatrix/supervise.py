@@ -30,6 +30,7 @@ from ftmatrix.cell.processes import become_subreaper, die_with_parent
 from ftmatrix.cell.records import (
     CellRecordFile,
     Record,
+    case_starts_path,
     collected_cases_path,
     current_case_path,
     first_tries_path,
@@ -116,6 +117,7 @@ def run_cases(
     verdicts = _Verdicts(record_file, make_record, env, log, watcher, resumed=collected.exists())
     sharing = bool(parallel)
     only_isolated = False  # the cases left that are not isolated could not be run
+    ended: list[Leftover] = []
     while True:
         done = {r.case for r in CellRecordFile(record_file).records}
         all_cases = json.loads(collected.read_text()) if collected.exists() else None
@@ -139,6 +141,7 @@ def run_cases(
             cell_deadline=cell_deadline,
             watcher=watcher,
             on_casualty=verdicts.conclude,
+            ended=ended,
         )
         verdicts.settle_second_tries()
 
@@ -176,6 +179,7 @@ def run_cases(
             _record_unrun(record_file, collected, make_record, limits)
             break
 
+    _note_leftovers(record_file, ended, log)
     return CellRecordFile(record_file).records
 
 
@@ -297,7 +301,10 @@ def _attempt(
     cell_deadline: float,
     watcher: _RecordWatcher,
     on_casualty: Casualty,
+    ended: list[Leftover],
 ) -> Attempt:
+    """One pytest process over ``command``, watched to its end; what the cases left
+    running is ended and added to ``ended``."""
     current = current_case_path(record_file)
     for note_path in [current, *worker_case_paths(record_file)]:
         note_path.unlink(missing_ok=True)
@@ -344,10 +351,11 @@ def _attempt(
         raise
     process.wait()
     leftovers = _end_leftovers(process.pid, ours_before)
+    ended.extend(leftovers)
     if leftovers:
         log_line = (
             f"[ftmatrix] ended {len(leftovers)} process(es) the cases left running: "
-            + ", ".join(leftovers)
+            + ", ".join(map(str, leftovers))
             + "\n"
         )
         tail.append(log_line)
@@ -621,8 +629,20 @@ def _case_tree_rss(root: int, ours_before: Set[int], but: Set[int] = frozenset()
     return sum(table[p].rss for p in _case_processes(root, ours_before, table) if p not in but)
 
 
-def _end_leftovers(root: int, ours_before: Set[int]) -> list[str]:
-    """Kill what the cases left running once their pytest process ended; ``pid (name)`` of each.
+@dataclass(frozen=True)
+class Leftover:
+    """A process the cases left running, ended by the supervisor."""
+
+    pid: int
+    name: str
+    started: float  # seconds since the epoch
+
+    def __str__(self) -> str:
+        return f"{self.pid} ({self.name})"
+
+
+def _end_leftovers(root: int, ours_before: Set[int]) -> list[Leftover]:
+    """Kill what the cases left running once their pytest process ended.
 
     On a GPU runner such a process would hold GPU memory and the lease into the next cell.
     """
@@ -632,7 +652,7 @@ def _end_leftovers(root: int, ours_before: Set[int]) -> list[str]:
     for pid in leftovers:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-            named.append(f"{pid} ({table[pid].name})")
+            named.append(Leftover(pid, table[pid].name, table[pid].started))
     for pid in leftovers:  # adopted orphans are our children now: reap them
         for _ in range(100):
             try:
@@ -644,34 +664,88 @@ def _end_leftovers(root: int, ours_before: Set[int]) -> list[str]:
     return named
 
 
+def starter_of(leftover: Leftover, starts: Sequence[tuple[str, float]]) -> str | None:
+    """The case that started ``leftover``: the last to start before it did.
+
+    ``starts``: (case, start) in the order the cases started. With pytest-xdist workers
+    several cases run at once, and the one started last is taken. A process older than
+    every case (collection, a session fixture) has no starter.
+    """
+    starter = None
+    for case, began in starts:
+        if began <= leftover.started:
+            starter = case
+    return starter
+
+
+def _note_leftovers(record_file: Path, leftovers: Sequence[Leftover], log: Log) -> None:
+    """Put each leftover on the record of the case that started it (metric
+    ``leftover_processes``) and say so; the case starts the plugin noted go with it."""
+    starts_file = case_starts_path(record_file)
+    starts = []
+    with contextlib.suppress(OSError):
+        for line in starts_file.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                entry = json.loads(line)
+                starts.append((str(entry["case"]), float(entry["started"])))
+    starts_file.unlink(missing_ok=True)  # raw case ids: nothing of them stays
+    by_case: dict[str | None, list[str]] = collections.defaultdict(list)
+    for leftover in leftovers:
+        by_case[starter_of(leftover, starts)].append(str(leftover))
+    cell = CellRecordFile(record_file)
+    for record in cell.records:
+        if record.case in by_case:
+            shown = ", ".join(by_case[record.case])
+            cell.add(replace(record, metrics={**record.metrics, "leftover_processes": shown}))
+    for case, names in by_case.items():
+        log(f"[ftmatrix] {case or 'before any case'} left running: {', '.join(names)} (ended)")
+
+
 @dataclass(frozen=True)
 class _Process:
     ppid: int
     pgid: int
     rss: int  # bytes
     name: str  # the command's name (/proc/PID/comm, as stat holds it)
+    started: float  # seconds since the epoch
 
 
 def _process_table() -> dict[int, _Process]:
     """Every process on the machine: its parent, group and resident bytes, from /proc."""
     table = {}
     page = os.sysconf("SC_PAGE_SIZE")
+    ticks = os.sysconf("SC_CLK_TCK")
+    booted = _boot_time()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             head, tail = (entry / "stat").read_text().rsplit(")", 1)
             fields = tail.split()
-            # Fields 2, 4, 5 and 24 of /proc/PID/stat: name, parent, process group, resident pages.
+            # Fields 2, 4, 5, 22 and 24 of /proc/PID/stat: name, parent, process group,
+            # start (clock ticks after boot) and resident pages.
             table[int(entry.name)] = _Process(
                 ppid=int(fields[1]),
                 pgid=int(fields[2]),
                 rss=int(fields[21]) * page,
                 name=head.split("(", 1)[-1],
+                started=booted + int(fields[19]) / ticks,
             )
         except (OSError, IndexError, ValueError):
             continue
     return table
+
+
+def _boot_time() -> float:
+    """When the clock of /proc/PID/stat's start times began, seconds since the epoch.
+
+    Now less the seconds since boot that /proc/uptime counts, the clock the start
+    times count in (/proc/stat's ``btime`` is whole seconds, and a container's
+    ``CLOCK_BOOTTIME`` may count from another origin).
+    """
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return time.time() - float(Path("/proc/uptime").read_text().split()[0])
+    return 0.0
 
 
 def _tree(pid: int, table: Mapping[int, _Process]) -> list[int]:

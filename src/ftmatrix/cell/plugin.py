@@ -47,6 +47,7 @@ from ftmatrix.cell.processes import die_with_parent
 from ftmatrix.cell.records import (
     CellRecordFile,
     Record,
+    case_starts_path,
     collected_cases_path,
     current_case_path,
     isolated_cases_path,
@@ -279,6 +280,9 @@ class _Recorder:
             "worker": self.worker,
         }
         write_atomically(self.current, json.dumps(note))
+        # One short line per case, appended whole: workers share the file.
+        with case_starts_path(self.file.path).open("a", encoding="utf-8") as starts:
+            starts.write(json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:

@@ -334,6 +334,12 @@ def worker_case_paths(record_file: Path) -> list[Path]:
     return sorted(record_file.parent.glob(glob.escape(record_file.name) + ".current.*"))
 
 
+def case_starts_path(record_file: Path) -> Path:
+    """Where the plugin appends each case's start (JSON lines: case, epoch seconds), so the
+    supervisor can tell which case started a process it had to end."""
+    return record_file.with_name(record_file.name + ".starts")
+
+
 def first_tries_path(record_file: Path) -> Path:
     """Where the supervisor keeps crashed cases' first tries until their second try ends."""
     return record_file.with_name(record_file.name + ".first-tries")
