@@ -176,8 +176,11 @@ def test_a_file_that_is_not_a_published_history_restores_nothing(tmp_path: Path)
         with pytest.raises(UsageError, match=expected):
             restore_history(str(path), store)
         assert load_history(store) == []  # all or nothing
-    with pytest.raises(NotFound, match="no such file"):
+    with pytest.raises(NotFound, match="cannot be read: No such file or directory"):
         restore_history(str(tmp_path / "absent.jsonl"), store)
+    # Another scheme is refused by name, never read as a relative path "ftp:/...".
+    with pytest.raises(UsageError, match="only https:// and http:// URLs or a file path"):
+        restore_history("ftp://example.org/history.jsonl", store)
     ran = restore_cli(str(tmp_path / "truncated.jsonl"), out=tmp_path / "fresh")
     assert ran.returncode == ExitCode.USAGE and "line 3: not JSON" in ran.stderr
     assert "Traceback" not in ran.stderr

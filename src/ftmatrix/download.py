@@ -11,6 +11,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from ftmatrix.errors import UsageError
@@ -73,3 +74,23 @@ def fetch_text(url: str, what: str, *, timeout: float, kind: str) -> str:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None
+
+
+def read_text(source: str, what: str, *, timeout: float, kind: str) -> str:
+    """The UTF-8 text of ``source``: an http(s) URL (:func:`fetch_text`) or a file path.
+
+    Any other scheme (``ftp://``, ``file://``, ...) is refused by name rather than read
+    as a path. :class:`NotFound` where nothing is there (HTTP 404, no such file).
+    """
+    if re.match(r"^https?://", source):
+        return fetch_text(source, what, timeout=timeout, kind=kind)
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source):
+        raise UsageError(f"{what}: only https:// and http:// URLs or a file path can be read")
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None
+    except FileNotFoundError as exc:
+        raise NotFound(f"{what}: cannot be read: {exc.strerror or exc}") from None
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot be read: {exc.strerror or exc}") from None

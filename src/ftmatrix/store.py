@@ -334,24 +334,17 @@ def load_history(path: Path) -> list[Record]:
         return [Record.from_mapping(json.loads(data)) for (data,) in rows]
 
 
-def newest_run_in_history(path: Path) -> str | None:
-    """The newest run id in the history (run ids sort by time), or None."""
+def run_coverage(path: Path, run_id: str) -> tuple[str | None, set[str]]:
+    """The newest run id in the history (run ids sort by time) and the labels of the
+    cells with at least one record of ``run_id``: (None, empty) without a history."""
     if not path.exists():
-        return None
+        return None, set()
     with history(path) as connection:
         (newest,) = connection.execute("SELECT MAX(run_id) FROM records").fetchone()
-        return str(newest) if newest is not None else None
-
-
-def cell_labels_of_run(path: Path, run_id: str) -> set[str]:
-    """The labels of the cells with at least one record of ``run_id``."""
-    if not path.exists():
-        return set()
-    with history(path) as connection:
         rows = connection.execute(
             "SELECT DISTINCT cell_label FROM records WHERE run_id = ?", (run_id,)
         )
-        return {label for (label,) in rows}
+        return (str(newest) if newest is not None else None), {label for (label,) in rows}
 
 
 def newest_records(path: Path, *, back: int = 0) -> list[Record]:

@@ -11,15 +11,13 @@ and ``reports/constraints/`` say the same.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.records import Record
 from ftmatrix.constraints import ConstraintSet, derive_constraints
-from ftmatrix.download import fetch_text
+from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError
 
 RESULTS_SCHEMA = 1  # what render_json writes
@@ -69,17 +67,7 @@ def group_key(record: Record) -> str:
 def read_results(where: str, *, timeout: float = 30) -> Results:
     """results.json from a path or an ``https://`` (or ``http://``) URL."""
     what = f"--results {where}"
-    if re.match(r"^https?://", where):
-        text = fetch_text(where, what, timeout=timeout, kind="a results.json")
-    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", where):
-        raise UsageError(f"{what}: only https:// and http:// URLs or a file path can be read")
-    else:
-        try:
-            text = Path(where).read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise UsageError(f"{what}: not UTF-8 text, so not a results.json") from None
-        except OSError as exc:
-            raise UsageError(f"{what}: cannot be read: {exc.strerror or exc}") from None
+    text = read_text(where, what, timeout=timeout, kind="a results.json")
     try:
         payload = json.loads(text)
     except RecursionError:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.errors import UsageError
-from ftmatrix.store import cell_labels_of_run, newest_run_in_history
+from ftmatrix.store import run_coverage
 
 PLAN_FILE = "plan.json"
 
@@ -42,9 +42,7 @@ def cells_without_records(out_dir: Path) -> list[str]:
             f"{path}: not a plan written by `ftmatrix ci-matrix` "
             '({"run_id": "...", "cells": ["label", ...]})'
         ) from None
-    store = out_dir / "history.sqlite"
-    newest = newest_run_in_history(store)
+    newest, have = run_coverage(out_dir / "history.sqlite", run_id)
     if newest is not None and newest > run_id:
         return []  # a later run came after the plan (run ids sort by time): a stale plan
-    have = cell_labels_of_run(store, run_id)
     return [label for label in labels if label not in have]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.signature import clean_paths_in
-from ftmatrix.download import NotFound, fetch_text
+from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError
 from ftmatrix.store import load_cell_runs, load_findings, load_history, restore, save_finding
 
@@ -69,17 +69,7 @@ def restore_history(source: str, store: Path, *, timeout: float = 120) -> tuple[
     lacks; returns (records added, findings kept). Never replaces a record it has: the local
     one keeps its raw text. :class:`ftmatrix.download.NotFound` where nothing is published."""
     what = f"restore-history {source}"
-    if source.startswith(("https://", "http://")):
-        text = fetch_text(source, what, timeout=timeout, kind=f"a {HISTORY_FILE}")
-    else:
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise UsageError(f"{what}: not UTF-8 text, so not a {HISTORY_FILE}") from None
-        except FileNotFoundError:
-            raise NotFound(f"{what}: cannot be read: no such file") from None
-        except OSError as exc:
-            raise UsageError(f"{what}: cannot be read: {exc.strerror or exc}") from None
+    text = read_text(source, what, timeout=timeout, kind=f"a {HISTORY_FILE}")
     records, findings, cell_runs = _parse_history(text, what)
     added = restore(store, records, cell_runs)
     for finding in findings:
