@@ -4,8 +4,10 @@ never a traceback. The files are under tests/data/hostile/."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -173,3 +175,45 @@ def test_a_damaged_history_is_one_message_saying_how_to_rebuild_it(
     assert f"{store}: not a history this ftmatrix can read (" in output, output[-3000:]
     assert "`ftmatrix report` builds a new one from the records folder" in output
     assert (ran.returncode == ExitCode.HISTORY) if entry == "cli" else ran.returncode != 0
+
+
+def _read_only_mounts() -> str | None:
+    """Why a read-only bind mount cannot be made here (user and mount namespaces), or None."""
+    if shutil.which("unshare") is None:
+        return "no unshare(1) on this machine"
+    with tempfile.TemporaryDirectory() as folder:
+        script = f"mount --bind {folder} {folder} && mount -o remount,ro,bind {folder} {folder}"
+        probe = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, check=False
+        )
+    return None if probe.returncode == 0 else f"no read-only bind mounts: {probe.stderr.strip()}"
+
+
+@pytest.mark.skipif(_read_only_mounts() is not None, reason=str(_read_only_mounts()))
+@pytest.mark.parametrize("entry", ["cli-run", "nox-matrix", "cli-report"])
+def test_a_read_only_output_folder_gets_one_message_and_keeps_what_it_holds(
+    tmp_path: Path, entry: str
+) -> None:
+    """Root ignores permission bits, so the folder is made read-only the way a runner's
+    mount would be: a read-only bind mount, in a user namespace of the test's own."""
+    out = tmp_path / "out"
+    kept = out / "records" / "20261124T000000Z-aaaaaa" / "cell.jsonl"
+    kept.parent.mkdir(parents=True)
+    kept.write_text('{"kept": true}\n')
+    command = {
+        "cli-run": [sys.executable, "-m", "ftmatrix", "run"],
+        "nox-matrix": [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "matrix",
+                       "--envdir", str(tmp_path / "envs")],
+        "cli-report": [sys.executable, "-m", "ftmatrix", "report", "--out", str(out)],
+    }[entry]  # fmt: skip
+    script = f'mount --bind {out} {out} && mount -o remount,ro,bind {out} {out} && exec "$@"'
+    ran = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", *command],
+        env={**os.environ, "FTMATRIX_MATRIX": str(OK), "FTMATRIX_OUT": str(out)},
+        cwd=HOSTILE, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert f"FTMATRIX_OUT={out}: cannot be written ({out}: Read-only file system)" in output
+    assert ran.returncode == ExitCode.SETTINGS, output[-3000:]
+    assert kept.read_text() == '{"kept": true}\n'

@@ -6,9 +6,11 @@ noxfile plans is chosen by environment variables; the CLI reads the same ones.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -68,6 +70,13 @@ class Settings:
             raise SettingsError(
                 f"FTMATRIX_OUT={out}: is a file; records and reports go into a folder "
                 "(default: reports/), which is made where it does not exist"
+            )
+        unwritable = _unwritable(out)
+        if unwritable:
+            raise SettingsError(
+                f"FTMATRIX_OUT={out}: cannot be written ({unwritable}); records and reports "
+                "go into a folder ftmatrix can write (default: reports/), made where it "
+                "does not exist"
             )
         resume = env.get("FTMATRIX_RESUME", "") not in ("", "0")
         run_id = env.get("FTMATRIX_RUN_ID") or (resume and newest_run_id(out)) or new_run_id(now)
@@ -149,6 +158,24 @@ def parse_shard(text: str) -> tuple[int, int] | None:
             f"FTMATRIX_SHARD={text!r}: expected I/N with 1 <= I <= N, such as '1/4'"
         )
     return shard
+
+
+def _unwritable(out: Path) -> str | None:
+    """Why nothing can be written into ``out`` (or the nearest folder above it that
+    exists, where it would be made), or None. Checked before any work, so a run into
+    a read-only folder stops with one message, not a traceback mid-cell."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if os.access(existing, os.W_OK | os.X_OK):
+        return None
+    try:  # the real reason: a read-only file system, permissions, ...
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".ftmatrix-write-")
+    except OSError as exc:
+        return f"{existing}: {exc.strerror or exc}"
+    os.close(handle)
+    Path(probe).unlink()
+    return None
 
 
 def newest_run_id(out: Path) -> str | None:
