@@ -22,7 +22,7 @@ import pytest
 
 from ftmatrix.cell.records import Record, read_records
 from ftmatrix.cli import build_parser, dispatch, load, main, resolve_cells
-from ftmatrix.runner import locked_packages
+from ftmatrix.resolve import locked_packages
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"

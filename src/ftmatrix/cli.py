@@ -51,27 +51,27 @@ from ftmatrix.plan import (
 from ftmatrix.report.planned import PLAN_FILE, cells_without_records, write_plan
 from ftmatrix.report.publish import restore_history, write_site
 from ftmatrix.report.render import INSTALLABILITY_FILE, render_report
-from ftmatrix.resolve import Resolution, conflict_summary, resolve_cell, uv_binary
-from ftmatrix.reuse import CellKey, Decision, EarlierRun, decide, newest_hardware_of_class
-from ftmatrix.runner import (
+from ftmatrix.resolve import (
     RETRY_DELAYS,
     TRANSIENT,
-    cases_id,
-    judging,
-    locked_packages,
-    reuse_records_of_cell,
+    Resolution,
+    conflict_summary,
+    resolve_cell,
+    uv_binary,
     with_test_runners,
+)
+from ftmatrix.reuse import (
+    Decision,
+    EarlierRun,
+    cases_key,
+    earlier_runs,
+    plan_decisions,
+    reuse_records_of_cell,
 )
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
-from ftmatrix.store import (
-    earlier_runs,
-    load_findings,
-    merge_outputs,
-    newest_records,
-    save_finding,
-)
+from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
 from ftmatrix.versions import version_order
 from ftmatrix.wheelhouse import Target, build_wheelhouse, summary_line
@@ -273,45 +273,23 @@ def plan_reuse(
     now: datetime,
     earlier: Mapping[str, EarlierRun] | None = None,
 ) -> list[Decision]:
-    """Whether each selected cell will run or reuse its newest results, and why it runs.
-
-    Tonight's lock is the plan's resolution and the cases are on disk; the machine is
-    not (the plan runs elsewhere), so each hardware class stands for the newest
-    fingerprint its runners recorded (``reuse.newest_hardware_of_class``). The runner
-    re-checks its own fingerprint before it reuses anything. ``earlier``: the history's
-    runs where the caller read them already (:func:`earlier_runs_of`).
-    """
+    """Whether each selected cell will run or reuse its newest results, and why it runs
+    (``reuse.plan_decisions``). ``earlier``: the history's runs where the caller read them
+    already (:func:`earlier_runs_of`)."""
     settings, matrix = loaded.settings, loaded.matrix
-    if earlier is None:
-        earlier = earlier_runs_of(loaded)
-    hardware = newest_hardware_of_class(earlier.values())
-    selection = (
-        cases_id(settings.cases, matrix.cases, judging((), matrix.timeouts, matrix.limits))
+    cases = (
+        cases_key(settings.cases, matrix.cases, (), matrix.timeouts, matrix.limits)
         if loaded.reuse_days
         else ""
     )
-    decisions = []
-    for cell, resolution in zip(loaded.selected, resolutions, strict=True):
-        key = (
-            CellKey(
-                lock_id=resolution.lock_id,
-                cases_id=selection,
-                hardware_id=hardware.get(cell.hardware, "unknown"),
-                packages=locked_packages(resolution.lock),
-            )
-            if resolution.lock is not None and resolution.lock_id is not None
-            else None
-        )
-        decisions.append(
-            decide(
-                cell.id,
-                key,
-                earlier.get(cell.id),
-                max_age_days=loaded.reuse_days,
-                today=now.astimezone(UTC).date(),
-            )
-        )
-    return decisions
+    return plan_decisions(
+        loaded.selected,
+        [r.locked for r in resolutions],
+        cases=cases,
+        earlier=earlier_runs_of(loaded) if earlier is None else earlier,
+        max_age_days=loaded.reuse_days,
+        today=now.astimezone(UTC).date(),
+    )
 
 
 def installability_json(plan: Plan) -> dict[str, Any]:
