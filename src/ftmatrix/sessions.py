@@ -29,9 +29,11 @@ import nox
 from ftmatrix.case_selection import check_case_selection, split_pytest_args
 from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
-from ftmatrix.cli import Loaded, load, main, write_installability
+from ftmatrix.cli import main
 from ftmatrix.errors import ExitCode, FatalError
+from ftmatrix.pipeline import Loaded, load
 from ftmatrix.plan import Cell
+from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
 from ftmatrix.runner import CellContext, current_python, run_cell
 from ftmatrix.system_packages import venv_interpreter
