@@ -2,7 +2,7 @@
 
 ``main()`` prints each fatal error's message and returns its exit code (the
 table is ``errors.py``); the inner functions raise, so tests call them directly.
-The noxfile's sessions call ``main()`` too: one code path for both entry points.
+The noxfile's chores (``nox -s plan``, ...) run ``python -m ftmatrix``: one code path.
 The work is the pipeline's: ``pipeline`` (load, plan, resolve, run), ``planview``
 (the plan shown), ``ci`` (the nightly's fan-out) and ``bisect.orchestrate``.
 """
@@ -47,8 +47,8 @@ def main(
 ) -> int:
     """Entry point: parse, dispatch, print errors, return an exit code.
 
-    The noxfile's sessions call it too (``root``: the noxfile's folder), so
-    ``nox -s plan`` and ``python -m ftmatrix plan`` run one code path.
+    ``root`` (default: the working directory) is where relative paths are taken from;
+    the noxfile's chores run ``python -m ftmatrix`` in the noxfile's folder.
     """
     args, extra = build_parser().parse_known_args(argv)
     env = dict(os.environ if env is None else env)

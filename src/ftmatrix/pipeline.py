@@ -1,8 +1,9 @@
 """The pipeline: settings -> matrix -> plan -> resolved cells -> reuse -> run -> report.
 
 Each step is a function the CLI's subcommands and the nox sessions share: :func:`load`
-reads the settings and the matrix file and plans it (selectors resolved against the
-index, ``strategy: pairwise`` covered with cells uv says install, cap probes added),
+reads the settings and the matrix file and plans it (:func:`plan_matrix`: selectors
+resolved against the index, ``strategy: pairwise`` covered with cells uv says install,
+cap probes added; the noxfile's :func:`list_cells` reads the plan kept by the last one),
 :func:`resolve_cells` asks uv for each selected cell's lock, :func:`plan_reuse` says
 which cells run and which reuse their newest results, :func:`run_nox` runs the
 selected cells through nox (each cell: ``runner``), and :func:`report` merges the
@@ -28,9 +29,10 @@ from ftmatrix.caps import RequiresLookup, plan_probes
 from ftmatrix.cell.records import read_records
 from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
-from ftmatrix.errors import UsageError
+from ftmatrix.errors import FatalError, UsageError
 from ftmatrix.index import list_releases
 from ftmatrix.plan import Cell, Oracle, Plan, Verdict, plan_cells, select_cells
+from ftmatrix.plan_cache import keep_plan, kept_plan
 from ftmatrix.report.planned import cells_without_records
 from ftmatrix.report.publish import write_site
 from ftmatrix.report.render import render_report
@@ -79,9 +81,21 @@ def load(
     With ``resolve`` (the default), ``strategy: pairwise`` asks uv which pairs co-install
     and covers them with cells that install; without, it covers every pair blindly.
     With ``check``, a pin the index never had is a ConfigError first, never a cell.
+    A plan made with the resolver is kept for the noxfile's listing (``plan_cache``).
     """
     settings = Settings.from_env(env, root=root, now=now)
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
+    plan = plan_matrix(matrix, env, resolve=resolve, check=check)
+    if resolve:
+        keep_plan(plan, settings, env, now=now)
+    return with_selection(settings, plan, select)
+
+
+def plan_matrix(
+    matrix: Matrix, env: Mapping[str, str], *, resolve: bool = True, check: bool = False
+) -> Plan:
+    """The cells ``matrix`` expands to: selectors resolved against the index, then the
+    strategy (pairwise covering what uv says installs, with ``resolve``), then cap probes."""
     if any(axis.selector for axis in matrix.packages):
         matrix = resolve_selectors(matrix, index_releases(matrix, env))
     if check:
@@ -95,7 +109,33 @@ def load(
             lambda cells: resolve_cells(cells, matrix.install, env, matrix.limits),
         )
         plan = replace(plan, cells=(*plan.cells, *probes))
-    return with_selection(settings, plan, select)
+    return plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listing:
+    """What the noxfile lists: the loaded plan, or the problem that stops it."""
+
+    loaded: Loaded | None = None
+    problem: FatalError | None = None
+
+
+def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
+    """The cells nox lists, one ``matrix(LABEL)`` session each: from the plan a plan step
+    kept while it stands (``plan_cache``: no network), else planned now (and kept); or the
+    fatal error that stops the matrix, for the session that meets it to report."""
+    try:
+        settings = Settings.from_env(env, root=root, now=now)
+        matrix = load_matrix(
+            settings.matrix, profile=settings.profile, default_python=settings.python
+        )
+        plan = kept_plan(settings, matrix, env, now=now)
+        if plan is None:
+            plan = plan_matrix(matrix, env)
+            keep_plan(plan, settings, env, now=now)
+        return Listing(loaded=with_selection(settings, plan))
+    except FatalError as exc:
+        return Listing(problem=exc)
 
 
 def with_selection(settings: Settings, plan: Plan, select: Sequence[str] = ()) -> Loaded:
