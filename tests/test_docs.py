@@ -99,3 +99,25 @@ def test_the_layout_names_every_module():
                 assert f"{relative.parent.name}/" in shown, relative.parent
         else:
             assert relative.name in shown, relative
+
+
+ARCHITECTURE = (ROOT / "ARCHITECTURE.md").read_text()
+
+
+def test_every_path_the_architecture_names_exists():
+    named = re.findall(r"`([\w./-]+(?:\.py|\.md|/))`", ARCHITECTURE)
+    assert "src/ftmatrix/pipeline.py" in named
+    for path in named:
+        assert (ROOT / path).exists(), path
+
+
+def test_every_module_is_in_the_architecture_or_the_layout_tree():
+    layout = re.search(r"^## Layout\n.*?```text\n(.*?)```", README, re.DOTALL | re.MULTILINE)
+    assert layout, "README has no Layout section with a tree"
+    named = set(re.findall(r"src/ftmatrix/([\w/]+\.py)", ARCHITECTURE))
+    shown = set(re.findall(r"[\w/]+\.py", layout.group(1)))
+    package = ROOT / "src" / "ftmatrix"
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package)
+        if relative.name != "__init__.py" and "templates" not in relative.parts:
+            assert relative.as_posix() in named or relative.name in shown, relative

@@ -146,7 +146,7 @@ def test_the_wheel_installs_and_runs_the_readme_in_another_repository(tmp_path: 
 
 
 def test_run_uses_the_folders_noxfile_only_where_it_imports_the_sessions(tmp_path: Path):
-    from ftmatrix.cli import _noxfile
+    from ftmatrix.pipeline import _noxfile
 
     packaged = Path(ftmatrix.__file__).parent / "_noxfile.py"
     assert _noxfile(tmp_path) == packaged

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.cli import ExitCode, main, uv_oracle
+from ftmatrix.cli import ExitCode, main
 from ftmatrix.config import parse_matrix
+from ftmatrix.pipeline import uv_oracle
 from ftmatrix.plan import plan_cells
 
 DATA = Path(__file__).parent / "data"

@@ -410,9 +410,9 @@ def test_axis_values_and_cases_from_records_stay_inert_in_the_pivot():
 
 
 def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path):
-    from ftmatrix.cli import write_installability
     from ftmatrix.config import parse_matrix
     from ftmatrix.plan import Verdict, plan_cells
+    from ftmatrix.planview import write_installability
 
     matrix = parse_matrix(
         "packages: {unsloth: ['2026.10.7'], trl: ['1.13.0', '1.16.0'], vllm: [none, '0.32.0']}\n"

@@ -16,22 +16,23 @@ from ftmatrix.cell.status import Status
 from ftmatrix.config import ConfigError, Limits, Timeouts, parse_matrix
 from ftmatrix.report.grid import build_grid
 from ftmatrix.report.render import render_html, render_json, render_markdown
-from ftmatrix.resolve import lock_id
+from ftmatrix.resolve import lock_id, locked_packages
 from ftmatrix.reuse import (
     NEVER_REUSED,
     RECORD_VERSION,
     CellKey,
     EarlierRun,
     carried_forward,
+    cases_id,
     decide,
     hardware_id,
+    judging,
     moved_packages,
     newest_hardware_of_class,
     not_reusable,
     refresh_due,
     refresh_offset,
 )
-from ftmatrix.runner import cases_id, judging, locked_packages
 from ftmatrix.settings import Settings
 
 TODAY = date(2026, 12, 1)

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from ftmatrix.cell.records import Record, read_records
-from ftmatrix.cli import build_parser, dispatch, load, main, resolve_cells
-from ftmatrix.runner import locked_packages
+from ftmatrix.cli import build_parser, dispatch, main
+from ftmatrix.pipeline import load, resolve_cells
+from ftmatrix.resolve import locked_packages
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"

@@ -82,7 +82,7 @@ def test_a_selector_that_matches_no_release_is_an_error():
 
 @pytest.mark.slow
 def test_selectors_against_the_real_index_frozen_in_time():
-    from ftmatrix.cli import index_releases
+    from ftmatrix.pipeline import index_releases
 
     matrix = parse("packages:\n  six: {latest: 2}\n  trl: {latest-minor: 2, range: '<1'}\n")
     releases = index_releases(matrix, {**os.environ, "UV_EXCLUDE_NEWER": "2025-06-01T00:00:00Z"})

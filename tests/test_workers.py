@@ -16,7 +16,8 @@ from conftest import make_record
 from ftmatrix.cell.records import CellRecordFile, Record, collected_cases_path, read_records
 from ftmatrix.config import ConfigError, Limits, parse_matrix
 from ftmatrix.plan import Cell
-from ftmatrix.runner import parallel_args, with_test_runners, worker_count
+from ftmatrix.resolve import with_test_runners
+from ftmatrix.runner import parallel_args, worker_count
 
 pytest_plugins = ["pytester"]
 

@@ -5,22 +5,25 @@ It writes a matrix.yaml over the packages named (each a selector such as
 each operation family asked for (this repository's own cases and their tiny
 offline models, shipped in the package), a noxfile that imports the sessions, and
 the nightly workflow that calls the reusable one. What to write is computed first
-(pure); nothing is written if any of it exists already, unless ``force``.
+(pure); nothing is written if any of it exists already, unless ``force``. The
+subcommand's arguments and its run are here too (:func:`add_init_parser`, :func:`run_init`).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix import __version__
-from ftmatrix.errors import UsageError
+from ftmatrix.errors import ExitCode, UsageError
 
 # The helpers every example case imports: shared fixtures, tiny models, release adapters.
 HELPERS = ("conftest.py", "_tiny.py", "_compat.py", "_train.py", "_contracts.py", "_update.py")
@@ -235,3 +238,45 @@ def write_scaffold(folder: Path, planned: Mapping[str, str], *, force: bool = Fa
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
+
+
+def add_init_parser(sub: Any) -> None:
+    """``ftmatrix init``'s arguments, on the CLI's subparsers."""
+    init = sub.add_parser(
+        "init",
+        help="write a matrix.yaml, example cases, a noxfile and the nightly into a repository",
+        description="Scaffold a compatibility matrix in an existing repository: matrix.yaml "
+        "over the PACKAGEs, cases/ with an example per --operation, noxfile.py and the "
+        "nightly workflow. Writes nothing if any of these files exists (unless --force).",
+    )
+    init.add_argument(
+        "packages",
+        nargs="*",
+        metavar="PACKAGE",
+        help="NAME (the newest 2 releases), NAME=latest:N, NAME=latest-minor:N or NAME=V1,V2",
+    )
+    init.add_argument(
+        "--operation",
+        action="append",
+        default=[],
+        metavar="OPS",
+        help="comma-separated operation families to write example cases for: "
+        "import (the default), sft, lora, dpo, grpo",
+    )
+    init.add_argument("--dir", default=".", help="the repository (default: this folder)")
+    init.add_argument("--force", action="store_true", help="overwrite files that exist")
+
+
+def run_init(args: argparse.Namespace) -> int:
+    """``ftmatrix init``: plan every file first, then write them all or none."""
+    planned = scaffold(
+        [parse_package(text) for text in args.packages], parse_operations(args.operation)
+    )
+    folder = Path(args.dir)
+    for path in write_scaffold(folder, planned, force=args.force):
+        print(f"wrote {path}")
+    print(
+        "next: `nox -s plan` shows the cells, `ftmatrix run` runs them and builds "
+        "reports/index.html; add reports/ and .nox/ to .gitignore"
+    )
+    return ExitCode.OK

@@ -16,19 +16,55 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.cell.status import Status
-from ftmatrix.config import InstallOptions
+from ftmatrix.config import InstallOptions, Limits
 from ftmatrix.plan import Cell
 from ftmatrix.settings import resolve_ttl
 from ftmatrix.system_packages import HostError, host_note, host_stack
 
 # The test runner every cell gets besides its pins.
 RUNNER_REQUIREMENTS = ("pytest",)
+# The test runner a cell gets besides pytest when its cases share the machine.
+XDIST_REQUIREMENT = "pytest-xdist"
 UNSATISFIABLE = re.compile(r"No solution found|unsatisfiable", re.IGNORECASE)
+# Network trouble is worth retrying; a resolver's proof or a build failure is not.
+TRANSIENT = re.compile(
+    r"Failed to fetch|error sending request|timed out|timeout|Connection (reset|refused)|"
+    r"dns error|tcp connect|HTTP status server error|\b50[234]\b|temporarily unavailable",
+    re.IGNORECASE,
+)
+RETRY_DELAYS = (2.0, 8.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lock:
+    """A cell's resolved lock, parsed once: the runner, reuse and the records share it.
+
+    ``text`` is what uv wrote (kept beside the records, installed from); ``requirements``
+    its ``name==version`` lines; ``id`` the hash that names the environment in every
+    record and in the reuse key; ``packages`` tells which packages moved between two locks.
+    """
+
+    text: str
+    requirements: tuple[str, ...]
+    id: str
+    packages: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, text: str) -> Lock:
+        """The lock ``text`` as a value (uv's comments, headers and option lines dropped)."""
+        requirements = tuple(locked_requirements(text))
+        pairs = (line.partition("==") for line in requirements)
+        return cls(
+            text=text,
+            requirements=requirements,
+            id=hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12],
+            packages={name.strip(): version.strip() for name, sep, version in pairs if sep},
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,11 +74,28 @@ class Resolution:
     lock: str | None
     status: Status | None
     reason: str | None
+    # ``lock`` parsed, once, when the answer is made (None: no lock).
+    locked: Lock | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        locked = Lock.parse(self.lock) if self.lock is not None else None
+        object.__setattr__(self, "locked", locked)  # frozen: set once, here
 
     @property
     def lock_id(self) -> str | None:
         """The hash of the lock (None when there is none): what identifies the environment."""
-        return lock_id(self.lock) if self.lock is not None else None
+        return self.locked.id if self.locked is not None else None
+
+
+def with_test_runners(cell: Cell, limits: Limits) -> Cell:
+    """The cell as resolved and installed: pytest-xdist joins it when workers share it.
+
+    Added as a support package (unpinned, like pytest itself), so it is in the lock
+    and in every record's package list; the cell's own id and label stay as they are.
+    """
+    if limits.workers == 1:
+        return cell
+    return replace(cell, support=(*cell.support, XDIST_REQUIREMENT))
 
 
 def resolve_cell(
@@ -237,8 +290,12 @@ def locked_requirements(lock: str) -> list[str]:
 
 def lock_id(lock: str) -> str:
     """A short hash of what a lock installs, in any order: equal ids, equal environments."""
-    lines = sorted(locked_requirements(lock))
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+    return Lock.parse(lock).id
+
+
+def locked_packages(lock: str) -> dict[str, str]:
+    """A lock's ``name -> version``: what tells which packages moved between two locks."""
+    return dict(Lock.parse(lock).packages)
 
 
 def conflict_summary(reason: str) -> str:

@@ -13,8 +13,13 @@ finish the cell, and results older than ``reuse.max-age-days`` (a periodic re-ru
 catches what no key shows, such as a changed index or a broken runner image). That
 re-run is spread over the nights by cell id, so one night never re-runs every cell.
 
-Pure functions over records, keys and dates; the history is read by ``store``, the
-machine probed by ``cell.hardware``, and both are called from the runner and the CLI.
+This module owns reuse: the key (:class:`CellKey`, built by :meth:`CellKey.of` from the
+cell's :class:`~ftmatrix.resolve.Lock`, :func:`cases_key` and :func:`hardware_id`), the
+decision (:func:`decide`; :func:`reuse_cell` for the runner's one cell on its machine,
+:func:`plan_decisions` for the plan's cells, the machine being elsewhere) and the carrying
+of records into tonight's run (:func:`reuse_records_of_cell`). The decisions are pure
+functions over records, keys and dates; the history is read through ``store``
+(:func:`earlier_runs`), the machine probed by ``cell.hardware``.
 """
 
 from __future__ import annotations
@@ -23,11 +28,16 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.records import CellRecordFile, Record, record_path, write_atomically
 from ftmatrix.cell.status import Status
+from ftmatrix.config import Limits, Timeouts
+from ftmatrix.plan import Cell
+from ftmatrix.resolve import Lock
+from ftmatrix.store import DONE_SUFFIX, newest_cell_runs
 
 RECORD_VERSION = 1
 """What ftmatrix's records mean. Bump it when a change to ftmatrix changes the result a
@@ -57,6 +67,11 @@ class CellKey:
     version: int = RECORD_VERSION
     # The lock's name -> version: not compared (lock_id is); it tells which packages moved.
     packages: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def of(cls, lock: Lock, *, cases: str, hardware: str) -> CellKey:
+        """Tonight's key of a cell: its lock, its :func:`cases_key`, its :func:`hardware_id`."""
+        return cls(lock_id=lock.id, cases_id=cases, hardware_id=hardware, packages=lock.packages)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form kept beside a cell's records and in the history."""
@@ -263,3 +278,158 @@ def newest_hardware_of_class(runs: Iterable[EarlierRun]) -> dict[str, str]:
         if held is None or run.since > held[0]:
             newest[hardware_class] = (run.since, run.key.hardware_id)
     return {name: hardware for name, (_, hardware) in newest.items()}
+
+
+def cases_key(
+    cases_dir: Path,
+    selection: Sequence[str],
+    options: Sequence[str],
+    timeouts: Timeouts,
+    limits: Limits,
+) -> str:
+    """The cases part of a cell's key: what the selected cases run (:func:`cases_id`) and
+    what judges them (:func:`judging`)."""
+    return cases_id(cases_dir, selection, judging(options, timeouts, limits))
+
+
+def cases_id(cases_dir: Path, selection: Sequence[str] = (), options: Sequence[str] = ()) -> str:
+    """A hash of what the selected cases run: the selected test files, and every other file
+    of the cases folder (conftest files, helper modules, data, pytest's ini).
+
+    ``selection`` holds the matrix's ``cases`` (paths or node ids relative to the folder);
+    empty selects the whole folder. A test file outside the selection changes nothing
+    this cell runs, so it is left out: touching it re-runs no cell that does not select it.
+    The selection itself and pytest ``options`` (``-k``, ``-m``) count too: results of some
+    cases never stand for a run of others.
+    """
+    chosen = [cases_dir / entry.split("::", 1)[0] for entry in selection]
+    digest = hashlib.sha256(json.dumps([sorted(selection), list(options)]).encode())
+    for path in sorted(cases_dir.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        if chosen and _is_test_file(path) and not any(_within(path, c) for c in chosen):
+            continue
+        digest.update(str(path.relative_to(cases_dir)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def judging(options: Sequence[str], timeouts: Timeouts, limits: Limits) -> tuple[str, ...]:
+    """What decides a case's status besides its files: pytest options, and the time and
+    memory a case may use (a lower limit can turn last night's pass into a timeout or oom).
+
+    Named field by field, never a dataclass's repr: a field added to Timeouts or Limits
+    must not silently change every stored key (so no result would ever be reused again).
+    """
+    return (
+        *options,
+        f"timeouts.case={timeouts.case:g}",
+        f"timeouts.cell={timeouts.cell:g}",
+        f"limits.memory-gib={'default' if limits.memory_gib is None else f'{limits.memory_gib:g}'}",
+        f"limits.workers={limits.workers}",
+    )
+
+
+def _is_test_file(path: Path) -> bool:
+    """pytest's default test file names: what a selection chooses among."""
+    return path.suffix == ".py" and (path.name.startswith("test_") or path.stem.endswith("_test"))
+
+
+def _within(path: Path, chosen: Path) -> bool:
+    return path == chosen or chosen in path.parents
+
+
+def earlier_runs(
+    history: Path, *, cell_ids: Iterable[str] | None = None, excluding: str | None = None
+) -> dict[str, EarlierRun]:
+    """cell id -> its newest run in the ``history`` (other than run ``excluding``,
+    tonight's): its records, and its key (None where that run did not finish the cell)."""
+    return {
+        cell_id: EarlierRun(
+            run_id=run.run_id,
+            key=CellKey.from_mapping(run.marker.get("key") or {}),
+            records=run.records,
+            since=str(run.marker.get("since") or run.run_id),
+            ran_on=_day(run.marker.get("ran_at")),
+        )
+        for cell_id, run in newest_cell_runs(
+            history, cell_ids=cell_ids, excluding=excluding
+        ).items()
+    }
+
+
+def _day(text: Any) -> date | None:
+    try:
+        return datetime.fromisoformat(str(text)).date() if text else None
+    except ValueError:
+        return None
+
+
+def plan_decisions(
+    cells: Sequence[Cell],
+    locks: Sequence[Lock | None],
+    *,
+    cases: str,
+    earlier: Mapping[str, EarlierRun],
+    max_age_days: int,
+    today: date,
+) -> list[Decision]:
+    """Whether each planned cell will run or reuse its newest results, and why it runs.
+
+    Tonight's lock is the plan's resolution (None: the cell does not resolve) and the
+    cases are on disk; the machine is not (the plan runs elsewhere), so each hardware
+    class stands for the newest fingerprint its runners recorded
+    (:func:`newest_hardware_of_class`). The runner re-checks its own fingerprint
+    (:func:`reuse_cell`) before it reuses anything.
+    """
+    hardware = newest_hardware_of_class(earlier.values())
+    return [
+        decide(
+            cell.id,
+            CellKey.of(lock, cases=cases, hardware=hardware.get(cell.hardware, "unknown"))
+            if lock is not None
+            else None,
+            earlier.get(cell.id),
+            max_age_days=max_age_days,
+            today=today,
+        )
+        for cell, lock in zip(cells, locks, strict=True)
+    ]
+
+
+def reuse_cell(
+    out_dir: Path, run_id: str, cell_id: str, key: CellKey, *, max_age_days: int, today: date
+) -> tuple[Decision, list[Record] | None]:
+    """The runner's decision for one cell, from the history in ``out_dir``, and, when the
+    cell is reused, its records carried into run ``run_id`` (else None)."""
+    history = out_dir / "history.sqlite"
+    earlier = earlier_runs(history, cell_ids=[cell_id], excluding=run_id).get(cell_id)
+    decision = decide(cell_id, key, earlier, max_age_days=max_age_days, today=today)
+    if decision.reuse and earlier is not None:
+        return decision, reuse_records_of_cell(out_dir, run_id, cell_id, earlier, key)
+    return decision, None
+
+
+def done_path(records: Path, cell_id: str) -> Path:
+    """The marker beside a cell's ``records`` once a run finished the cell: its key, the run
+    that really ran its cases, and when (merged into the history's ``cell_runs``)."""
+    return records.with_name(f"{cell_id}{DONE_SUFFIX}")
+
+
+def reuse_records_of_cell(
+    out_dir: Path, run_id: str, cell_id: str, earlier: EarlierRun, key: CellKey
+) -> list[Record]:
+    """Carry ``earlier``'s records into run ``run_id``, marked done with the same key.
+
+    The marker keeps the run that really ran the cases (``since``) and its day, so the
+    results' age counts from there, however many nights reused them.
+    """
+    path = record_path(out_dir, run_id, cell_id)
+    records = carried_forward(earlier.records, run_id=run_id, since=earlier.since)
+    file = CellRecordFile(path)
+    file.records = records
+    file.save()
+    ran_at = earlier.ran_on.isoformat() if earlier.ran_on else None
+    marker = {"key": key.to_dict(), "since": earlier.since, "ran_at": ran_at}
+    write_atomically(done_path(path, cell_id), json.dumps(marker))
+    return records

@@ -3,7 +3,9 @@
 This is the edge where ftmatrix touches the world for a cell: uv for resolving
 and installing, pytest (with the results plugin, under the supervisor) in the
 cell's own interpreter. The venv itself comes from the caller (nox's uv
-backend), so nox and the CLI share every step here.
+backend), so nox and the CLI share every step here. :func:`run_cell` reads as the
+cell's stages in order: this machine, a run that finished the cell already, the lock,
+reuse, the install, the cases.
 
 Files of a cell in a run, beside its records (``<cell-id>.jsonl``): the lock
 (``.lock.txt``), who writes the cell now (``.owner``, locked while a run does), what
@@ -19,17 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
-import re
 import shutil
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,15 +57,18 @@ from ftmatrix.lease import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
 from ftmatrix.resolve import (
+    RETRY_DELAYS,
+    TRANSIENT,
+    Lock,
+    Resolution,
     last_lines,
-    lock_id,
     locked_requirements,
     resolve_cell,
     run_uv,
     uv_index_args,
+    with_test_runners,
 )
-from ftmatrix.reuse import CellKey, EarlierRun, carried_forward, decide, hardware_id
-from ftmatrix.store import DONE_SUFFIX, earlier_runs
+from ftmatrix.reuse import CellKey, cases_key, done_path, hardware_id, reuse_cell
 from ftmatrix.supervise import CaseLimits, run_cases
 from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
@@ -78,15 +83,6 @@ OFFLINE_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 PYTEST_INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
-# Network trouble is worth retrying; a resolver's proof or a build failure is not.
-TRANSIENT = re.compile(
-    r"Failed to fetch|error sending request|timed out|timeout|Connection (reset|refused)|"
-    r"dns error|tcp connect|HTTP status server error|\b50[234]\b|temporarily unavailable",
-    re.IGNORECASE,
-)
-RETRY_DELAYS = (2.0, 8.0)
-# The test runner a cell gets besides pytest when its cases share the machine.
-XDIST_REQUIREMENT = "pytest-xdist"
 # Share of the machine's memory a cell's cases may take when matrix.yaml sets no limit.
 DEFAULT_MEMORY_SHARE = 0.9
 
@@ -170,164 +166,285 @@ def owning_cell(records: Path, label: str, run_id: str) -> Iterator[None]:
 def _run_cell(
     cell: Cell, venv_python: Path, ctx: CellContext, *, log: Log, progress: Progress | None
 ) -> list[Record]:
-    path = record_path(ctx.out_dir, ctx.run_id, cell.id)
-    files = _CellFiles(path, cell.id)
-    started = _now()
-    log(f"[ftmatrix] {cell.label}: cell {cell.id}, run {ctx.run_id}")
-    if not ctx.resume:
-        files.clear()
-
-    fingerprint = probe_hardware(ctx.env)  # once: the gate, the reuse key and the lease
-    gap = hardware_class_gap(ctx.hardware_class, fingerprint)
-    if gap:
-        log(f"[ftmatrix] {cell.label}: skip: {gap}")
-        return _finish_whole_cell(files, cell, ctx, Status.SKIP, started, reason=gap)
-
-    if ctx.resume and _complete_with_its_lock(files, ctx, fingerprint):
-        log(f"[ftmatrix] {cell.label}: complete in run {ctx.run_id}; nothing to resume")
-        return CellRecordFile(path).records
-
-    log(f"[ftmatrix] {cell.label}: resolving {' '.join(cell.requirements())}")
-    resolution = _with_retries(
-        lambda: resolve_cell(with_test_runners(cell, ctx.limits), ctx.install, ctx.env),
-        lambda r: r.status is Status.INSTALL_ERROR and bool(TRANSIENT.search(r.reason or "")),
-        ctx,
-        log,
+    """The cell's stages, in order; each of the first five may end the cell with its records."""
+    run = _CellRun(
+        cell=cell,
+        ctx=ctx,
+        files=_CellFiles(record_path(ctx.out_dir, ctx.run_id, cell.id), cell.id),
+        log=log,
+        started=_now(),
+        fingerprint=probe_hardware(ctx.env),  # once: the gate, the key, the lease, the records
     )
-    if resolution.lock is None:
-        assert resolution.status is not None
-        log(f"[ftmatrix] {cell.label}: {resolution.status.value}: {resolution.reason}")
-        return _finish_whole_cell(
-            files, cell, ctx, resolution.status, started, reason=resolution.reason
-        )
+    run.say(f"cell {cell.id}, run {ctx.run_id}")
+    if not ctx.resume:
+        run.files.clear()
 
-    key = cell_key(resolution.lock, ctx, fingerprint)
-    state = key.to_dict()
-    files.lock.parent.mkdir(parents=True, exist_ok=True)
-    files.lock.write_text(resolution.lock, encoding="utf-8")
-    finished = _finished_or_reused(files, cell, key, ctx, log)
+    # 1. This machine: it can stand for the cell's hardware class, or the cell is a skip.
+    gap = hardware_class_gap(ctx.hardware_class, run.fingerprint)
+    if gap:
+        run.say(f"skip: {gap}")
+        return run.whole_cell(Status.SKIP, reason=gap)
+
+    # 2. A resumed run that finished the cell with the lock it kept: no resolver round trip.
+    if ctx.resume and run.finished_with(run.kept_lock()):
+        run.say(f"complete in run {ctx.run_id}; nothing to resume")
+        return run.records()
+
+    # 3. The lock, parsed once: the key, the install and the records share it.
+    run.say(f"resolving {' '.join(cell.requirements())}")
+    resolution = _resolve(run)
+    if resolution.locked is None:
+        assert resolution.status is not None
+        run.say(f"{resolution.status.value}: {resolution.reason}")
+        return run.whole_cell(resolution.status, reason=resolution.reason)
+    lock = resolution.locked
+    run.keep_lock(lock)
+
+    # 4. Results that still stand: finished in this run (resume), or reused from the history.
+    key = run.key(lock)
+    finished = _finished_or_reused(run, key)
     if finished is not None:
         return finished
-    write_atomically(files.state, json.dumps(state))
+    write_atomically(run.files.state, json.dumps(key.to_dict()))
 
-    stack, installing, failure = _install(files, resolution.lock, venv_python, cell, ctx, log=log)
+    # 5. The install.
+    stack, installing, failure = _install(run, lock, venv_python)
     if failure is not None:
-        return _finish_whole_cell(
-            files, cell, ctx, Status.INSTALL_ERROR, started, reason=failure, done=False
-        )
+        return run.whole_cell(Status.INSTALL_ERROR, reason=failure, done=False)
 
-    cell_info = {
-        **cell.to_dict(),
-        "lock_id": resolution.lock_id,
-        "run_id": ctx.run_id,
-        "runner_labels": list(ctx.runner_labels),
-    }
-    if stack is not None:
-        cell_info["host_packages"] = stack.visible(installing)
-    write_atomically(files.cell_info, json.dumps(cell_info))
-    command, targets = pytest_command(venv_python, files.cell_info, path, ctx)
-    with lease_devices(
-        ctx.hardware_class.gpus,
-        machine_devices(fingerprint, ctx.env),
-        default_lock_dir(ctx.env),
-        on_wait=lambda: log(f"[ftmatrix] {cell.label}: waiting for a free GPU"),
-    ) as devices:
-        if devices:
-            log(f"[ftmatrix] {cell.label}: leased GPU(s) {','.join(devices)}")
-        log(f"[ftmatrix] {cell.label}: running cases in {ctx.cases_dir}")
-        begin = time.monotonic()
-        workdir = cell_workdir(ctx.out_dir, ctx.run_id, cell.id)
-        shutil.rmtree(workdir, ignore_errors=True)  # what a killed run left there
-        workdir.mkdir(parents=True)
-        records = run_cases(
-            command,
-            targets,
-            record_file=path,
-            cases_dir=ctx.cases_dir.resolve(),
-            env={**cell_env(ctx.env), **lease_env(devices)},
-            cwd=workdir,
-            limits=CaseLimits(
-                case_seconds=ctx.timeouts.case,
-                cell_seconds=ctx.timeouts.cell,
-                memory_bytes=memory_limit_bytes(ctx.limits, fingerprint),
-            ),
-            make_record=_record_factory(cell, ctx, lock_id=resolution.lock_id),
-            log=log,
-            progress=progress,
-            parallel=parallel_args(worker_count(ctx.limits)),
-        )
-    log(f"[ftmatrix] {cell.label}: cases finished in {time.monotonic() - begin:.1f}s")
-    write_atomically(files.done, json.dumps({"key": state, "since": ctx.run_id, "ran_at": started}))
-    shutil.rmtree(workdir, ignore_errors=True)
+    # 6. The cases, on the cell's GPUs; then the cell is done with this key.
+    records = _run_cases(
+        run, lock, venv_python=venv_python, stack=stack, installing=installing, progress=progress
+    )
+    write_atomically(
+        run.files.done,
+        json.dumps({"key": key.to_dict(), "since": ctx.run_id, "ran_at": run.started}),
+    )
     # The lists of collected case ids served a resume of this cell; its records are whole
     # now, and ids are raw (unredacted) text: nothing of them stays beside the records.
-    for listing in (collected_cases_path(path), isolated_cases_path(path)):
+    for listing in (
+        collected_cases_path(run.files.records),
+        isolated_cases_path(run.files.records),
+    ):
         listing.unlink(missing_ok=True)
     return records
 
 
-def _finished_or_reused(
-    files: _CellFiles, cell: Cell, key: CellKey, ctx: CellContext, log: Log
-) -> list[Record] | None:
+@dataclass(frozen=True)
+class _CellFiles:
+    records: Path
+    cell_id: str
+
+    def sibling(self, suffix: str) -> Path:
+        return self.records.with_name(f"{self.cell_id}{suffix}")
+
+    @property
+    def lock(self) -> Path:
+        return self.sibling(".lock.txt")
+
+    @property
+    def cell_info(self) -> Path:
+        return self.sibling(".cell.json")
+
+    @property
+    def state(self) -> Path:
+        return self.sibling(".state.json")
+
+    @property
+    def done(self) -> Path:
+        return done_path(self.records, self.cell_id)
+
+    def done_key(self) -> Any:
+        """The key the run finished the cell with (None: not finished, or a whole-cell end)."""
+        marker = self.read_json(self.done)
+        return marker.get("key") if isinstance(marker, dict) else None
+
+    def clear(self) -> None:
+        for path in (
+            self.records,
+            self.state,
+            self.done,
+            current_case_path(self.records),
+            collected_cases_path(self.records),
+            isolated_cases_path(self.records),
+        ):
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def read_json(path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _CellRun:
+    """One cell in one run: what its stages share."""
+
+    cell: Cell
+    ctx: CellContext
+    files: _CellFiles
+    log: Log
+    started: str
+    fingerprint: Mapping[str, Any]
+
+    def say(self, text: str) -> None:
+        self.log(f"[ftmatrix] {self.cell.label}: {text}")
+
+    @functools.cached_property
+    def cases(self) -> str:
+        """The cases part of the reuse key (hashed once: the resume check and the key)."""
+        ctx = self.ctx
+        return cases_key(
+            ctx.cases_dir, ctx.case_selection, ctx.pytest_args, ctx.timeouts, ctx.limits
+        )
+
+    def key(self, lock: Lock) -> CellKey:
+        """What the cell's results depend on tonight: its lock, its cases, this machine."""
+        return CellKey.of(lock, cases=self.cases, hardware=hardware_id(self.fingerprint))
+
+    def kept_lock(self) -> Lock | None:
+        """The lock this run resolved for the cell already (None: none yet)."""
+        if not self.files.lock.exists():
+            return None
+        return Lock.parse(self.files.lock.read_text(encoding="utf-8"))
+
+    def keep_lock(self, lock: Lock) -> None:
+        self.files.lock.parent.mkdir(parents=True, exist_ok=True)
+        self.files.lock.write_text(lock.text, encoding="utf-8")
+
+    def finished_with(self, lock: Lock | None) -> bool:
+        """Did this run finish the cell with ``lock`` and these cases on this machine?"""
+        return lock is not None and bool(self.files.done_key() == self.key(lock).to_dict())
+
+    def records(self) -> list[Record]:
+        return CellRecordFile(self.files.records).records
+
+    def make_record(self, *, lock_id: str | None = None, **fields: Any) -> Record:
+        """A record of this cell (``case`` and ``status`` at least; the rest as the
+        supervisor gives them)."""
+        cell, ctx = self.cell, self.ctx
+        case = fields.pop("case")
+        operation = fields.pop("operation", None) or (
+            "cell" if case == WHOLE_CELL else operation_from_path(case)
+        )
+        now = _now()
+        return Record(
+            run_id=ctx.run_id,
+            cell_id=cell.id,
+            cell_label=cell.label,
+            lock_id=lock_id,
+            python=cell.python,
+            pins=dict(cell.pins),
+            hardware_class=cell.hardware,
+            runner_labels=ctx.runner_labels,
+            hardware=dict(self.fingerprint),
+            beyond_cap=cell.beyond_cap,
+            case=case,
+            operation=operation,
+            started_at=fields.pop("started_at", now),
+            finished_at=now,
+            **fields,
+        )
+
+    def whole_cell(self, status: Status, *, reason: str | None, done: bool = True) -> list[Record]:
+        """One record standing for every case of a cell that never got to run them."""
+        operation = "install" if status in (Status.UNINSTALLABLE, Status.INSTALL_ERROR) else "cell"
+        record = self.make_record(
+            case=WHOLE_CELL,
+            operation=operation,
+            status=status,
+            reason=reason,
+            started_at=self.started,
+        )
+        file = CellRecordFile(self.files.records)
+        file.records = [record]
+        file.save()
+        if done:
+            # Resume skips it; an install-error is not 'done': a later run may get through.
+            write_atomically(self.files.done, json.dumps({"whole_cell": status.value}))
+        return [record]
+
+    def with_retries(self, action: Callable[[], _T], transient: Callable[[_T], bool]) -> _T:
+        """``action()``, tried again after a pause while its failure looks transient."""
+        result = action()
+        for delay in RETRY_DELAYS:
+            if not transient(result):
+                break
+            self.log(f"[ftmatrix] transient failure; retrying in {delay:g} s")
+            self.ctx.sleep(delay)
+            result = action()
+        return result
+
+
+def _resolve(run: _CellRun) -> Resolution:
+    """The cell's lock (the test runners with it), asked again while uv's failure is transient."""
+    ctx = run.ctx
+    return run.with_retries(
+        lambda: resolve_cell(with_test_runners(run.cell, ctx.limits), ctx.install, ctx.env),
+        lambda r: r.status is Status.INSTALL_ERROR and bool(TRANSIENT.search(r.reason or "")),
+    )
+
+
+def _finished_or_reused(run: _CellRun, key: CellKey) -> list[Record] | None:
     """The cell's records without running it: this run finished it already (resume), or
     its newest run in the history had this key (reuse); None when its cases must run."""
-    state = key.to_dict()
+    ctx, files, state = run.ctx, run.files, key.to_dict()
     if ctx.resume:
         if files.done_key() == state:
-            log(f"[ftmatrix] {cell.label}: complete in run {ctx.run_id}; nothing to resume")
-            return CellRecordFile(files.records).records
+            run.say(f"complete in run {ctx.run_id}; nothing to resume")
+            return run.records()
         if files.read_json(files.state) != state:
             files.clear()  # the lock or the cases changed: earlier records no longer apply
     if ctx.reuse_days:
-        history = ctx.out_dir / "history.sqlite"
-        earlier = earlier_runs(history, cell_ids=[cell.id], excluding=ctx.run_id).get(cell.id)
-        decision = decide(cell.id, key, earlier, max_age_days=ctx.reuse_days, today=ctx.today())
-        if decision.reuse and earlier is not None:
-            log(f"[ftmatrix] {cell.label}: {decision.describe()}: no install, no case runs")
-            return reuse_records_of_cell(ctx.out_dir, ctx.run_id, cell.id, earlier, key)
-        log(f"[ftmatrix] {cell.label}: {decision.describe()}")
+        decision, reused = reuse_cell(
+            ctx.out_dir,
+            ctx.run_id,
+            run.cell.id,
+            key,
+            max_age_days=ctx.reuse_days,
+            today=ctx.today(),
+        )
+        if reused is not None:
+            run.say(f"{decision.describe()}: no install, no case runs")
+            return reused
+        run.say(decision.describe())
     return None
 
 
 def _install(
-    files: _CellFiles, lock: str, venv_python: Path, cell: Cell, ctx: CellContext, *, log: Log
+    run: _CellRun, lock: Lock, venv_python: Path
 ) -> tuple[HostStack | None, list[str], str | None]:
     """Sync the venv to ``lock``: the host's stack, what was installed, why it failed (or None)."""
-    to_install, stack = _take_from_host(files, lock, venv_python, ctx)
-    installing = locked_requirements(to_install.read_text(encoding="utf-8"))
+    ctx = run.ctx
+    to_install, stack = _take_from_host(run.files, lock, venv_python, ctx)
+    installing = (
+        list(lock.requirements)
+        if stack is None
+        else locked_requirements(to_install.read_text(encoding="utf-8"))
+    )
     if stack is not None:
-        from_host = len(locked_requirements(lock)) - len(installing)
-        log(f"[ftmatrix] {cell.label}: {from_host} locked packages are the host's ({KEY})")
-    log(f"[ftmatrix] {cell.label}: installing {len(installing)} packages")
-    install = _with_retries(
+        from_host = len(lock.requirements) - len(installing)
+        run.say(f"{from_host} locked packages are the host's ({KEY})")
+    run.say(f"installing {len(installing)} packages")
+    install = run.with_retries(
         lambda: run_uv(
             ["pip", "sync", "--python", str(venv_python), str(to_install)]
             + uv_index_args(ctx.install, ctx.env),
             ctx.env,
         ),
         lambda p: p.returncode != 0 and bool(TRANSIENT.search(p.stderr)),
-        ctx,
-        log,
     )
     if install.returncode != 0:
         reason = redact(last_lines(install.stderr), ctx.env)
-        log(f"[ftmatrix] {cell.label}: install-error: {reason}")
+        run.say(f"install-error: {reason}")
         return stack, installing, reason
     return stack, installing, None
 
 
-def cell_workdir(out_dir: Path, run_id: str, cell_id: str) -> Path:
-    """The working directory of a cell's pytest, its own: what cases write there stays apart.
-
-    unsloth, for one, writes ``unsloth_compiled_cache/`` into the working directory;
-    two cells sharing one would share (and race on) it. Outside ``records/``, whose
-    ``*.jsonl`` files are all read as records. Removed once the cell is done.
-    """
-    return (out_dir / "work" / run_id / cell_id).resolve()
-
-
 def _take_from_host(
-    files: _CellFiles, lock: str, venv_python: Path, ctx: CellContext
+    files: _CellFiles, lock: Lock, venv_python: Path, ctx: CellContext
 ) -> tuple[Path, HostStack | None]:
     """What the venv installs, and the host's packages it takes (install.system-packages).
 
@@ -338,106 +455,75 @@ def _take_from_host(
     if stack is None:
         return files.lock, None
     to_install = files.sibling(".install.txt")
-    to_install.write_text(stack.strip(lock), encoding="utf-8")
+    to_install.write_text(stack.strip(lock.text), encoding="utf-8")
     return to_install, stack
 
 
-def _complete_with_its_lock(
-    files: _CellFiles, ctx: CellContext, fingerprint: Mapping[str, Any]
-) -> bool:
-    """Did this run already finish the cell, with the lock it resolved and these cases?
-
-    Within one run the cell's lock stands: resuming does not resolve again, so a
-    finished cell costs a file read, not a resolver round trip.
-    """
-    if not files.lock.exists():
-        return False
-    lock = files.lock.read_text(encoding="utf-8")
-    return bool(files.done_key() == cell_key(lock, ctx, fingerprint).to_dict())
-
-
-def cell_key(lock: str, ctx: CellContext, fingerprint: Mapping[str, Any]) -> CellKey:
-    """What the cell's results depend on tonight: its lock, its cases, this machine."""
-    return CellKey(
-        lock_id=lock_id(lock),
-        cases_id=cases_id(
-            ctx.cases_dir, ctx.case_selection, judging(ctx.pytest_args, ctx.timeouts, ctx.limits)
-        ),
-        hardware_id=hardware_id(fingerprint),
-        packages=locked_packages(lock),
-    )
-
-
-def locked_packages(lock: str) -> dict[str, str]:
-    """A lock's ``name -> version``: what tells which packages moved between two locks."""
-    pairs = (line.partition("==") for line in locked_requirements(lock))
-    return {name.strip(): version.strip() for name, sep, version in pairs if sep}
-
-
-def reuse_records_of_cell(
-    out_dir: Path, run_id: str, cell_id: str, earlier: EarlierRun, key: CellKey
+def _run_cases(
+    run: _CellRun,
+    lock: Lock,
+    *,
+    venv_python: Path,
+    stack: HostStack | None,
+    installing: list[str],
+    progress: Progress | None,
 ) -> list[Record]:
-    """Carry ``earlier``'s records into run ``run_id``, marked done with the same key.
-
-    The marker keeps the run that really ran the cases (``since``) and its day, so the
-    results' age counts from there, however many nights reused them.
-    """
-    files = _CellFiles(record_path(out_dir, run_id, cell_id), cell_id)
-    records = carried_forward(earlier.records, run_id=run_id, since=earlier.since)
-    file = CellRecordFile(files.records)
-    file.records = records
-    file.save()
-    ran_at = earlier.ran_on.isoformat() if earlier.ran_on else None
-    marker = {"key": key.to_dict(), "since": earlier.since, "ran_at": ran_at}
-    write_atomically(files.done, json.dumps(marker))
+    """Every selected case under the supervisor, in the cell's own working folder, on the
+    GPUs leased to the cell; the records as the supervisor keeps them."""
+    cell, ctx, files = run.cell, run.ctx, run.files
+    cell_info = {
+        **cell.to_dict(),
+        "lock_id": lock.id,
+        "run_id": ctx.run_id,
+        "runner_labels": list(ctx.runner_labels),
+    }
+    if stack is not None:
+        cell_info["host_packages"] = stack.visible(installing)
+    write_atomically(files.cell_info, json.dumps(cell_info))
+    command, targets = pytest_command(venv_python, files.cell_info, files.records, ctx)
+    with lease_devices(
+        ctx.hardware_class.gpus,
+        machine_devices(run.fingerprint, ctx.env),
+        default_lock_dir(ctx.env),
+        on_wait=lambda: run.say("waiting for a free GPU"),
+    ) as devices:
+        if devices:
+            run.say(f"leased GPU(s) {','.join(devices)}")
+        run.say(f"running cases in {ctx.cases_dir}")
+        begin = time.monotonic()
+        workdir = cell_workdir(ctx.out_dir, ctx.run_id, cell.id)
+        shutil.rmtree(workdir, ignore_errors=True)  # what a killed run left there
+        workdir.mkdir(parents=True)
+        records = run_cases(
+            command,
+            targets,
+            record_file=files.records,
+            cases_dir=ctx.cases_dir.resolve(),
+            env={**cell_env(ctx.env), **lease_env(devices)},
+            cwd=workdir,
+            limits=CaseLimits(
+                case_seconds=ctx.timeouts.case,
+                cell_seconds=ctx.timeouts.cell,
+                memory_bytes=memory_limit_bytes(ctx.limits, run.fingerprint),
+            ),
+            make_record=functools.partial(run.make_record, lock_id=lock.id),
+            log=run.log,
+            progress=progress,
+            parallel=parallel_args(worker_count(ctx.limits)),
+        )
+    run.say(f"cases finished in {time.monotonic() - begin:.1f}s")
+    shutil.rmtree(workdir, ignore_errors=True)
     return records
 
 
-def cases_id(cases_dir: Path, selection: Sequence[str] = (), options: Sequence[str] = ()) -> str:
-    """A hash of what the selected cases run: the selected test files, and every other file
-    of the cases folder (conftest files, helper modules, data, pytest's ini).
+def cell_workdir(out_dir: Path, run_id: str, cell_id: str) -> Path:
+    """The working directory of a cell's pytest, its own: what cases write there stays apart.
 
-    ``selection`` holds the matrix's ``cases`` (paths or node ids relative to the folder);
-    empty selects the whole folder. A test file outside the selection changes nothing
-    this cell runs, so it is left out: touching it re-runs no cell that does not select it.
-    The selection itself and pytest ``options`` (``-k``, ``-m``) count too: results of some
-    cases never stand for a run of others.
+    unsloth, for one, writes ``unsloth_compiled_cache/`` into the working directory;
+    two cells sharing one would share (and race on) it. Outside ``records/``, whose
+    ``*.jsonl`` files are all read as records. Removed once the cell is done.
     """
-    chosen = [cases_dir / entry.split("::", 1)[0] for entry in selection]
-    digest = hashlib.sha256(json.dumps([sorted(selection), list(options)]).encode())
-    for path in sorted(cases_dir.rglob("*")):
-        if not path.is_file() or "__pycache__" in path.parts:
-            continue
-        if chosen and _is_test_file(path) and not any(_within(path, c) for c in chosen):
-            continue
-        digest.update(str(path.relative_to(cases_dir)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
-def judging(options: Sequence[str], timeouts: Timeouts, limits: Limits) -> tuple[str, ...]:
-    """What decides a case's status besides its files: pytest options, and the time and
-    memory a case may use (a lower limit can turn last night's pass into a timeout or oom).
-
-    Named field by field, never a dataclass's repr: a field added to Timeouts or Limits
-    must not silently change every stored key (so no result would ever be reused again).
-    """
-    return (
-        *options,
-        f"timeouts.case={timeouts.case:g}",
-        f"timeouts.cell={timeouts.cell:g}",
-        f"limits.memory-gib={'default' if limits.memory_gib is None else f'{limits.memory_gib:g}'}",
-        f"limits.workers={limits.workers}",
-    )
-
-
-def _is_test_file(path: Path) -> bool:
-    """pytest's default test file names: what a selection chooses among."""
-    return path.suffix == ".py" and (path.name.startswith("test_") or path.stem.endswith("_test"))
-
-
-def _within(path: Path, chosen: Path) -> bool:
-    return path == chosen or chosen in path.parents
+    return (out_dir / "work" / run_id / cell_id).resolve()
 
 
 def hardware_class_gap(hardware: HardwareClass, fingerprint: Mapping[str, Any]) -> str | None:
@@ -509,17 +595,6 @@ def worker_count(limits: Limits) -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
 
-def with_test_runners(cell: Cell, limits: Limits) -> Cell:
-    """The cell as resolved and installed: pytest-xdist joins it when workers share it.
-
-    Added as a support package (unpinned, like pytest itself), so it is in the lock
-    and in every record's package list; the cell's own id and label stay as they are.
-    """
-    if limits.workers == 1:
-        return cell
-    return replace(cell, support=(*cell.support, XDIST_REQUIREMENT))
-
-
 def parallel_args(workers: int) -> list[str]:
     """pytest arguments for the pass where ``workers`` share the machine ([] for one).
 
@@ -568,124 +643,6 @@ def plugin_root() -> Path:
         except OSError:  # another process built it first: theirs is the same
             shutil.rmtree(building, ignore_errors=True)
     return root
-
-
-@dataclass(frozen=True)
-class _CellFiles:
-    records: Path
-    cell_id: str
-
-    def sibling(self, suffix: str) -> Path:
-        return self.records.with_name(f"{self.cell_id}{suffix}")
-
-    @property
-    def lock(self) -> Path:
-        return self.sibling(".lock.txt")
-
-    @property
-    def cell_info(self) -> Path:
-        return self.sibling(".cell.json")
-
-    @property
-    def state(self) -> Path:
-        return self.sibling(".state.json")
-
-    @property
-    def done(self) -> Path:
-        return self.sibling(DONE_SUFFIX)
-
-    def done_key(self) -> Any:
-        """The key the run finished the cell with (None: not finished, or a whole-cell end)."""
-        marker = self.read_json(self.done)
-        return marker.get("key") if isinstance(marker, dict) else None
-
-    def clear(self) -> None:
-        for path in (
-            self.records,
-            self.state,
-            self.done,
-            current_case_path(self.records),
-            collected_cases_path(self.records),
-            isolated_cases_path(self.records),
-        ):
-            path.unlink(missing_ok=True)
-
-    @staticmethod
-    def read_json(path: Path) -> Any:
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-
-
-def _with_retries(
-    action: Callable[[], _T], transient: Callable[[_T], bool], ctx: CellContext, log: Log
-) -> _T:
-    """``action()``, tried again after a pause while its failure looks transient."""
-    result = action()
-    for delay in RETRY_DELAYS:
-        if not transient(result):
-            break
-        log(f"[ftmatrix] transient failure; retrying in {delay:g} s")
-        ctx.sleep(delay)
-        result = action()
-    return result
-
-
-def _record_factory(
-    cell: Cell, ctx: CellContext, *, lock_id: str | None = None
-) -> Callable[..., Record]:
-    hardware = probe_hardware(ctx.env)
-
-    def make(**fields: Any) -> Record:
-        case = fields.pop("case")
-        operation = fields.pop("operation", None) or (
-            "cell" if case == WHOLE_CELL else operation_from_path(case)
-        )
-        now = _now()
-        return Record(
-            run_id=ctx.run_id,
-            cell_id=cell.id,
-            cell_label=cell.label,
-            lock_id=lock_id,
-            python=cell.python,
-            pins=dict(cell.pins),
-            hardware_class=cell.hardware,
-            runner_labels=ctx.runner_labels,
-            hardware=hardware,
-            beyond_cap=cell.beyond_cap,
-            case=case,
-            operation=operation,
-            started_at=fields.pop("started_at", now),
-            finished_at=now,
-            **fields,
-        )
-
-    return make
-
-
-def _finish_whole_cell(
-    files: _CellFiles,
-    cell: Cell,
-    ctx: CellContext,
-    status: Status,
-    started: str,
-    *,
-    reason: str | None,
-    done: bool = True,
-) -> list[Record]:
-    """One record standing for every case of a cell that never got to run them."""
-    operation = "install" if status in (Status.UNINSTALLABLE, Status.INSTALL_ERROR) else "cell"
-    record = _record_factory(cell, ctx)(
-        case=WHOLE_CELL, operation=operation, status=status, reason=reason, started_at=started
-    )
-    file = CellRecordFile(files.records)
-    file.records = [record]
-    file.save()
-    if done:
-        # Resume skips it; an install-error is not 'done': a later run may get through.
-        write_atomically(files.done, json.dumps({"whole_cell": status.value}))
-    return [record]
 
 
 def _now() -> str:

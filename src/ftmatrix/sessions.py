@@ -5,33 +5,36 @@
 report, bisect, autobisect, wheelhouse). nox registers a session when its
 function is decorated, so importing this module is what adds them.
 
-Thin wiring only: every decision lives in the ``ftmatrix`` package, and the
-chores run ``python -m ftmatrix``'s own ``main()``, so a session and its
-subcommand cannot disagree. What is planned is chosen by environment variables
-(FTMATRIX_MATRIX, FTMATRIX_PROFILE, FTMATRIX_CASES, FTMATRIX_OUT), since nox
-builds its session list before any argument reaches a session. Relative paths
-are taken from the working directory, which nox makes the noxfile's folder:
-the user's repository, never this package's location.
+Thin wiring only: every decision lives in the ``ftmatrix`` package. The cells come
+from one call at import, ``pipeline.list_cells``, which reads the plan the last plan
+step kept (``plan_cache``), so ``nox -l`` asks no index once a plan exists; the chores
+run ``python -m ftmatrix`` itself, so a session and its subcommand cannot disagree.
+What is planned is chosen by environment variables (FTMATRIX_MATRIX, FTMATRIX_PROFILE,
+FTMATRIX_CASES, FTMATRIX_OUT), since nox builds its session list before any argument
+reaches a session. Relative paths are taken from the working directory, which nox
+makes the noxfile's folder: the user's repository, never this package's location.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import nox
 
 from ftmatrix.case_selection import check_case_selection, split_pytest_args
 from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
-from ftmatrix.cli import Loaded, load, main, write_installability
 from ftmatrix.errors import ExitCode, FatalError
+from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
+from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
 from ftmatrix.runner import CellContext, current_python, run_cell
 from ftmatrix.system_packages import venv_interpreter
@@ -44,82 +47,79 @@ nox.options.sessions = ["matrix"]
 
 # nox has moved into the folder of the noxfile that imports this module: the repository.
 ROOT = Path.cwd().resolve()
-STARTED = datetime.now(UTC)
+# The cells, or the problem that stops them: one call, from a kept plan where one stands.
+LISTED = list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
 
-# A matrix that cannot be planned is reported once: by the session that needs the
-# plan (plan and matrix print it as the CLI does) or, where none runs (`nox -l`,
-# `nox -s lint`), when nox exits.
-UNREPORTED: list[FatalError] = []
+# A matrix that cannot be planned is reported once: by the session that meets it (plan
+# and matrix print it as the CLI does) or, where none runs (`nox -l`, `nox -s lint`),
+# when nox exits.
+UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None else []
 
 
+@atexit.register
 def report_the_rest() -> None:
-    """Print what no session reported (atexit: after nox's own output)."""
+    """Print what no session reported (at exit: after nox's own output)."""
     for problem in UNREPORTED:
         print(problem.describe(), file=sys.stderr)
 
 
-LOADED: Loaded | None
-PROBLEM: FatalError | None = None
-try:
-    LOADED = load(os.environ, root=ROOT, now=STARTED)
-except FatalError as exc:
-    LOADED, PROBLEM = None, exc
-    UNREPORTED.append(exc)
-    atexit.register(report_the_rest)
+def matrix_params(listed: Listing) -> list[Any]:
+    """One nox parameter per selected cell: the venv's interpreter and the cell's label
+    (labels, not cells: nox's parallel mode hands parameters to children as JSON). A
+    cell that takes the host's packages gets its venv from the host interpreter. A
+    matrix that cannot be planned lists one ``invalid-matrix`` session, which reports why.
+    """
+    if listed.loaded is None:
+        return [nox.param(current_python(), "invalid-matrix", id="invalid-matrix")]
+    install = listed.loaded.matrix.install
+    return [
+        nox.param(venv_interpreter(install, os.environ, cell.python), cell.label, id=cell.label)
+        for cell in listed.loaded.selected
+    ]
 
-if LOADED is not None:
+
+if LISTED.loaded is not None:
     # Children that nox starts for parallel sessions (-j) load this file again:
     # they must join this run, not start their own.
-    os.environ["FTMATRIX_RUN_ID"] = LOADED.settings.run_id
-    BY_LABEL = {cell.label: cell for cell in LOADED.selected}
-    # Parameters are labels, not Cell objects: nox's parallel mode hands them to
-    # child processes as JSON.
-    # A cell that takes the host's packages gets its venv from the host interpreter.
-    CELLS = [
-        nox.param(
-            venv_interpreter(LOADED.matrix.install, os.environ, cell.python),
-            cell.label,
-            id=cell.label,
-        )
-        for cell in LOADED.selected
-    ]
-    PROGRESS = Progress(len(LOADED.selected), sys.stdout, live=sys.stdout.isatty())
-else:
-    BY_LABEL = {}
-    CELLS = [nox.param(current_python(), "invalid-matrix", id="invalid-matrix")]
+    os.environ["FTMATRIX_RUN_ID"] = LISTED.loaded.settings.run_id
+PROGRESS = Progress(
+    len(LISTED.loaded.selected) if LISTED.loaded else 0, sys.stdout, live=sys.stdout.isatty()
+)
 
 
 @nox.session(reuse_venv=True, tags=["matrix"], allow_parallel=True)
-@nox.parametrize(["python", "cell"], CELLS)
+@nox.parametrize(["python", "cell"], matrix_params(LISTED))
 def matrix(session: nox.Session, cell: str) -> None:
     """Build one cell's environment and run every case in it; the report follows.
 
     Arguments after ``--`` go to pytest: case node ids (relative to the cases
     folder) select cases, options are passed through.
     """
-    if LOADED is None:
+    loaded = LISTED.loaded
+    if loaded is None:
         # As `python -m ftmatrix run`: the message once, the kind's exit code.
-        assert PROBLEM is not None
+        assert LISTED.problem is not None
         UNREPORTED.clear()
-        print(PROBLEM.describe(), file=sys.stderr)
-        fail_as_cli(session, "matrix", PROBLEM.return_code)
+        print(LISTED.problem.describe(), file=sys.stderr)
+        fail_as_cli(session, "matrix", LISTED.problem.return_code)
     selection, options = split_pytest_args(session.posargs)
     try:
         # Before anything installs: a selection that names nothing would test nothing.
         check_case_selection(
-            LOADED.settings.cases, selection, source="arguments after --", from_command_line=True
+            loaded.settings.cases, selection, source="arguments after --", from_command_line=True
         )
         check_case_selection(
-            LOADED.settings.cases,
-            LOADED.matrix.cases,
-            source=str(LOADED.settings.matrix),
+            loaded.settings.cases,
+            loaded.matrix.cases,
+            source=str(loaded.settings.matrix),
             from_command_line=False,
         )
     except FatalError as exc:
         print(exc.describe(), file=sys.stderr)
         fail_as_cli(session, "matrix", exc.return_code)
+    chosen = next(c for c in loaded.selected if c.label == cell)
     try:
-        run_matrix_cell(session, LOADED, BY_LABEL[cell], selection, options)
+        run_matrix_cell(session, loaded, chosen, selection, options)
     except FatalError as exc:  # in one cell (no GPU to lease, no host to ask): the others run
         session.error(exc.describe())
 
@@ -184,8 +184,16 @@ def no_verdict(records: Sequence[Record]) -> str | None:
 
 
 def run_cli(session: nox.Session, command: str) -> None:
-    """``python -m ftmatrix COMMAND`` with the session's arguments, in this process."""
-    code = main([command, *session.posargs], root=ROOT)
+    """``python -m ftmatrix COMMAND`` with the session's arguments, in the noxfile's folder:
+    the subcommand itself, its output and its exit code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # -P: the folder is not put on the path. It may be this package's own (the noxfile
+    # `ftmatrix run` uses), whose selectors.py would shadow the standard library's.
+    ran = subprocess.run(
+        [sys.executable, "-P", "-m", "ftmatrix", command, *session.posargs], cwd=ROOT, check=False
+    )
+    code = ran.returncode if ran.returncode >= 0 else 128 - ran.returncode  # a signal, as sh
     if code != ExitCode.OK:
         fail_as_cli(session, command, code)
 

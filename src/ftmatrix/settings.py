@@ -30,9 +30,10 @@ ENV_VARS = {
     "FTMATRIX_PYTHON": "The Python of cells whose matrix names none, such as 3.11 (default: "
     "the one running ftmatrix); the nightly's jobs get the plan's.",
     "FTMATRIX_SHARD": "Run only shard I of N (`I/N`, 1-based), balanced by past durations.",
-    "FTMATRIX_RESOLVE_TTL": "Seconds a cached resolution stays valid (default 21600; 0: off).",
-    "FTMATRIX_CACHE_DIR": "Where resolutions (and the declared requirements cap probes read) "
-    "are cached (default ~/.cache/ftmatrix/resolve).",
+    "FTMATRIX_RESOLVE_TTL": "Seconds a cached resolution, and a plan kept for `nox -l`, stays "
+    "valid (default 21600; 0: off).",
+    "FTMATRIX_CACHE_DIR": "Where resolutions, kept plans (and the declared requirements cap "
+    "probes read) are cached (default ~/.cache/ftmatrix/resolve).",
     "FTMATRIX_HOST_PYTHON": "The host interpreter whose packages install.system-packages "
     "takes (default: the Python running ftmatrix).",
     "FTMATRIX_LEASE_DIR": "Where GPU lease locks live (default /tmp/ftmatrix-gpu-leases).",

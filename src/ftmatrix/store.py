@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.records import Record, read_records
 from ftmatrix.errors import HistoryError
-from ftmatrix.reuse import CellKey, EarlierRun
 
-# Beside a cell's records once its run finished it: what it was run with (runner.py).
+# Beside a cell's records once its run finished it: what it was run with (its reuse key).
 DONE_SUFFIX = ".done.json"
 
 # Passed and judged cases per operation, for the runs the ``runs`` subquery names.
@@ -257,14 +255,23 @@ def load_cell_runs(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
         return [(run, cell, json.loads(data)) for run, cell, data in rows]
 
 
-def earlier_runs(
+@dataclass(frozen=True, kw_only=True)
+class CellRun:
+    """One run of a cell as the history holds it: its records, and the runner's marker of
+    what it was run with (``{}`` where the run did not finish the cell); ``reuse`` reads it."""
+
+    run_id: str
+    records: tuple[Record, ...]
+    marker: Mapping[str, Any]
+
+
+def newest_cell_runs(
     path: Path, *, cell_ids: Iterable[str] | None = None, excluding: str | None = None
-) -> dict[str, EarlierRun]:
-    """cell id -> its newest run in the history (other than run ``excluding``, tonight's):
-    the records and the reuse key of that run (None where it did not finish the cell)."""
+) -> dict[str, CellRun]:
+    """cell id -> its newest run in the history (other than run ``excluding``, tonight's)."""
     if not path.exists():
         return {}
-    found: dict[str, EarlierRun] = {}
+    found: dict[str, CellRun] = {}
     with history(path) as connection:
         if cell_ids is None:
             newest = connection.execute(
@@ -295,23 +302,12 @@ def earlier_runs(
                 "SELECT data FROM cell_runs WHERE cell_id = ? AND run_id = ?", (cell_id, run_id)
             ).fetchone()
             data = json.loads(marker[0]) if marker else {}
-            key = CellKey.from_mapping(data.get("key") or {}) if isinstance(data, dict) else None
-            ran_at = data.get("ran_at") if isinstance(data, dict) else None
-            found[cell_id] = EarlierRun(
+            found[cell_id] = CellRun(
                 run_id=run_id,
-                key=key,
                 records=tuple(Record.from_mapping(json.loads(d)) for (d,) in rows),
-                since=str(data.get("since") or run_id) if isinstance(data, dict) else run_id,
-                ran_on=_day(ran_at),
+                marker=data if isinstance(data, dict) else {},
             )
     return found
-
-
-def _day(text: Any) -> date | None:
-    try:
-        return datetime.fromisoformat(str(text)).date() if text else None
-    except ValueError:
-        return None
 
 
 def refresh_pass_rates(connection: sqlite3.Connection, runs: Sequence[str]) -> None:

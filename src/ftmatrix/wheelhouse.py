@@ -50,8 +50,8 @@ from ftmatrix.resolve import (
     run_uv,
     uv_binary,
     uv_index_args,
+    with_test_runners,
 )
-from ftmatrix.runner import with_test_runners
 from ftmatrix.system_packages import (
     Host,
     HostDistribution,
