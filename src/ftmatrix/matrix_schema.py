@@ -1,4 +1,5 @@
-"""matrix.yaml as a JSON Schema: completion and checking as you type in an editor.
+"""matrix.yaml as a JSON Schema: completion and checking as you type in an editor, and the
+docs' table of keys.
 
 Built from config's own key lists and defaults, so a key config reads and this schema
 does not describe is an error here, not a silent gap. The schema holds the file's shape
@@ -6,7 +7,8 @@ does not describe is an error here, not a silent gap. The schema holds the file'
 specifier, a requirement, a profile that exists, a version that was released) config
 checks when the file is read, with the key path of each problem.
 
-``python -m ftmatrix.matrix_schema`` prints it.
+``python -m ftmatrix.matrix_schema`` prints it (docs/matrix.schema.json is this output,
+kept current by ``python -m ftmatrix.docs_gen``).
 """
 
 from __future__ import annotations
