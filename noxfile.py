@@ -3,7 +3,7 @@
 ``from ftmatrix.sessions import *`` is the whole noxfile ``ftmatrix init`` writes
 elsewhere: one ``matrix(LABEL)`` session per cell, plan, report, bisect, autobisect
 and wheelhouse (see ``ftmatrix.sessions``). Below it, this repository's own chores:
-its tests, lint and benchmarks.
+its tests, lint, benchmarks and docs.
 """
 
 from __future__ import annotations
@@ -35,6 +35,14 @@ def bench(session: nox.Session) -> None:
         if not wanted or script.stem.removeprefix("bench_") in wanted:
             session.log(f"benchmark {script.stem}")
             session.run(sys.executable, str(script), external=True)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site: its generated blocks checked, then ``mkdocs build --strict`` into site/."""
+    session.install("-e", ".[docs]")
+    session.run("python", "-m", "ftmatrix.docs_gen", "--check")
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session

@@ -302,20 +302,19 @@ def test_a_real_environment_read_three_ways(failing_venv: Path, tmp_path: Path):
     assert lines[4] == verdict
 
 
-def readme_examples() -> list[tuple[str, str, int]]:
-    """(command, output, exit code) of each console example under "## Check your stack"."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Check your stack\n", 1)[1].split("\n## ", 1)[0]
+def docs_examples() -> list[tuple[str, str, int]]:
+    """(command, output, exit code) of each console example of docs/guides/check.md."""
+    page = (ROOT / "docs" / "guides" / "check.md").read_text()
     examples = []
-    for block in re.findall(r"```console\n(.*?)```", section, re.DOTALL):
+    for block in re.findall(r"```console\n(.*?)```", page, re.DOTALL):
         command, rest = block.split("\n", 1)
         output, status = rest.split("$ echo $?\n")
         examples.append((command.removeprefix("$ "), output, int(status)))
     return examples
 
 
-@pytest.mark.parametrize(("command", "output", "status"), readme_examples())
-def test_the_readme_examples_print_what_they_show(command: str, output: str, status: int):
+@pytest.mark.parametrize(("command", "output", "status"), docs_examples())
+def test_the_docs_examples_print_what_they_show(command: str, output: str, status: int):
     done = subprocess.run(
         ["bash", "-c", command],
         capture_output=True,

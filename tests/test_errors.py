@@ -22,7 +22,7 @@ from ftmatrix.index import list_releases
 
 ROOT = Path(__file__).parent.parent
 PACKAGE = Path(ftmatrix.__file__).parent
-README = (ROOT / "README.md").read_text()
+EXIT_CODES_PAGE = (ROOT / "docs" / "reference" / "exit-codes.md").read_text()
 DATA = Path(__file__).parent / "data"
 
 
@@ -41,13 +41,15 @@ def test_every_error_class_of_the_package_is_in_the_table():
     assert set(ExitCode) == {ExitCode.OK, ExitCode.FAILED, *codes}
 
 
-def test_the_readme_shows_the_exit_code_table():
-    assert exit_code_table_markdown() in README
+def test_the_docs_show_the_exit_code_table():
+    assert exit_code_table_markdown() in EXIT_CODES_PAGE
 
 
-def test_the_readme_example_of_an_unreachable_index_is_real_output(tmp_path: Path):
-    block = re.search(r"```console\n\$ (FTMATRIX_MATRIX=\S+) nox -s plan\n(.*?)```", README, re.S)
-    assert block, "README.md must show nox -s plan on an unreachable index"
+def test_the_docs_example_of_an_unreachable_index_is_real_output(tmp_path: Path):
+    block = re.search(
+        r"```console\n\$ (FTMATRIX_MATRIX=\S+) nox -s plan\n(.*?)```", EXIT_CODES_PAGE, re.S
+    )
+    assert block, "docs/reference/exit-codes.md must show nox -s plan on an unreachable index"
     variable, value = block.group(1).split("=")
     ran = subprocess.run(
         [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "plan"],

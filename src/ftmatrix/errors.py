@@ -140,7 +140,8 @@ class HistoryError(FatalError):
     return_code = ExitCode.HISTORY
 
 
-# The table the README shows: each fatal error, the exit code it ends a command with.
+# The table the docs show (Reference, Exit codes): each fatal error, the exit code it ends a
+# command with.
 FATAL_ERRORS: tuple[type[FatalError], ...] = (
     UsageError,
     ConfigError,
@@ -157,7 +158,7 @@ FATAL_ERRORS: tuple[type[FatalError], ...] = (
 
 
 def exit_code_table_markdown() -> str:
-    """README's exit-code table, derived from the classes above."""
+    """The docs' exit-code table, derived from the classes above."""
     rows = [
         "| exit code | error | when |",
         "|---|---|---|",

@@ -154,9 +154,9 @@ def shipped(name: str) -> str:
 def matrix_yaml(axes: Sequence[AxisRequest], support: Sequence[str]) -> str:
     """The new matrix.yaml: the axes, what the example cases need, one CPU hardware class."""
     lines = [
-        "# This repository's compatibility matrix (written by `ftmatrix init`; README.md of",
-        "# ftmatrix lists every key). `nox -s plan` shows the cells, `ftmatrix run` runs them",
-        "# and builds reports/index.html; `nox -s report` rebuilds the report.",
+        "# This repository's compatibility matrix (written by `ftmatrix init`; ftmatrix's docs",
+        "# list every key: Reference, matrix.yaml). `nox -s plan` shows the cells, `ftmatrix run`",
+        "# runs them and builds reports/index.html; `nox -s report` rebuilds the report.",
         "",
         "# The axes: package -> versions tried ('none' = not installed); every combination is",
         "# a cell. A selector ({latest: N}, {latest-minor: N}) is resolved against the package",

@@ -94,7 +94,7 @@ FIELDS: dict[str, tuple[str | list[str], str]] = {
     "reused_from": (
         ["string", "null"],
         "The run that produced this result, when this run reused it because the cell's "
-        "lock, cases and hardware were unchanged since (see reuse in README); null when it ran.",
+        "lock, cases and hardware were unchanged since (see reuse in the docs); null when it ran.",
     ),
     "duration": ("number", "Seconds the case took."),
     "started_at": ("string", "UTC ISO-8601 start time."),

@@ -1,6 +1,6 @@
 """The closed set of outcomes a record can have, each with exactly one meaning.
 
-The record schema, the report legend and the README table are all derived from
+The record schema, the report legend and the docs' table are all derived from
 :class:`Status`, so a status is described here and nowhere else.
 """
 
@@ -92,6 +92,6 @@ _SEVERITY = [
 
 
 def status_table_markdown() -> str:
-    """The README's status table, generated from the enum (a test keeps README in step)."""
+    """The docs' status table, generated from the enum (python -m ftmatrix.docs_gen)."""
     rows = [f"| `{s.value}` | {s.meaning} |" for s in Status]
     return "\n".join(["| status | meaning |", "|---|---|", *rows])

@@ -140,7 +140,7 @@ def report_text(report: CheckReport) -> str:
 
 
 def report_json(report: CheckReport) -> dict[str, Any]:
-    """The machine form (its shape is documented in README.md, "Check your stack")."""
+    """The machine form (its shape is documented in docs/guides/check.md)."""
     results = report.results
     return {
         "schema": OUTPUT_SCHEMA,

@@ -45,7 +45,7 @@ from ftmatrix.report.grid import headline
 PYTHON = "python"  # the axis name of the Python series
 # Whole-cell records (the cell never ran its cases) carry these operations.
 WHOLE_CELL_OPERATIONS = frozenset({"cell", "install"})
-OUTPUT_SCHEMA = 1  # the shape of --json (README: "Check your stack")
+OUTPUT_SCHEMA = 1  # the shape of --json (docs/guides/check.md)
 SHOWN = 3  # nearest cells named per verdict in the text; --json has them all
 
 
