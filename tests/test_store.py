@@ -6,6 +6,7 @@ import itertools
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import make_record
@@ -14,6 +15,7 @@ from ftmatrix.cell.records import CellRecordFile, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.store import (
     SCHEMA_VERSION,
+    history,
     load_findings,
     load_history,
     merge,
@@ -169,3 +171,36 @@ def test_pass_rates_follow_a_replaced_record_and_survive_a_migration(tmp_path: P
     connection.commit()
     connection.close()
     assert pass_rate_table(old)["sft"] == [("r1", 0.5), ("r2", 1.0)]
+
+
+def _open_when_all_are_ready(path: str, ready: Any, failures: Any) -> None:
+    ready.wait()
+    try:
+        with history(Path(path)) as connection:
+            connection.execute("SELECT COUNT(*) FROM records").fetchone()
+    except Exception as exc:  # what a report saw: "table findings already exists"
+        failures.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_new_history_at_once_all_get_it_whole(tmp_path: Path) -> None:
+    """Two runs' reports into one folder once both created the new history's tables."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for attempt in range(5):
+        path = tmp_path / f"history-{attempt}.sqlite"
+        ready, failures = context.Barrier(6), context.Queue()
+        openers = [
+            context.Process(target=_open_when_all_are_ready, args=(str(path), ready, failures))
+            for _ in range(6)
+        ]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(120)
+        seen = [failures.get() for _ in range(failures.qsize())] if not failures.empty() else []
+        assert seen == [], seen
+        assert all(opener.exitcode == 0 for opener in openers)
+        with history(path) as connection:
+            (version,) = connection.execute("PRAGMA user_version").fetchone()
+        assert version == SCHEMA_VERSION

@@ -101,17 +101,52 @@ def open_store(path: Path) -> sqlite3.Connection:
     """Open (creating and migrating as needed) the history at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     connection = sqlite3.connect(path)
-    version = connection.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
+    try:
+        if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            _migrate(connection, path)
+    except BaseException:
         connection.close()
-        raise sqlite3.DatabaseError(
-            f"{path}: history schema {version} is newer than this ftmatrix ({SCHEMA_VERSION})"
-        )
-    for number in range(version, SCHEMA_VERSION):
-        with connection:
-            connection.executescript(MIGRATIONS[number])
-            connection.execute(f"PRAGMA user_version = {number + 1}")
+        raise
     return connection
+
+
+def _migrate(connection: sqlite3.Connection, path: Path) -> None:
+    """Bring the history to SCHEMA_VERSION in one transaction that holds the write lock
+    from the version check on: two runs opening a new history at once (their reports)
+    must not both create its tables."""
+    manages = connection.isolation_level
+    connection.isolation_level = None  # the transaction is ours, statement by statement
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(
+                f"{path}: history schema {version} is newer than this ftmatrix ({SCHEMA_VERSION})"
+            )
+        for number in range(version, SCHEMA_VERSION):
+            for statement in _statements(MIGRATIONS[number]):
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {number + 1}")
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    finally:
+        connection.isolation_level = manages
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration script, one at a time (``executescript`` would
+    commit the transaction that keeps the migration whole)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    if pending.strip():
+        yield pending.strip()
 
 
 @contextmanager
