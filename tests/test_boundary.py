@@ -61,7 +61,15 @@ def _allowed(name: str) -> bool:
 
 def test_the_cell_package_has_its_modules():
     names = {path.stem for path in CELL.glob("*.py")}
-    assert {"plugin", "records", "signature", "hardware", "status", "lease", "processes"} <= names
+    assert {
+        "plugin",
+        "records",
+        "signature",
+        "hardware",
+        "status",
+        "gpu_lease",
+        "processes",
+    } <= names
 
 
 @pytest.mark.parametrize("path", sorted(CELL.glob("*.py")), ids=lambda path: path.name)

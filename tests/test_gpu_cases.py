@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from test_plugin import run_plugin
 
-from ftmatrix.cell.lease import leased_devices
+from ftmatrix.cell.gpu_lease import leased_devices
 from ftmatrix.cell.plugin import ChildProcessFailure, GpuLease
 from ftmatrix.resolve import uv_binary
 

@@ -36,8 +36,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ftmatrix.cell.gpu_lease import lease_env
 from ftmatrix.cell.hardware import probe_hardware
-from ftmatrix.cell.lease import lease_env
 from ftmatrix.cell.records import (
     WHOLE_CELL,
     CellRecordFile,
@@ -53,7 +53,7 @@ from ftmatrix.cell.records import (
 from ftmatrix.cell.status import Status
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
 from ftmatrix.errors import RunBusyError
-from ftmatrix.lease import default_lock_dir, lease_devices
+from ftmatrix.gpu_pool import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
 from ftmatrix.resolve import (

@@ -41,8 +41,8 @@ from ftmatrix.cell.api import (
     cpu_only_env,
     not_applicable,
 )
+from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
-from ftmatrix.cell.lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.processes import die_with_parent
 from ftmatrix.cell.records import (
     CellRecordFile,

@@ -1,4 +1,4 @@
-"""What a cell's cases see of its GPU lease (``ftmatrix.lease`` takes the lease).
+"""What a cell's cases see of its GPU lease (``ftmatrix.gpu_pool`` takes the lease).
 
 The pytest process sees only the first leased GPU (CUDA_VISIBLE_DEVICES), since
 with several visible, transformers' Trainer wraps the model in DataParallel,

@@ -3,7 +3,7 @@
 Each device has a lock file; a cell holds an exclusive ``flock`` on the files of
 the devices it uses for as long as it runs. The kernel drops a lock when its
 holder dies, so a killed cell never leaves a device leased. What the cell's
-cases see of the lease is ``ftmatrix.cell.lease``.
+cases see of the lease is ``ftmatrix.cell.gpu_lease``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.lease import LeaseError, lease_devices
+from ftmatrix.gpu_pool import LeaseError, lease_devices
 
 
 def hold(lock_dir: str, wanted: int, devices: list[str], seconds: float, out) -> None:
