@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from ftmatrix.cli import load, resolve_cells  # noqa: E402
 from ftmatrix.config import parse_matrix  # noqa: E402
-from ftmatrix.plan import IMPOSSIBLE, Verdict, cover_installable, plan_cells  # noqa: E402
+from ftmatrix.plan import IMPOSSIBLE, Installability, cover_installable, plan_cells  # noqa: E402
 
 
 def matrix_text(axes: dict[str, list[str]], strategy: str) -> str:
@@ -90,7 +90,7 @@ def covering_figures(
     values = {n: [f"{i}.0" for i in range(size)] for n in names}
     combos = [dict(zip(names, c, strict=True)) for c in itertools.product(*values.values())]
     calls = [0]
-    answers: dict[tuple[Pin, ...], Verdict] = {}
+    answers: dict[tuple[Pin, ...], Installability] = {}
 
     def oracle(queries):  # type: ignore[no-untyped-def]
         out = []
@@ -99,7 +99,7 @@ def covering_figures(
             if key not in answers:
                 calls[0] += 1
                 ok = not any(frozenset(p) in bad for p in itertools.combinations(key, 2))
-                answers[key] = Verdict(installable=ok, reason=None if ok else "conflict")
+                answers[key] = Installability(installable=ok, reason=None if ok else "conflict")
             out.append(answers[key])
         return out
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ftmatrix.bisect.search import (
     BisectError,
+    BisectOutcome,
     BudgetSpent,
-    Verdict,
     bisect,
     confirm,
     releases_between,
@@ -34,12 +34,16 @@ def test_finds_the_change_in_about_log2_builds_skipping_uninstallable(history):
     versions = [f"1.{i}.0" for i in range(n)]
     built: list[str] = []
 
-    def oracle(version: str) -> tuple[Verdict, str, str]:
+    def oracle(version: str) -> tuple[BisectOutcome, str, str]:
         built.append(version)
         index = versions.index(version)
         if index in skips:
-            return Verdict.SKIP, "uninstallable", "resolver said no"
-        return (Verdict.GOOD, "pass", "") if index < first_bad else (Verdict.BAD, "fail", "")
+            return BisectOutcome.SKIP, "uninstallable", "resolver said no"
+        return (
+            (BisectOutcome.GOOD, "pass", "")
+            if index < first_bad
+            else (BisectOutcome.BAD, "fail", "")
+        )
 
     finding = bisect("pkg", versions, oracle)
     tried = [i for i in range(n) if i not in skips]
@@ -57,21 +61,21 @@ def test_finds_the_change_in_about_log2_builds_skipping_uninstallable(history):
 def test_a_flaky_release_is_built_again_and_skipped_if_it_disagrees():
     calls: dict[str, int] = {}
 
-    def once(version: str) -> tuple[Verdict, str, str, bool]:
+    def once(version: str) -> tuple[BisectOutcome, str, str, bool]:
         calls[version] = calls.get(version, 0) + 1
         if version == "1.1":
             # crashes once, then passes: flaky
             return (
-                (Verdict.BAD, "crash", "", True)
+                (BisectOutcome.BAD, "crash", "", True)
                 if calls[version] == 1
-                else (Verdict.GOOD, "pass", "", False)
+                else (BisectOutcome.GOOD, "pass", "", False)
             )
         if version == "1.2":
-            return Verdict.BAD, "fail", "", True  # flaky flag, but both runs agree
+            return BisectOutcome.BAD, "fail", "", True  # flaky flag, but both runs agree
         return (
-            (Verdict.GOOD, "pass", "", False)
+            (BisectOutcome.GOOD, "pass", "", False)
             if version < "1.2"
-            else (Verdict.BAD, "fail", "", False)
+            else (BisectOutcome.BAD, "fail", "", False)
         )
 
     finding = bisect("pkg", ["1.0", "1.1", "1.2", "1.3"], confirm(once))
@@ -85,9 +89,9 @@ def test_a_flaky_release_is_built_again_and_skipped_if_it_disagrees():
 
 def test_the_ends_must_bracket_a_change():
     with pytest.raises(BisectError, match=r"pkg 1.0 \(the good end\) is not good: fail"):
-        bisect("pkg", ["1.0", "1.1"], lambda v: (Verdict.BAD, "fail", ""))
+        bisect("pkg", ["1.0", "1.1"], lambda v: (BisectOutcome.BAD, "fail", ""))
     with pytest.raises(BisectError, match=r"pkg 1.1 \(the bad end\) is not bad: pass"):
-        bisect("pkg", ["1.0", "1.1"], lambda v: (Verdict.GOOD, "pass", ""))
+        bisect("pkg", ["1.0", "1.1"], lambda v: (BisectOutcome.GOOD, "pass", ""))
 
 
 def test_releases_between_in_either_direction():
@@ -105,12 +109,16 @@ def test_a_spent_budget_stops_the_search_with_the_range_narrowed_so_far(history,
     versions = [f"1.{i}.0" for i in range(n)]
     built: list[str] = []
 
-    def capped(version: str) -> tuple[Verdict, str, str]:
+    def capped(version: str) -> tuple[BisectOutcome, str, str]:
         if len(built) >= budget:
             raise BudgetSpent(f"{len(built)} of {budget} cells built")
         built.append(version)
         index = versions.index(version)
-        return (Verdict.GOOD, "pass", "") if index < first_bad else (Verdict.BAD, "fail", "")
+        return (
+            (BisectOutcome.GOOD, "pass", "")
+            if index < first_bad
+            else (BisectOutcome.BAD, "fail", "")
+        )
 
     if budget < 2:
         with pytest.raises(BisectError, match="the budget does not cover both ends"):

@@ -20,7 +20,7 @@ import pytest
 
 from ftmatrix.config import load_matrix
 from ftmatrix.pipeline import list_cells, load
-from ftmatrix.plan import UNRESOLVED, Plan, Verdict, plan_cells
+from ftmatrix.plan import UNRESOLVED, Installability, Plan, plan_cells
 from ftmatrix.plan_cache import keep_plan, kept_plan, plan_key
 from ftmatrix.settings import Settings
 
@@ -192,11 +192,11 @@ def pairwise_plan(tmp_path: Path, *, proven: bool = True) -> tuple[Settings, Pla
     settings = settings_of(tmp_path / "pairwise.yaml", PAIRWISE)
     matrix = load_matrix(settings.matrix, default_python="3.11")
 
-    def oracle(queries: Sequence[Mapping[str, str | None]]) -> list[Verdict]:
+    def oracle(queries: Sequence[Mapping[str, str | None]]) -> list[Installability]:
         return [
-            Verdict(installable=False, reason="a 2.0 needs b<2", proven=proven)
+            Installability(installable=False, reason="a 2.0 needs b<2", proven=proven)
             if q.get("a") == "2.0" and q.get("b") == "2.0"
-            else Verdict(installable=True)
+            else Installability(installable=True)
             for q in queries
         ]
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from ftmatrix.config import parse_matrix
 from ftmatrix.plan import (
     Cell,
+    Installability,
     PlanError,
-    Verdict,
     cover_installable,
     cover_pairs,
     plan_cells,
@@ -195,7 +195,9 @@ class TableOracle:
     def __call__(self, queries):
         self.asked += len(queries)
         return [
-            Verdict(installable=ok, reason=None if ok else f"conflict in {sorted(q.items())}")
+            Installability(
+                installable=ok, reason=None if ok else f"conflict in {sorted(q.items())}"
+            )
             for q in queries
             for ok in [self.installs(q)]
         ]

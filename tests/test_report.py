@@ -411,7 +411,7 @@ def test_axis_values_and_cases_from_records_stay_inert_in_the_pivot():
 
 def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path):
     from ftmatrix.config import parse_matrix
-    from ftmatrix.plan import Verdict, plan_cells
+    from ftmatrix.plan import Installability, plan_cells
     from ftmatrix.planview import write_installability
 
     matrix = parse_matrix(
@@ -424,9 +424,9 @@ def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path
 
     def oracle(queries):
         return [
-            Verdict(installable=False, reason=reason)
+            Installability(installable=False, reason=reason)
             if q.get("trl") == "1.16.0"
-            else Verdict(installable=True)
+            else Installability(installable=True)
             for q in queries
         ]
 

@@ -31,7 +31,7 @@ from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.errors import FatalError, UsageError
 from ftmatrix.index import list_releases
-from ftmatrix.plan import Cell, Oracle, Plan, Verdict, plan_cells, select_cells
+from ftmatrix.plan import Cell, Installability, Oracle, Plan, plan_cells, select_cells
 from ftmatrix.plan_cache import keep_plan, kept_plan
 from ftmatrix.report.planned import cells_without_records
 from ftmatrix.report.publish import write_site
@@ -167,8 +167,8 @@ def uv_oracle(
             support=matrix.support,
         )
 
-    def answer(queries: Sequence[Mapping[str, str | None]]) -> list[Verdict]:
-        verdicts: list[Verdict | None] = [None] * len(queries)
+    def answer(queries: Sequence[Mapping[str, str | None]]) -> list[Installability]:
+        verdicts: list[Installability | None] = [None] * len(queries)
         # Pins without a Python install if they do on any of the matrix's Pythons.
         for python in matrix.python:
             todo = [
@@ -183,15 +183,18 @@ def uv_oracle(
             ):
                 if verdicts[i] is None or resolution.lock is not None:
                     verdicts[i] = _verdict(resolution)
-        return [v or Verdict(installable=False, reason="no Python of the matrix") for v in verdicts]
+        return [
+            v or Installability(installable=False, reason="no Python of the matrix")
+            for v in verdicts
+        ]
 
     return answer
 
 
-def _verdict(resolution: Resolution) -> Verdict:
+def _verdict(resolution: Resolution) -> Installability:
     if resolution.lock is not None:
-        return Verdict(installable=True)
-    return Verdict(
+        return Installability(installable=True)
+    return Installability(
         installable=False,
         reason=resolution.reason,
         proven=resolution.status is Status.UNINSTALLABLE,

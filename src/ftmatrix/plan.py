@@ -345,7 +345,7 @@ Value = str | None
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class Installability:
     """The installer's answer for one set of pins."""
 
     installable: bool
@@ -356,7 +356,7 @@ class Verdict:
 
 # Given sets of pins (axis -> value; None: not installed), the installer's answers, in
 # order. Batched so that an implementation may ask in parallel.
-Oracle = Callable[[Sequence[Mapping[str, Value]]], Sequence[Verdict]]
+Oracle = Callable[[Sequence[Mapping[str, Value]]], Sequence[Installability]]
 
 # What a finding says of its pins.
 CANNOT_INSTALL = "cannot-install"  # a value that installs with nothing
@@ -366,7 +366,7 @@ UNRESOLVED = "unresolved"  # the resolver failed to answer (after retries)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Finding:
+class PlanFinding:
     """Pins the plan could not put in an installable cell, and why."""
 
     kind: str
@@ -386,7 +386,7 @@ class Covering:
     """Installable cells covering every pair that can co-install, and the findings."""
 
     cells: tuple[Mapping[str, Value], ...]
-    findings: tuple[Finding, ...]
+    findings: tuple[PlanFinding, ...]
     # Cells chosen, resolved and found not to install (a conflict of three or more).
     failed: tuple[tuple[Mapping[str, Value], str | None], ...]
     pairs_needed: int  # pairs the allowed combinations hold
@@ -397,7 +397,7 @@ class Covering:
     # Every pair asked: (axis, value, axis, value) -> installable; the report's matrix.
     pair_table: tuple[tuple[tuple[str, Value, str, Value], bool], ...] = field(default=())
 
-    def of_kind(self, kind: str) -> list[Finding]:
+    def of_kind(self, kind: str) -> list[PlanFinding]:
         return [f for f in self.findings if f.kind == kind]
 
 
@@ -410,9 +410,9 @@ class _Counted:
     def __init__(self, oracle: Oracle, context: Mapping[str, Value]) -> None:
         self.oracle = oracle
         self.context = dict(context)
-        self.answers: dict[tuple[tuple[str, str], ...], Verdict] = {}
+        self.answers: dict[tuple[tuple[str, str], ...], Installability] = {}
 
-    def ask(self, queries: Sequence[Mapping[str, Value]]) -> list[Verdict]:
+    def ask(self, queries: Sequence[Mapping[str, Value]]) -> list[Installability]:
         # 'none' pins nothing: a cell without vllm asks what its installed values ask.
         keys = [
             tuple(sorted((k, v) for k, v in {**self.context, **q}.items() if v is not None))
@@ -449,7 +449,7 @@ def cover_installable(
     singles: list[tuple[str, Value]] = [(n, v) for n in varying for v in values[n] if v is not None]
     singles_ok = dict(zip(singles, counted.ask([{n: v} for n, v in singles]), strict=True))
     findings = [
-        Finding(
+        PlanFinding(
             kind=CANNOT_INSTALL if verdict.proven else UNRESOLVED,
             pins=((n, v),),
             reason=verdict.reason,
@@ -473,7 +473,7 @@ def cover_installable(
     for pair in sorted(uncovered, key=lambda p: tuple(map(str, p))):
         reasons = [r for c, r in failed if _has_pair(c, pair)]
         findings.append(
-            Finding(
+            PlanFinding(
                 kind=NO_CELL,
                 pins=((pair[0], pair[1]), (pair[2], pair[3])),
                 reason=reasons[0]
@@ -501,9 +501,9 @@ def cover_installable(
 
 def _classify_pairs(
     needed: Sequence[_Pair],
-    singles: Mapping[tuple[str, Value], Verdict],
+    singles: Mapping[tuple[str, Value], Installability],
     counted: _Counted,
-) -> tuple[dict[_Pair, bool], list[Finding]]:
+) -> tuple[dict[_Pair, bool], list[PlanFinding]]:
     """Which pairs co-install: asked of the oracle only where neither part settles it."""
 
     def alone(name: str, value: Value) -> bool:
@@ -525,7 +525,7 @@ def _classify_pairs(
         status[pair] = verdict.installable
         if not verdict.installable:
             findings.append(
-                Finding(
+                PlanFinding(
                     kind=IMPOSSIBLE if verdict.proven else UNRESOLVED,
                     pins=((pair[0], pair[1]), (pair[2], pair[3])),
                     reason=verdict.reason,
@@ -582,12 +582,12 @@ def _cover_with_cells(
 
 def _one_combination(combos: Sequence[Mapping[str, Value]], counted: _Counted) -> Covering:
     """Every axis has one value: the one combination, if it installs."""
-    (verdict,) = counted.ask([{}]) if combos else [Verdict(installable=False, reason=None)]
-    findings: tuple[Finding, ...] = ()
+    (verdict,) = counted.ask([{}]) if combos else [Installability(installable=False, reason=None)]
+    findings: tuple[PlanFinding, ...] = ()
     if combos and not verdict.installable:
         kind = CANNOT_INSTALL if verdict.proven else UNRESOLVED
         pins = tuple((k, v) for k, v in combos[0].items() if v is not None)
-        findings = (Finding(kind=kind, pins=pins, reason=verdict.reason),)
+        findings = (PlanFinding(kind=kind, pins=pins, reason=verdict.reason),)
     return Covering(
         cells=tuple(combos[:1]) if verdict.installable else (),
         findings=findings,

@@ -45,7 +45,7 @@ from typing import Any
 from ftmatrix import __version__
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.config import Matrix
-from ftmatrix.plan import UNRESOLVED, Cell, Covering, Finding, Plan
+from ftmatrix.plan import UNRESOLVED, Cell, Covering, Plan, PlanFinding
 from ftmatrix.resolve import RESOLVER_ENV, cache_dir
 from ftmatrix.settings import Settings, resolve_ttl
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
@@ -169,7 +169,9 @@ def _covering_of(data: Mapping[str, Any]) -> Covering:
     return Covering(
         cells=tuple(dict(combo) for combo in data["cells"]),
         findings=tuple(
-            Finding(kind=f["kind"], pins=tuple((k, v) for k, v in f["pins"]), reason=f["reason"])
+            PlanFinding(
+                kind=f["kind"], pins=tuple((k, v) for k, v in f["pins"]), reason=f["reason"]
+            )
             for f in data["findings"]
         ),
         failed=tuple((dict(combo), reason) for combo, reason in data["failed"]),

@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix.bisect.cells import BisectRequest
-from ftmatrix.bisect.search import BisectError, Finding, Step, Verdict, releases_between
+from ftmatrix.bisect.search import BisectError, BisectFinding, BisectOutcome, Step, releases_between
 from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, explain
@@ -224,25 +224,25 @@ def choose_bisects(
     )
 
 
-def immediate_finding(job: AutoJob) -> Finding:
+def immediate_finding(job: AutoJob) -> BisectFinding:
     """The finding of a job over adjacent releases, from the run's own two records."""
     request = job.request
     failing = job.failing
     detail = (failing.message or failing.reason or "").strip().splitlines()
-    return Finding(
+    return BisectFinding(
         axis=request.axis,
         last_good=request.good,
         first_bad=request.bad,
         steps=(
             Step(
                 version=request.good,
-                verdict=Verdict.GOOD,
+                verdict=BisectOutcome.GOOD,
                 status=job.passing.status.value,
                 detail=f"run {job.passing.run_id}, cell {job.passing.cell_label}",
             ),
             Step(
                 version=request.bad,
-                verdict=Verdict.BAD,
+                verdict=BisectOutcome.BAD,
                 status=failing.status.value,
                 detail=detail[0] if detail else f"run {failing.run_id}",
             ),

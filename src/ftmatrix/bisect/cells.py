@@ -16,7 +16,14 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ftmatrix.bisect.search import BudgetSpent, Finding, Verdict, bisect, confirm, releases_between
+from ftmatrix.bisect.search import (
+    BisectFinding,
+    BisectOutcome,
+    BudgetSpent,
+    bisect,
+    confirm,
+    releases_between,
+)
 from ftmatrix.cell.records import WHOLE_CELL, write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.config import Matrix
@@ -50,14 +57,14 @@ class BisectRequest:
         return f"{where}{case}--{self.axis}-{self.good}-{self.bad}" + (f"--{held}" if held else "")
 
 
-def judge_status(status: Status) -> Verdict:
+def judge_status(status: Status) -> BisectOutcome:
     """A case's status as a verdict: pass is good; a framework break is bad; else skip."""
     if status is Status.PASS:
-        return Verdict.GOOD
+        return BisectOutcome.GOOD
     if status.is_break:
-        return Verdict.BAD
+        return BisectOutcome.BAD
     # uninstallable, install-error, n/a, skip and our own error say nothing either way.
-    return Verdict.SKIP
+    return BisectOutcome.SKIP
 
 
 def run_bisect(
@@ -69,7 +76,7 @@ def run_bisect(
     env: Mapping[str, str],
     log: Log = print,
     max_cells: int | None = None,
-) -> Finding:
+) -> BisectFinding:
     """Search the releases of ``request.axis`` for the first one where the case breaks.
 
     ``max_cells`` caps the cells built (one per release tried; a flaky one's second
@@ -96,7 +103,7 @@ def run_bisect(
 
     built: set[str] = set()
 
-    def once(version: str) -> tuple[Verdict, str, str, bool]:
+    def once(version: str) -> tuple[BisectOutcome, str, str, bool]:
         if max_cells is not None and version not in built and len(built) >= max_cells:
             raise BudgetSpent(f"{len(built)} of {max_cells} cells built")
         built.add(version)
@@ -132,7 +139,12 @@ def run_bisect(
             next((r for r in records if r.case == WHOLE_CELL), None),
         )
         if record is None:
-            return Verdict.SKIP, "no record", f"the case {request.case} was not collected", False
+            return (
+                BisectOutcome.SKIP,
+                "no record",
+                f"the case {request.case} was not collected",
+                False,
+            )
         verdict = judge_status(record.status)
         detail = (record.message or record.reason or "").strip().splitlines()
         log(
@@ -147,7 +159,7 @@ def run_bisect(
     return finding
 
 
-def finding_document(request: BisectRequest, finding: Finding) -> dict[str, Any]:
+def finding_document(request: BisectRequest, finding: BisectFinding) -> dict[str, Any]:
     """What the store and the report read back: the request and where it changed."""
     return {
         "case": request.case,

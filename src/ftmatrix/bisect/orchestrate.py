@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from ftmatrix.bisect.auto import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.bisect.cells import BisectRequest, finding_document, run_bisect
-from ftmatrix.bisect.search import Finding
+from ftmatrix.bisect.search import BisectFinding
 from ftmatrix.cell.records import Record, write_atomically
 from ftmatrix.config import Matrix
 from ftmatrix.errors import BisectError, PackageIndexError, UsageError
@@ -69,7 +69,7 @@ def check_request(request: BisectRequest, matrix: Matrix, env: Mapping[str, str]
             )
 
 
-def describe_finding(axis: str, finding: Finding) -> str:
+def describe_finding(axis: str, finding: BisectFinding) -> str:
     """``trl: last good 0.19.1, first bad 0.20.0``, and what was left untested between."""
     exact = "" if finding.exact else f" (untested between: {', '.join(finding.untested_between)})"
     return f"{axis}: last good {finding.last_good}, first bad {finding.first_bad}{exact}"

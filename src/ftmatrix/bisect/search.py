@@ -19,7 +19,7 @@ from packaging.version import Version
 from ftmatrix.errors import BisectError as BisectError  # noqa: PLC0414 -- a re-export
 
 
-class Verdict(enum.Enum):
+class BisectOutcome(enum.Enum):
     GOOD = "good"
     BAD = "bad"
     SKIP = "skip"
@@ -30,13 +30,13 @@ class Step:
     """One release built and judged."""
 
     version: str
-    verdict: Verdict
+    verdict: BisectOutcome
     status: str
     detail: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
-class Finding:
+class BisectFinding:
     """Where the outcome changed: the last good release and the first bad one."""
 
     axis: str
@@ -91,8 +91,8 @@ def releases_between(all_versions: Sequence[str], good: str, bad: str) -> list[s
 def bisect(
     axis: str,
     versions: Sequence[str],
-    evaluate: Callable[[str], tuple[Verdict, str, str]],
-) -> Finding:
+    evaluate: Callable[[str], tuple[BisectOutcome, str, str]],
+) -> BisectFinding:
     """Find the first release of ``versions`` (good end first) whose outcome is bad.
 
     ``evaluate(version)`` returns (verdict, status, detail). The ends are checked
@@ -103,7 +103,7 @@ def bisect(
     """
     steps: list[Step] = []
 
-    def judge(index: int) -> Verdict:
+    def judge(index: int) -> BisectOutcome:
         verdict, status, detail = evaluate(versions[index])
         steps.append(Step(version=versions[index], verdict=verdict, status=status, detail=detail))
         return verdict
@@ -112,9 +112,9 @@ def bisect(
         ends = (judge(0), judge(len(versions) - 1))
     except BudgetSpent as exc:
         raise BisectError(f"{axis}: the budget does not cover both ends: {exc}") from exc
-    if ends[0] is not Verdict.GOOD:
+    if ends[0] is not BisectOutcome.GOOD:
         raise BisectError(f"{axis} {versions[0]} (the good end) is not good: {steps[0].status}")
-    if ends[1] is not Verdict.BAD:
+    if ends[1] is not BisectOutcome.BAD:
         raise BisectError(f"{axis} {versions[-1]} (the bad end) is not bad: {steps[1].status}")
 
     good, bad = 0, len(versions) - 1
@@ -129,13 +129,13 @@ def bisect(
             verdict = judge(index)
         except BudgetSpent:
             break
-        if verdict is Verdict.GOOD:
+        if verdict is BisectOutcome.GOOD:
             good = index
-        elif verdict is Verdict.BAD:
+        elif verdict is BisectOutcome.BAD:
             bad = index
         else:
             skipped.add(index)
-    return Finding(
+    return BisectFinding(
         axis=axis,
         last_good=versions[good],
         first_bad=versions[bad],
@@ -146,21 +146,21 @@ def bisect(
 
 
 def confirm(
-    evaluate_once: Callable[[str], tuple[Verdict, str, str, bool]],
-) -> Callable[[str], tuple[Verdict, str, str]]:
+    evaluate_once: Callable[[str], tuple[BisectOutcome, str, str, bool]],
+) -> Callable[[str], tuple[BisectOutcome, str, str]]:
     """Wrap an evaluator so a flaky outcome is built again before it decides a step.
 
     ``evaluate_once`` returns (verdict, status, detail, flaky). Two agreeing runs
     decide; a disagreement makes the release a skip ("flaky"), never good or bad.
     """
 
-    def evaluate(version: str) -> tuple[Verdict, str, str]:
+    def evaluate(version: str) -> tuple[BisectOutcome, str, str]:
         verdict, status, detail, flaky = evaluate_once(version)
         if not flaky:
             return verdict, status, detail
         again, status_again, detail_again, _ = evaluate_once(version)
         if again is verdict:
             return verdict, status, f"confirmed on a second run; {detail}"
-        return Verdict.SKIP, f"flaky ({status} then {status_again})", detail_again
+        return BisectOutcome.SKIP, f"flaky ({status} then {status_again})", detail_again
 
     return evaluate

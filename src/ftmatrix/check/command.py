@@ -23,7 +23,7 @@ from ftmatrix.check.verdict import (
     PYTHON,
     SHOWN,
     CheckReport,
-    Verdict,
+    StackVerdict,
     case_message,
     check_stack,
     describe_match,
@@ -180,7 +180,7 @@ def report_json(report: CheckReport) -> dict[str, Any]:
     }
 
 
-def _verdict_text(verdict: Verdict, report: CheckReport) -> list[str]:
+def _verdict_text(verdict: StackVerdict, report: CheckReport) -> list[str]:
     lines = [f"{verdict.operation} on {verdict.hardware}: {verdict.verdict}: {verdict.why}"]
     first = verdict.cells[0]
     if not verdict.exact or len(verdict.cells) > 1:

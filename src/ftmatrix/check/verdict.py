@@ -50,7 +50,7 @@ SHOWN = 3  # nearest cells named per verdict in the text; --json has them all
 
 
 @dataclass(frozen=True, kw_only=True)
-class Change:
+class VersionChange:
     """One axis where a cell differs from the stack: yours -> the cell's."""
 
     package: str
@@ -78,7 +78,7 @@ class Match:
     cell_id: str
     python: str
     pins: Mapping[str, str | None]
-    changes: tuple[Change, ...]
+    changes: tuple[VersionChange, ...]
     verdict: str
     records: tuple[Record, ...]
 
@@ -124,7 +124,7 @@ class Match:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class StackVerdict:
     """What the results say of the stack for one operation on one hardware class."""
 
     operation: str
@@ -150,7 +150,7 @@ class CheckReport:
     results: Results
     axes: tuple[str, ...]  # compared
     unknown_axes: tuple[str, ...]  # the input does not name them: not compared
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[StackVerdict, ...]
 
     @property
     def exit_code(self) -> ExitCode:
@@ -304,7 +304,7 @@ def _match(
         if _same(yours, theirs):
             continue
         changes.append(
-            Change(
+            VersionChange(
                 package=axis, yours=yours, cell=theirs, steps=_steps(yours, theirs, tested[axis])
             )
         )
@@ -340,7 +340,7 @@ def _verdict(
     matches: Sequence[Match],
     constraints: Sequence[Constraint],
     results: Results,
-) -> Verdict:
+) -> StackVerdict:
     ranked = sorted(matches, key=lambda m: m.rank)
     exact = [m for m in ranked if not m.changes]
     if exact:
@@ -365,7 +365,7 @@ def _verdict(
                 labels = issues.setdefault(issue.id, (issue, []))[1]
                 if match.label not in labels:
                     labels.append(match.label)
-    return Verdict(
+    return StackVerdict(
         operation=operation,
         hardware=hardware,
         verdict=verdict,

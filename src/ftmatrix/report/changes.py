@@ -15,7 +15,7 @@ from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 
 
 @dataclass(frozen=True, kw_only=True)
-class Change:
+class StatusChange:
     """A (cell, case) whose status differs between its two newest runs."""
 
     kind: str  # "regression" or "fix"
@@ -33,7 +33,7 @@ class Change:
         }
 
 
-def changes_since_previous(records: Iterable[Record]) -> list[Change]:
+def changes_since_previous(records: Iterable[Record]) -> list[StatusChange]:
     """Regressions and fixes between each (cell label, case)'s two newest runs."""
     history: dict[tuple[str, str], dict[str, Record]] = {}
     for record in records:
@@ -46,9 +46,9 @@ def changes_since_previous(records: Iterable[Record]) -> list[Change]:
         was_ok = previous.status is Status.PASS
         is_ok = latest.status is Status.PASS
         if was_ok and latest.status in PROBLEM_STATUSES:
-            changes.append(Change(kind="regression", before=previous, after=latest))
+            changes.append(StatusChange(kind="regression", before=previous, after=latest))
         elif previous.status in PROBLEM_STATUSES and is_ok:
-            changes.append(Change(kind="fix", before=previous, after=latest))
+            changes.append(StatusChange(kind="fix", before=previous, after=latest))
     return changes
 
 

@@ -22,7 +22,7 @@ from html import escape
 from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.signature import unwrap_message
 from ftmatrix.cell.status import Status
-from ftmatrix.report.changes import Change
+from ftmatrix.report.changes import StatusChange
 from ftmatrix.report.failures import FailureGroup
 from ftmatrix.report.grid import (
     CASE_AXES,
@@ -61,7 +61,7 @@ def default_pair(values: dict[str, list[str]]) -> tuple[str, str] | None:
 
 
 def render_headline(
-    records: Sequence[Record], changes: Sequence[Change], groups: Sequence[FailureGroup]
+    records: Sequence[Record], changes: Sequence[StatusChange], groups: Sequence[FailureGroup]
 ) -> str:
     """What happened, in a few lines: runs and cells, breaks and fixes, largest causes."""
     cells = {r.cell_id for r in records}
@@ -117,11 +117,11 @@ def _cause_text(group: FailureGroup) -> str:
     return (headline(unwrap_message(group.message)) or group.status.value)[:160]
 
 
-def _changes_headline(changes: Sequence[Change]) -> str:
+def _changes_headline(changes: Sequence[StatusChange]) -> str:
     if not changes:
         return "<p class=changed>Nothing broke and nothing was fixed since the previous run.</p>"
     # One line per (kind, packages that moved): "broke: 8 results in 2 cells when ...".
-    lines: dict[tuple[str, str], list[Change]] = {}
+    lines: dict[tuple[str, str], list[StatusChange]] = {}
     for change in changes:
         moved = ", ".join(
             f"{k} {a or 'none'} \u2192 {b or 'none'}" for k, (a, b) in change.moved_packages.items()

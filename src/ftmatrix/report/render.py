@@ -25,7 +25,7 @@ from ftmatrix.cell.signature import clean_paths, clean_paths_in
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.constraints import write_constraints
 from ftmatrix.known_issues import load_known_issues
-from ftmatrix.report.changes import Change, changes_since_previous
+from ftmatrix.report.changes import StatusChange, changes_since_previous
 from ftmatrix.report.failures import FailureGroup, failure_groups
 from ftmatrix.report.grid import (
     DEFAULT_COLUMNS,
@@ -79,7 +79,7 @@ def render_html(
     generated_at: datetime,
     problems: Sequence[str] = (),
     groups: Sequence[FailureGroup] = (),
-    changes: Sequence[Change] = (),
+    changes: Sequence[StatusChange] = (),
     trend: dict[str, list[tuple[str, float]]] | None = None,
     missing: Sequence[str] = (),
 ) -> str:
@@ -128,7 +128,7 @@ def render_html(
 def render_markdown(
     grid: Grid,
     groups: Sequence[FailureGroup] = (),
-    changes: Sequence[Change] = (),
+    changes: Sequence[StatusChange] = (),
     missing: Sequence[str] = (),
 ) -> str:
     """A compact summary for a GitHub job summary."""
@@ -195,7 +195,7 @@ def render_markdown(
 
 
 def render_json(
-    grid: Grid, groups: Sequence[FailureGroup] = (), changes: Sequence[Change] = ()
+    grid: Grid, groups: Sequence[FailureGroup] = (), changes: Sequence[StatusChange] = ()
 ) -> str:
     """Machine-readable results: the latest record of every (cell, case), groups, changes."""
     counts = Counter(r.status.value for r in grid.records)
@@ -650,7 +650,7 @@ def _grid_cell(record: Record) -> str:
     return f"{_badge(record.status)}{link}{detail}{reused}"
 
 
-def _changes(changes: Sequence[Change]) -> str:
+def _changes(changes: Sequence[StatusChange]) -> str:
     if not changes:
         return "<h2>Changed since the previous run</h2><p>Nothing changed.</p>"
     items = []
