@@ -20,6 +20,7 @@ def config_fields(config_class: type) -> set[str]:
 
 
 def trainer_args(trainer_class: type) -> set[str]:
+    """The keyword arguments a trainer class's constructor accepts."""
     return set(inspect.signature(trainer_class.__init__).parameters)
 
 
@@ -53,18 +54,18 @@ def make_config(config_class: type, values: dict[str, Any]) -> Any:
     return config_class(**{k: v for k, v in values.items() if k in fields})
 
 
+def max_length_name(accepted: set[str]) -> str:
+    """trl 0.20 renamed max_seq_length to max_length (in SFTConfig; before trl 0.9, an
+    argument of SFTTrainer's own): the spelling among the ``accepted`` names."""
+    return "max_length" if "max_length" in accepted else "max_seq_length"
+
+
 def sft_config(output_dir: str, *, max_length: int, **overrides: Any) -> Any:
     """An SFTConfig for a couple of tiny CPU-friendly steps, in the installed trl's spelling."""
     from trl import SFTConfig
 
-    fields = config_fields(SFTConfig)
-    values = tiny_run_values(output_dir)
-    # trl 0.20 renamed max_seq_length to max_length.
-    values["max_length" if "max_length" in fields else "max_seq_length"] = max_length
-    if "dataset_text_field" in fields:
-        values["dataset_text_field"] = "text"
-    values.update(overrides)
-    return make_config(SFTConfig, values)
+    spelled = {max_length_name(config_fields(SFTConfig)): max_length, "dataset_text_field": "text"}
+    return make_config(SFTConfig, {**tiny_run_values(output_dir), **spelled, **overrides})
 
 
 def tokenizer_argument(trainer_class: type, tokenizer: Any) -> dict[str, Any]:
@@ -77,29 +78,17 @@ def grpo_config(output_dir: str, **overrides: Any) -> Any:
     """A GRPOConfig: two steps of two prompts x two short generations, no vLLM."""
     from trl import GRPOConfig
 
-    values = tiny_run_values(output_dir)
-    values.update(
-        max_steps=2,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=8,
-        max_prompt_length=32,  # removed in newer trl, which no longer truncates prompts
-        temperature=1.0,
-        use_vllm=False,
-        beta=0.0,
-    )
-    values.update(overrides)
-    return make_config(GRPOConfig, values)
-
-
-def dpo_config(output_dir: str, **overrides: Any) -> Any:
-    """A DPOConfig for two steps on a tiny preference set."""
-    from trl import DPOConfig
-
-    values = tiny_run_values(output_dir)
-    values.update(max_steps=2, max_length=48, max_prompt_length=24, beta=0.1)
-    values.update(overrides)
-    return make_config(DPOConfig, values)
+    settings = {
+        "max_steps": 2,
+        "per_device_train_batch_size": 2,
+        "num_generations": 2,
+        "max_completion_length": 8,
+        "max_prompt_length": 32,  # removed in newer trl, which no longer truncates prompts
+        "temperature": 1.0,
+        "use_vllm": False,
+        "beta": 0.0,
+    }
+    return make_config(GRPOConfig, {**tiny_run_values(output_dir), **settings, **overrides})
 
 
 # transformers releases that first shipped each model family's config class: before
@@ -153,13 +142,12 @@ def sft_arguments(output_dir: str, *, max_length: int, **overrides: Any) -> dict
     from trl import SFTTrainer
 
     settings: dict[str, Any] = {"dataset_text_field": "text", **overrides}
-    # trl 0.20 renamed max_seq_length to max_length (in SFTConfig; before 0.9, SFTTrainer's own).
-    accepted = trainer_args(SFTTrainer) | sft_config_fields()
-    settings["max_length" if "max_length" in accepted else "max_seq_length"] = max_length
+    settings[max_length_name(trainer_args(SFTTrainer) | sft_config_fields())] = max_length
     return trainer_settings(SFTTrainer, "SFTConfig", output_dir, settings)
 
 
 def sft_config_fields() -> set[str]:
+    """The fields of the installed trl's SFTConfig; none before trl 0.9, which had none."""
     import trl
 
     config = getattr(trl, "SFTConfig", None)
