@@ -186,7 +186,7 @@ def test_badges_and_embedded_data_cannot_break_out_of_the_page(tmp_path: Path):
 
 
 def test_headline_keeps_the_cause_of_an_announced_error():
-    from ftmatrix.report.grid import headline
+    from ftmatrix.messages import headline
 
     lazy = (
         "Failed to import trl.trainer.grpo_trainer because of the following error (look up "

@@ -39,8 +39,7 @@ from ftmatrix.check.results import KnownIssueLink, Results
 from ftmatrix.check.stack import Stack
 from ftmatrix.constraints import Constraint
 from ftmatrix.errors import ExitCode, UsageError
-from ftmatrix.report.failures import root_message
-from ftmatrix.report.grid import headline
+from ftmatrix.messages import headline, root_message
 
 PYTHON = "python"  # the axis name of the Python series
 # Whole-cell records (the cell never ran its cases) carry these operations.

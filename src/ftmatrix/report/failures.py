@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ftmatrix.cell.records import Record
-from ftmatrix.cell.signature import blame, unwrap_message
+from ftmatrix.cell.signature import blame
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.known_issues import KnownIssue
+from ftmatrix.messages import root_message
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,12 +75,6 @@ def failure_groups(
             )
         )
     return sorted(groups, key=lambda g: (-len(g.records), g.key))
-
-
-def root_message(record: Record) -> str:
-    """The message worth reading: the root cause's, a wrapper's inner text, or the reason."""
-    text = record.root_message or unwrap_message(record.message or "") or record.reason or ""
-    return text.strip()
 
 
 def _blame(members: Sequence[Record]) -> str | None:

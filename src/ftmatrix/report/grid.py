@@ -15,7 +15,7 @@ from typing import Any
 
 from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
-from ftmatrix.resolve import conflict_summary
+from ftmatrix.messages import headline
 from ftmatrix.versions import version_order
 
 
@@ -240,19 +240,6 @@ def pivot_data(
         "anchors": list(anchors),
         "whole": sorted(whole),
     }
-
-
-def headline(message: str | None) -> str:
-    """The line of a message worth showing in a grid: the first, and the next when the
-    first only announces it ("Failed to import X because of the following error:")."""
-    lines = [line.strip() for line in (message or "").strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    if lines[0].startswith("No solution found"):
-        return conflict_summary(message or "")  # the resolver's first step names the conflict
-    if lines[0].endswith(":") and len(lines) > 1:
-        return f"{lines[0]} {lines[1]}"
-    return lines[0]
 
 
 def reuse_note(record: Record) -> str | None:

@@ -22,6 +22,7 @@ from html import escape
 from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.signature import unwrap_message
 from ftmatrix.cell.status import Status
+from ftmatrix.messages import headline
 from ftmatrix.report.changes import StatusChange
 from ftmatrix.report.failures import FailureGroup
 from ftmatrix.report.grid import (
@@ -29,7 +30,6 @@ from ftmatrix.report.grid import (
     CELL_AXES,
     GridEntry,
     axis_value,
-    headline,
     status_css_name,
     worst_of,
 )

@@ -25,6 +25,7 @@ from ftmatrix.cell.signature import clean_paths, clean_paths_in
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.constraints import write_constraints
 from ftmatrix.known_issues import load_known_issues
+from ftmatrix.messages import headline
 from ftmatrix.report.changes import StatusChange, changes_since_previous
 from ftmatrix.report.failures import FailureGroup, failure_groups
 from ftmatrix.report.grid import (
@@ -35,7 +36,6 @@ from ftmatrix.report.grid import (
     build_grid,
     grid_axes,
     grid_entries,
-    headline,
     pivot,
     pivot_data,
     record_anchor,
