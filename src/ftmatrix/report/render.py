@@ -2,8 +2,9 @@
 
 Pure functions from the grid, failure groups and changes to text; :func:`render_report`
 is the only I/O. Every value that comes from a record is escaped: messages are
-framework output and may contain anything, markup included. The page's style and
-scripts live in ``assets/`` and are inlined, so the page stays one self-contained file.
+framework output and may contain anything, markup included. The page is one template
+(``assets/report.html``) filled once with its sections; its style and scripts live in
+``assets/`` too and are inlined, so the page stays one self-contained file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from functools import cache
 from html import escape
 from importlib.resources import files
 from pathlib import Path
+from string import Template
 from typing import Any
 
 from ftmatrix.cell.records import WHOLE_CELL, Record, write_atomically
@@ -82,47 +84,50 @@ def render_html(
     changes: Sequence[StatusChange] = (),
     trend: dict[str, list[tuple[str, float]]] | None = None,
     missing: Sequence[str] = (),
+    probes: Sequence[Record] = (),
+    installability: Mapping[str, Any] | None = None,
 ) -> str:
     """One self-contained HTML page: no script or style is fetched from anywhere.
 
-    ``missing``: planned cells without a record of the night (shown first, loudly)."""
+    ``missing``: planned cells without a record of the night (shown first, loudly);
+    ``probes``: the cap probes' records (shown apart, never in the grid);
+    ``installability``: the plan's findings (:func:`read_installability`)."""
     counts = Counter(r.status for r in grid.records)
     entries = grid_entries(grid.records)
     values = grid_axes(entries)
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<title>ftmatrix compatibility report</title>",
-        f"<style>\n{_asset('report.css')}{_status_css()}</style></head><body>",
-        "<h1>ftmatrix compatibility report</h1>",
-        f"<p class=meta>Generated {escape(generated_at.isoformat(timespec='seconds'))}"
-        f" from {len(grid.records)} records of {len(grid.rows)} cells"
-        f" (runs: {escape(', '.join(grid.runs) or 'none')}).</p>",
-        _missing_html(missing),
-        render_headline(grid.records, changes, groups),
-        _summary(counts, reused_cells(grid.records)),
-        _legend(),
-        render_compatibility(entries, values),
-        render_hud(entries, values),
-        "<section id=pivot aria-labelledby=pivot-title><h2 id=pivot-title>Any two axes</h2>",
-        _filters(grid, values),
-        _grid_table(grid, entries, values),
-        "</section>",
-        _changes(changes),
-        _groups(groups),
-        _trend(trend or {}),
-        _stack_checker(grid),
-        _failures(grid),
-        f"<script>\n{_asset('state.js')}\n{_asset('records.js')}\n"
-        f"{_asset('pivot.js')}\n{_asset('overview.js')}\n"
-        f"{_asset('report.js')}</script>",
-    ]
-    if problems:
-        items = "".join(f"<li>{escape(clean_paths(p))}</li>" for p in problems)
-        parts.append(f"<h2>Unreadable records</h2><ul class=problems>{items}</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    unreadable = "".join(f"<li>{escape(clean_paths(p))}</li>" for p in problems)
+    return _page_template().substitute(
+        style=_asset("report.css") + _status_css(),
+        generated_at=escape(generated_at.isoformat(timespec="seconds")),
+        records=len(grid.records),
+        cells=len(grid.rows),
+        runs=escape(", ".join(grid.runs) or "none"),
+        missing=_missing_html(missing),
+        headline=render_headline(grid.records, changes, groups),
+        counts=_summary(counts, reused_cells(grid.records)),
+        legend=_legend(),
+        compatibility=render_compatibility(entries, values),
+        hud=render_hud(entries, values),
+        pivot_controls=_filters(grid, values),
+        pivot=_grid_table(grid, entries, values),
+        changes=_changes(changes),
+        groups=_groups(groups),
+        trend=_trend(trend or {}),
+        stack_checker=_stack_checker(grid),
+        failures=_failures(grid),
+        probes=_probes_html(probes),
+        installability=_installability_html(installability),
+        script="\n".join(_asset(name) for name in SCRIPTS),
+        unreadable=(
+            f"<h2>Unreadable records</h2><ul class=problems>{unreadable}</ul>\n"
+            if unreadable
+            else ""
+        ),
+    )
+
+
+# The page's scripts, in the order they run: state.js and records.js are shared by those after.
+SCRIPTS = ("state.js", "records.js", "pivot.js", "overview.js", "report.js")
 
 
 def render_markdown(
@@ -195,9 +200,17 @@ def render_markdown(
 
 
 def render_json(
-    grid: Grid, groups: Sequence[FailureGroup] = (), changes: Sequence[StatusChange] = ()
+    grid: Grid,
+    groups: Sequence[FailureGroup] = (),
+    changes: Sequence[StatusChange] = (),
+    *,
+    probes: Sequence[Record] = (),
+    installability: Mapping[str, Any] | None = None,
+    missing: Sequence[str] = (),
 ) -> str:
-    """Machine-readable results: the latest record of every (cell, case), groups, changes."""
+    """Machine-readable results (results.json): the latest record of every (cell, case),
+    groups, changes, the cap probes, the plan's findings and the planned cells without
+    records."""
     counts = Counter(r.status.value for r in grid.records)
     payload = {
         "schema": 1,
@@ -232,6 +245,13 @@ def render_json(
             }
             for c in changes
         ],
+        "probes": [
+            {"cap": cap, "hardware": hw, "outcome": text}
+            for (cap, hw), text in probe_summaries(probes).items()
+        ],
+        "probe_records": [r.to_dict() for r in probes],
+        "installability": installability,
+        "planned_without_records": list(missing),
     }
     return json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n"
 
@@ -276,24 +296,16 @@ def render_report(
         changes=changes,
         trend=pass_rate_table(store),
         missing=missing,
+        probes=probes,
+        installability=installability,
     )
-    extra = _probes_html(probes) + _installability_html(installability)
-    html = html.replace("<script>", extra + "<script>", 1) if extra else html
     markdown = render_markdown(grid, groups, changes, missing) + probes_markdown(probes)
-    payload = json.loads(render_json(grid, groups, changes))
-    payload["probes"] = [
-        {"cap": cap, "hardware": hw, "outcome": text}
-        for (cap, hw), text in probe_summaries(probes).items()
-    ]
-    payload["probe_records"] = [r.to_dict() for r in probes]
-    payload["installability"] = installability
-    payload["planned_without_records"] = list(missing)
+    results = render_json(
+        grid, groups, changes, probes=probes, installability=installability, missing=missing
+    )
     write_atomically(out_dir / "index.html", html)
     write_atomically(out_dir / "summary.md", markdown)
-    write_atomically(
-        out_dir / "results.json",
-        json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n",
-    )
+    write_atomically(out_dir / "results.json", results)
     write_badges(out_dir / "badges", grid)
     write_constraints(out_dir / "constraints", latest)
     return grid
@@ -379,7 +391,7 @@ def probes_markdown(probes: Sequence[Record]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _installability_html(data: dict[str, Any] | None) -> str:
+def _installability_html(data: Mapping[str, Any] | None) -> str:
     """The plan's findings: per pair of axes with a pair that cannot co-install, a matrix."""
     if not data or not data.get("pairs"):
         return ""
@@ -849,9 +861,15 @@ def _md_link(label: str, url: str) -> str:
     return _md(label)
 
 
-# The page's style and scripts, inlined by render_html. pivot.js re-renders the grid
-# for any two axes; record text only ever reaches the page through its textContent
+# The page's template, style and scripts, inlined by render_html. pivot.js re-renders the
+# grid for any two axes; record text only ever reaches the page through its textContent
 # and setAttribute, never as markup.
 @cache
 def _asset(name: str) -> str:
     return (files("ftmatrix.report") / "assets" / name).read_text(encoding="utf-8")
+
+
+@cache
+def _page_template() -> Template:
+    # $-placeholders: every value substituted is markup this module escaped, or an asset.
+    return Template(_asset("report.html"))
