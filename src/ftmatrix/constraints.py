@@ -236,14 +236,17 @@ def derive_constraints(records: Iterable[Record]) -> list[ConstraintSet]:
     ]
 
 
-def write_constraints(folder: Path, records: Iterable[Record]) -> list[Path]:
+def write_constraints(
+    folder: Path, records: Iterable[Record], *, derived: Sequence[ConstraintSet] | None = None
+) -> list[Path]:
     """Write ``<operation>-<hardware>.txt`` and ``.json`` under ``folder``; drop stale ones.
 
     The cap probes' verdicts go to ``caps.txt`` and ``caps.json`` beside them.
+    ``derived``: ``derive_constraints(records)``, where the caller has it already.
     """
     records = list(records)
     written: list[Path] = []
-    for found in derive_constraints(records):
+    for found in derive_constraints(records) if derived is None else derived:
         text_file = folder / f"{found.stem}.txt"
         json_file = folder / f"{found.stem}.json"
         write_atomically(text_file, found.render_text())

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.status import PROBLEM_STATUSES
 from ftmatrix.check.results import read_results
 from ftmatrix.check.stack import Stack, ask_interpreter, parse_freeze, parse_trl_env
 from ftmatrix.check.verdict import (
@@ -24,9 +23,10 @@ from ftmatrix.check.verdict import (
     SHOWN,
     CheckReport,
     StackVerdict,
-    case_message,
     check_stack,
+    constraint_line,
     describe_match,
+    problem_lines,
 )
 from ftmatrix.errors import UsageError, printable
 
@@ -192,26 +192,16 @@ def _verdict_text(verdict: StackVerdict, report: CheckReport) -> list[str]:
             )
         if len(verdict.cells) > SHOWN:
             lines.append(f"  ... and {len(verdict.cells) - SHOWN} more as near")
-    problems = [r for r in first.records if r.status in PROBLEM_STATUSES and r.case != "*"]
-    for record in problems[:SHOWN]:
-        message = case_message(record, report.results)
-        lines.append(f"  {record.status.value} {record.case}: {message}")
-    if len(problems) > SHOWN:
-        lines.append(f"  ... and {len(problems) - SHOWN} more")
+    lines += problem_lines(first, report.results)
     for issue, labels in verdict.known_issues:
         where = "" if verdict.exact else f" (in {', '.join(labels[:SHOWN])})"
         lines.append(f"  known issue {issue.id}: {issue.title} {issue.upstream}{where}")
         if issue.workaround:
             lines.append(f"    workaround: {issue.workaround}")
-    for constraint in verdict.constraints:
-        when = ", ".join(
-            f"{k}=={v}" if v is not None else f"{k} not installed" for k, v in constraint.when
-        )
-        lines.append(
-            f"  constraint: {constraint.requirement}"
-            + (f" with {when}" if when else "")
-            + f" (constraints/{verdict.operation}-{verdict.hardware}.txt)"
-        )
+    lines += [
+        constraint_line(constraint, verdict.operation, verdict.hardware)
+        for constraint in verdict.constraints
+    ]
     for match in verdict.nearest_passing[:SHOWN]:
         lines.append(f"  nearest passing: {match.label}, {match.distance_text()}")
     if not verdict.nearest_passing and verdict.verdict not in ("pass", "n/a"):

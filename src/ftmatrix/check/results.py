@@ -11,7 +11,7 @@ and ``reports/constraints/`` say the same.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,12 +113,32 @@ def parse_results(payload: Any, *, source: str) -> Results:
             )
         if group.get("blame"):
             blame[key] = str(group["blame"])
-    return Results(
+    return results_of(
+        records,
         source=source,
-        runs=tuple(str(r) for r in payload.get("runs") or ()),
-        records=tuple(records),
+        runs=[str(r) for r in payload.get("runs") or ()],
         known=known,
         blame=blame,
+    )
+
+
+def results_of(
+    records: Sequence[Record],
+    *,
+    source: str,
+    runs: Sequence[str] = (),
+    known: Mapping[str, KnownIssueLink] | None = None,
+    blame: Mapping[str, str] | None = None,
+) -> Results:
+    """The results of a report's records, whether read from its results.json or held by
+    the report itself (its page's check): the constraints derived as the report derives
+    them for reports/constraints/ (the report writes those files from these)."""
+    return Results(
+        source=source,
+        runs=tuple(runs),
+        records=tuple(records),
+        known=dict(known or {}),
+        blame=dict(blame or {}),
         constraints=tuple(derive_constraints(records)),
     )
 

@@ -21,13 +21,21 @@ Verdicts, and what check concludes from them:
   a cell a few versions away is evidence about that cell, never a verdict on yours.
 
 Only ``broken`` makes check exit 1.
+
+The report's page answers the same question for a pasted ``pip freeze``: it embeds
+:func:`lookup_table`, everything check knows of the results before it sees a stack
+(the axes, the versions tested, the cells, each cell's verdict and lines on each
+operation, the constraints), and its script (``report/assets/stack.js``) takes the
+steps that need the stack as :func:`check_stack` and
+:func:`ftmatrix.check.command.report_text` take them: the same text, less the
+``results:`` line. tests/test_stack_js.py gives both the same inputs.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from packaging.utils import canonicalize_name
@@ -307,13 +315,18 @@ def _match(
                 package=axis, yours=yours, cell=theirs, steps=_steps(yours, theirs, tested[axis])
             )
         )
+    return replace(_operation_match(cell, operation), changes=tuple(changes))
+
+
+def _operation_match(cell: _Cell, operation: str) -> Match:
+    """What ``cell`` did for ``operation``, before any stack is compared with it."""
     records = tuple(r for r in cell.records if r.operation == operation or r.case == WHOLE_CELL)
     return Match(
         label=cell.label,
         cell_id=cell.cell_id,
         python=cell.python,
         pins=cell.pins,
-        changes=tuple(changes),
+        changes=(),
         verdict=_outcome(records),
         records=records,
     )
@@ -358,12 +371,8 @@ def _verdict(
         nearest_passing = []
     issues: dict[str, tuple[KnownIssueLink, list[str]]] = {}
     for match in shown:
-        for record in match.records:
-            issue = results.known_issue(record) if record.status in PROBLEM_STATUSES else None
-            if issue is not None:
-                labels = issues.setdefault(issue.id, (issue, []))[1]
-                if match.label not in labels:
-                    labels.append(match.label)
+        for issue in match_issues(match, results):
+            issues.setdefault(issue.id, (issue, []))[1].append(match.label)
     return StackVerdict(
         operation=operation,
         hardware=hardware,
@@ -438,6 +447,114 @@ def describe_match(match: Match) -> str:
     """One cell of a verdict, in a line: its label, what it did, how far it is."""
     where = f"; {', '.join(c.text() for c in match.changes)}" if match.changes else ""
     return f"{match.label} {_what(match)}: {match.counts_text()}{_reason(match)}{where}"
+
+
+def match_issues(match: Match, results: Results) -> list[KnownIssueLink]:
+    """The known issues the cell's problems are linked to, each once, in record order."""
+    found: dict[str, KnownIssueLink] = {}
+    for record in match.records:
+        issue = results.known_issue(record) if record.status in PROBLEM_STATUSES else None
+        if issue is not None:
+            found.setdefault(issue.id, issue)
+    return list(found.values())
+
+
+def problem_lines(match: Match, results: Results) -> list[str]:
+    """The cell's cases that did not pass, a line each: the first few, then how many more."""
+    problems = [r for r in match.records if r.status in PROBLEM_STATUSES and r.case != WHOLE_CELL]
+    lines = [f"  {r.status.value} {r.case}: {case_message(r, results)}" for r in problems[:SHOWN]]
+    if len(problems) > SHOWN:
+        lines.append(f"  ... and {len(problems) - SHOWN} more")
+    return lines
+
+
+def constraint_line(constraint: Constraint, operation: str, hardware: str) -> str:
+    """A derived constraint that excludes the stack, and the file it is in."""
+    when = ", ".join(
+        f"{k}=={v}" if v is not None else f"{k} not installed" for k, v in constraint.when
+    )
+    return (
+        f"  constraint: {constraint.requirement}"
+        + (f" with {when}" if when else "")
+        + f" (constraints/{operation}-{hardware}.txt)"
+    )
+
+
+def lookup_table(results: Results) -> dict[str, Any]:
+    """Everything check knows of ``results`` before it sees a stack, as JSON for the page.
+
+    Compact, as a page with thousands of cells needs; every text once, in ``texts``:
+
+    - ``axes``: the packages the cells pin (canonical names), in check's order;
+      ``tested``: the versions the records hold on each axis and on ``python``;
+    - ``cells``: ``[label, python, [its pin on each axis (null: none)]]``, by label;
+    - ``groups``: per (operation, hardware class), in check's order, ``[operation,
+      hardware, [entry, ...]]``, an entry per cell that speaks to it: ``[cell, verdict,
+      what, reason, counts, [problem line, ...], [issue, ...]]`` (cell: its index in
+      ``cells``; issue: its index in ``issues``; the rest: indexes in ``texts``);
+    - ``issues``: the known issues (``id``, ``title``, ``upstream``, ``workaround``);
+    - ``constraints``: ``[group, package, kind, versions, when, requirement, line]``
+      (group: its index in ``groups``; when: ``[[name, version], ...]``).
+    """
+    records = [r for r in results.records if not r.beyond_cap]
+    axes = _axes(records)
+    cells = _cells(records)
+    labels = sorted(cells)
+    cell_index = {label: i for i, label in enumerate(labels)}
+    texts: dict[str, int] = {}
+    issues: dict[str, tuple[int, KnownIssueLink]] = {}
+
+    def text(value: str) -> int:
+        return texts.setdefault(value, len(texts))
+
+    def issue(link: KnownIssueLink) -> int:
+        return issues.setdefault(link.id, (len(issues), link))[0]
+
+    groups: list[list[Any]] = []
+    group_index: dict[tuple[str, str], int] = {}
+    for (operation, hardware), members in _groups(records, cells, (), ()).items():
+        entries = []
+        for label in sorted(members):
+            m = _operation_match(cells[label], operation)
+            entries.append(
+                [
+                    cell_index[label],
+                    text(m.verdict),
+                    text(_what(m)),
+                    text(_reason(m)),
+                    text(m.counts_text()),
+                    [text(line) for line in problem_lines(m, results)],
+                    [issue(link) for link in match_issues(m, results)],
+                ]
+            )
+        group_index[operation, hardware] = len(groups)
+        groups.append([operation, hardware, entries])
+    return {
+        "axes": list(axes),
+        "tested": {a: sorted(v) for a, v in _tested_values(records, (*axes, PYTHON)).items()},
+        "cells": [
+            [label, cells[label].python, [cells[label].pins.get(a) for a in axes]]
+            for label in labels
+        ],
+        "texts": list(texts),
+        "issues": [link.to_dict() for _, link in issues.values()],
+        "groups": groups,
+        # A constraint of no group is never looked at (check_stack looks per group).
+        "constraints": [
+            [
+                group_index[found.operation, found.hardware],
+                c.package,
+                c.kind,
+                list(c.versions),
+                [list(pin) for pin in c.when],
+                c.requirement,
+                constraint_line(c, found.operation, found.hardware),
+            ]
+            for found in results.constraints
+            if (found.operation, found.hardware) in group_index
+            for c in found.constraints
+        ],
+    }
 
 
 def _constraint_applies(constraint: Constraint, stack: Stack) -> bool:

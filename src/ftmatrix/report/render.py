@@ -25,6 +25,8 @@ from typing import Any
 from ftmatrix.cell.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.cell.signature import clean_paths, clean_paths_in
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
+from ftmatrix.check.results import KnownIssueLink, Results, results_of
+from ftmatrix.check.verdict import lookup_table
 from ftmatrix.constraints import write_constraints
 from ftmatrix.known_issues import load_known_issues
 from ftmatrix.messages import headline
@@ -86,12 +88,14 @@ def render_html(
     missing: Sequence[str] = (),
     probes: Sequence[Record] = (),
     installability: Mapping[str, Any] | None = None,
+    results: Results | None = None,
 ) -> str:
     """One self-contained HTML page: no script or style is fetched from anywhere.
 
     ``missing``: planned cells without a record of the night (shown first, loudly);
     ``probes``: the cap probes' records (shown apart, never in the grid);
-    ``installability``: the plan's findings (:func:`read_installability`)."""
+    ``installability``: the plan's findings (:func:`read_installability`);
+    ``results``: :func:`check_results` of the grid and groups, where the caller has it."""
     counts = Counter(r.status for r in grid.records)
     entries = grid_entries(grid.records)
     values = grid_axes(entries)
@@ -113,7 +117,7 @@ def render_html(
         changes=_changes(changes),
         groups=_groups(groups),
         trend=_trend(trend or {}),
-        stack_checker=_stack_checker(grid),
+        stack_checker=_stack_checker(results or check_results(grid, groups)),
         failures=_failures(grid),
         probes=_probes_html(probes),
         installability=_installability_html(installability),
@@ -127,7 +131,7 @@ def render_html(
 
 
 # The page's scripts, in the order they run: state.js and records.js are shared by those after.
-SCRIPTS = ("state.js", "records.js", "pivot.js", "overview.js", "report.js")
+SCRIPTS = ("state.js", "records.js", "pivot.js", "overview.js", "stack.js", "report.js")
 
 
 def render_markdown(
@@ -288,6 +292,7 @@ def render_report(
         ]
     )
     installability = read_installability(out_dir)
+    results = check_results(grid, groups)
     html = render_html(
         grid,
         generated_at=now,
@@ -298,16 +303,18 @@ def render_report(
         missing=missing,
         probes=probes,
         installability=installability,
+        results=results,
     )
     markdown = render_markdown(grid, groups, changes, missing) + probes_markdown(probes)
-    results = render_json(
+    results_json = render_json(
         grid, groups, changes, probes=probes, installability=installability, missing=missing
     )
     write_atomically(out_dir / "index.html", html)
     write_atomically(out_dir / "summary.md", markdown)
-    write_atomically(out_dir / "results.json", results)
+    write_atomically(out_dir / "results.json", results_json)
     write_badges(out_dir / "badges", grid)
-    write_constraints(out_dir / "constraints", latest)
+    # The grid's records are the newest plain ones of latest, all derive_constraints reads.
+    write_constraints(out_dir / "constraints", latest, derived=results.constraints)
     return grid
 
 
@@ -755,19 +762,37 @@ def _trend(trend: dict[str, list[tuple[str, float]]]) -> str:
     return f"<h2>Pass rate per operation</h2><table class=trend>{''.join(rows)}</table>"
 
 
-def _stack_checker(grid: Grid) -> str:
-    cells: dict[str, dict[str, Any]] = {}
-    for record in grid.records:
-        entry = cells.setdefault(record.cell_label, {"pins": dict(record.pins), "statuses": {}})
-        entry["statuses"][record.status.value] = entry["statuses"].get(record.status.value, 0) + 1
+def check_results(grid: Grid, groups: Sequence[FailureGroup]) -> Results:
+    """What check reads from this report's results.json (its records, its groups' known
+    issues and blame), taken from what results.json is written from."""
+    return results_of(
+        grid.records,
+        source="results.json",
+        runs=grid.runs,
+        known={
+            g.key: KnownIssueLink(
+                id=g.known.id,
+                title=g.known.title,
+                upstream=g.known.upstream,
+                workaround=g.known.workaround,
+            )
+            for g in groups
+            if g.known
+        },
+        blame={g.key: g.blame for g in groups if g.blame},
+    )
+
+
+def _stack_checker(results: Results) -> str:
     # JSON inside a script element: '<' escaped so no value can close the element.
-    data = json.dumps(cells, sort_keys=True).replace("<", "\\u003c")
+    data = json.dumps(lookup_table(results), separators=(",", ":")).replace("<", "\\u003c")
     return (
         "<h2>Does my stack work?</h2>"
-        "<p>Paste the output of <code>pip freeze</code>; the nearest tested cells are shown.</p>"
+        "<p>Paste the output of <code>pip freeze</code>: the answer is what "
+        "<code>ftmatrix check --freeze</code> says with this report's results.json.</p>"
         '<textarea id=freeze rows=5 cols=60 placeholder="trl==0.19.1"></textarea> '
         "<button id=check type=button>Check</button><div id=verdict></div>"
-        f'<script type="application/json" id=cells-data>{data}</script>'
+        f'<script type="application/json" id=stack-data>{data}</script>'
     )
 
 
