@@ -207,9 +207,28 @@ def report_error(out_dir: str, error: BaseException) -> None:
 
 def run_reporting_errors(out_dir: str, body: Callable[[], None]) -> None:
     """Run ``body`` (a child script's work); if it raises, leave the exception for the
-    case and raise it on, so the process still exits non-zero."""
+    case and raise it on, so the process still exits non-zero. After a clean ``body``,
+    the process group it joined is destroyed (:func:`destroy_process_group`)."""
     try:
         body()
     except Exception as error:
         report_error(out_dir, error)
         raise
+    destroy_process_group()
+
+
+def destroy_process_group() -> None:
+    """Destroy torch.distributed's process group, if this process joined one.
+
+    torch asks every process to do so before it exits (its docs, "Shutdown"). A rank
+    that left it to the interpreter's exit died of SIGABRT ("terminate called without
+    an active exception") one run in three to six on a busy machine: a gloo worker
+    thread, freeing its last work's tensors during finalization, takes the GIL and is
+    ended by Python inside a noexcept destructor (pytorch/pytorch#190489). Only after
+    a clean run: destroying the group while a peer still waits in a collective can
+    hang it (pytorch/torchtitan#1342); a failed rank exits without it.
+    """
+    # A process that never imported torch.distributed has no group (nor, maybe, torch).
+    dist: Any = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
