@@ -20,6 +20,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import traceback
@@ -54,6 +55,11 @@ def launch_command(mode: str, processes: int, script: Sequence[str]) -> list[str
             "--multi_gpu",
             *("--num_processes", str(processes), "--num_machines", "1"),
             *("--mixed_precision", "no", "--dynamo_backend", "no"),
+            # A free port of its own: accelerate takes 29500 unless it finds it taken at the
+            # moment it looks, so two launches a moment apart (cells side by side, or
+            # another run on the machine) shared one store, and when the first ended the
+            # second's ranks aborted ("terminate called without an active exception").
+            *("--main_process_port", str(free_port())),
             *script,
         ]
     if mode == "torchrun":
@@ -66,6 +72,13 @@ def launch_command(mode: str, processes: int, script: Sequence[str]) -> list[str
             *script,
         ]
     return [sys.executable, *script]
+
+
+def free_port() -> int:
+    """A TCP port no one listens on now, for a launch's rendezvous on this machine."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def run_ranks(
