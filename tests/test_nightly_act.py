@@ -12,17 +12,23 @@ six 1.17.0 breaks, reuse and a bisect budget, over four nights:
 3. the Actions cache is gone (GitHub evicts it after 7 days unused): the history comes back
    from the published copy, so the cells are still reused and the findings still known;
 4. the runner's own `python3` is another version: the cells still run on the planned one.
+
+The runner's tool cache holds the planned Python (a virtual environment of this
+interpreter), as a self-hosted runner without github.com must: setup-python finds it there.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+import venv
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -70,28 +76,33 @@ PLANNED = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 @dataclass
 class Nightly:
-    """A repository with the workflow and the stand-ins' folders, run night by night."""
+    """A repository with the workflow, run night by night under act with ``actions`` (each
+    pinned ``owner/repo@sha``: its folder), in a runner whose tool cache is ``store/toolcache``.
+    ``services``: the act options and the runner variables that stand for GitHub's services."""
 
     repo: Path
     store: Path
+    actions: Mapping[str, Path]
+    services: list[str] = field(default_factory=list)
 
     @property
     def published(self) -> Path:
         return self.store / "published"
 
-    def night(self, number: int, **env: str) -> str:
-        """One night under act; its log. ``env``: the runner's environment."""
-        artifacts = self.store / "artifacts"
-        shutil.rmtree(artifacts, ignore_errors=True)
-        artifacts.mkdir(parents=True)
+    def night(self, number: int, *, failing: bool = False, **env: str) -> str:
+        """One night under act; its log. ``env``: the runner's environment. ``failing``: the
+        night is expected to fail (act exits 1), not to pass."""
+        shutil.rmtree(self.store / "artifacts", ignore_errors=True)  # the stand-ins': a run's
         command = [
             act_binary(), "workflow_dispatch", "-W", ".github/workflows/nightly.yml",
             *("-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted"),
-            *("-P", "beta=-self-hosted"), *local_actions(self.repo / WORKFLOW),
-            *("--env", f"STANDIN_ARTIFACTS={artifacts}"),
-            *("--env", f"STANDIN_CACHES={self.store / 'caches'}"),
-            *("--env", f"STANDIN_PUBLISHED={self.published}"),
+            *("-P", "beta=-self-hosted"),
+            *(x for pin, at in self.actions.items() for x in ("--local-repository", f"{pin}={at}")),
+            # Not the user's ~/.cache/act: its tool cache and the jobs' workspaces stay here.
+            *("--action-cache-path", str(self.store / "act")),
+            *("--env", f"AGENT_TOOLSDIRECTORY={self.store / 'toolcache'}"),
             *("--env", f"GITHUB_RUN_ID={1000 + number}"),
+            *self.services,
         ]  # fmt: skip
         # A runner's environment: none of ftmatrix's settings (importing ftmatrix.sessions in
         # this test process sets FTMATRIX_RUN_ID, which would make every night one run).
@@ -106,7 +117,7 @@ class Nightly:
         )  # fmt: skip
         log = ran.stdout + ran.stderr
         (self.store / f"night-{number}.log").write_text(log)
-        assert ran.returncode == 0, log[-6000:]
+        assert ran.returncode == (1 if failing else 0), log[-6000:]
         return log
 
     def published_records(self) -> list[dict]:
@@ -123,24 +134,35 @@ def act_binary() -> str:
     return found
 
 
-def local_actions(workflow: Path) -> list[str]:
+def pins(workflow: Path) -> list[tuple[str, str]]:
+    """(owner/repo, sha) of every action the workflow pins (actions/cache/restore and /save
+    are folders of actions/cache)."""
+    found = re.findall(r"uses: ([\w-]+/[\w-]+)(?:/[\w-]+)?@([0-9a-f]{40})", workflow.read_text())
+    return sorted(set(found))
+
+
+def standin_actions(workflow: Path) -> dict[str, Path]:
     """--local-repository for every action the workflow pins: its stand-in folder."""
-    pinned = sorted(set(re.findall(r"uses: (actions/[\w-]+)(?:/[\w-]+)?@([0-9a-f]{40})", workflow.read_text())))  # fmt: skip
-    options = []
-    for repository, sha in pinned:
+    actions = {}
+    for repository, sha in pins(workflow):
         folder = STANDINS / repository.removeprefix("actions/")
-        assert (folder / "action.yml").is_file() or folder.is_dir(), f"no stand-in for {repository}"
-        options += ["--local-repository", f"{repository}@{sha}={folder}"]
-    return options
+        assert folder.is_dir(), f"no stand-in for {repository}"
+        actions[f"{repository}@{sha}"] = folder
+    return actions
 
 
 def jobs_run(log: str) -> set[str]:
     return set(re.findall(r"\[nightly/ftmatrix/([^\]]+?)\s*\] 🏁  Job succeeded", log))
 
 
-@pytest.fixture(scope="module")
-def nightly(tmp_path_factory: pytest.TempPathFactory) -> Nightly:
-    repo = tmp_path_factory.mktemp("repository")
+def failed_steps(log: str) -> set[tuple[str, str]]:
+    """(job, step) of every step that failed, continue-on-error or not."""
+    found = re.findall(r"\[nightly/ftmatrix/([^\]]+?)\s*\]\s+❌  Failure - \w+ (.+?) \[", log)
+    return set(found)
+
+
+def make_repository(repo: Path, published: Path) -> None:
+    """This checkout's tracked files, the six case and matrix, the caller, committed."""
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.split(b"\0")
@@ -152,22 +174,47 @@ def nightly(tmp_path_factory: pytest.TempPathFactory) -> Nightly:
     # Beside this repository's cases (the wheel ships them), selected alone by the matrix.
     (repo / "cases" / "test_six.py").write_text(CASE)
     (repo / "matrix.yaml").write_text(MATRIX)
-    store = tmp_path_factory.mktemp("github")
     (repo / ".github/workflows/nightly.yml").write_text(
-        CALLER.format(python=PLANNED, published=store / "published")
+        CALLER.format(python=PLANNED, published=published)
     )
     (repo / ".github/workflows/pr.yml").unlink()
     git = ["git", "-c", "user.email=ftmatrix@example.com", "-c", "user.name=ftmatrix"]
     subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-qm", "nightly under act"], cwd=repo, check=True)
-    return Nightly(repo=repo, store=store)
+
+
+def make_tool_cache(store: Path) -> None:
+    """The runner's tool cache with the planned Python where setup-python looks:
+    ``Python/<x.y.z>/<arch>/`` and ``<arch>.complete``. A virtual environment of this
+    interpreter, with pip, stands for the full build a runner's cache holds."""
+    arch = {"x86_64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), "x64")
+    version = store / "toolcache" / "Python" / platform.python_version()
+    venv.create(version / arch, with_pip=True, symlinks=True)
+    (version / f"{arch}.complete").touch()
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory: pytest.TempPathFactory) -> Nightly:
+    repo = tmp_path_factory.mktemp("repository")
+    store = tmp_path_factory.mktemp("github")
+    make_repository(repo, store / "published")
+    make_tool_cache(store)
+    services = [
+        *("--env", f"STANDIN_ARTIFACTS={store / 'artifacts'}"),
+        *("--env", f"STANDIN_CACHES={store / 'caches'}"),
+        *("--env", f"STANDIN_PUBLISHED={store / 'published'}"),
+        "--no-cache-server",  # the cache is the stand-in's folder
+    ]
+    actions = standin_actions(repo / WORKFLOW)
+    return Nightly(repo=repo, store=store, actions=actions, services=services)
 
 
 def test_four_nights_of_the_nightly_under_act(nightly: Nightly, tmp_path: Path) -> None:
     # 1. Every planned cell runs, on the planned Python; both classes' findings are kept.
     log = nightly.night(1)
     assert {"plan", "alpha 1/1-1", "beta 1/1-2", "report"} <= jobs_run(log), jobs_run(log)
+    assert not failed_steps(log), failed_steps(log)
     records = nightly.published_records()
     assert sorted((r["cell_label"], r["status"]) for r in records) == [
         (f"alpha-py{PLANNED}-six1.16.0", "pass"),
