@@ -336,3 +336,23 @@ def test_the_plan_restores_the_history_before_planning_and_hands_on_reused_recor
     assert upload["with"]["name"].startswith("records-")  # the report downloads records-*
     report = workflow["jobs"]["report"]["steps"]
     assert any(s.get("with", {}).get("pattern") == "records-*" for s in report)
+
+
+def test_every_job_installs_ftmatrix_into_a_venv_of_its_own():
+    """setup-python's interpreter lives in a self-hosted runner's tool cache, shared by its jobs
+    and kept between nights: under act with the real setup-python, two jobs pip-installing
+    into it at once broke each other's install (pip's OSError on a file the other removed)."""
+    jobs = yaml.safe_load((SOURCE / "ftmatrix.yml").read_text())["jobs"]
+    for name, job in jobs.items():
+        steps = job["steps"]
+        setup = next(i for i, s in enumerate(steps) if "setup-python" in s.get("uses", ""))
+        install = next(i for i, s in enumerate(steps) if "INSTALL_FTMATRIX" in s.get("run", ""))
+        lines = steps[install]["run"].splitlines()
+        assert setup < install, name
+        assert lines == [
+            'python -m venv --without-pip "$RUNNER_TEMP/ftmatrix"',
+            'python -m pip --python "$RUNNER_TEMP/ftmatrix/bin/python" install "$INSTALL_FTMATRIX"',
+            'echo "$RUNNER_TEMP/ftmatrix/bin" >> "$GITHUB_PATH"',
+        ], name
+        later = "\n".join(str(s.get("run", "")) for s in steps[install + 1 :])
+        assert "pip install" not in later, name
