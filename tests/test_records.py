@@ -44,6 +44,27 @@ def test_cell_file_is_rewritten_whole_after_each_record(tmp_path: Path):
     assert list(path.parent.iterdir()) == [path]  # no temporary file left behind
 
 
+def test_adding_a_record_writes_the_others_back_as_they_were(tmp_path: Path):
+    """A case costs one record's serialization: the lines already there (redacted when
+    they were written) are kept byte for byte, not rebuilt from the file each time."""
+    path = record_path(tmp_path, "run1", "cell1")
+    file = CellRecordFile(path)
+    file.add(make_record(case="a"))
+    first = path.read_text()
+    # The same record in another valid form (indented keys): a rewrite would normalise it.
+    path.write_text(json.dumps(json.loads(first), indent=None, separators=(", ", " : ")) + "\n")
+    kept = path.read_text()
+    file.add(make_record(case="b"))
+    lines = path.read_text().splitlines(keepends=True)
+    assert lines[0] == kept
+    assert json.loads(lines[1])["case"] == "b"
+    file.add(make_record(case="a", status=Status.FAIL))  # a case's newer record replaces it
+    assert [(r.case, r.status) for r in CellRecordFile(path).records] == [
+        ("b", Status.PASS),
+        ("a", Status.FAIL),
+    ]
+
+
 def test_corrupt_and_truncated_lines_are_skipped_with_reasons(tmp_path: Path):
     path = record_path(tmp_path, "run1", "cell1")
     CellRecordFile(path).add(make_record())

@@ -269,24 +269,35 @@ class CellRecordFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.records: list[Record] = self._read()
+        self.records: list[Record] = [record for record, _ in self._read()]
 
     def add(self, record: Record) -> None:
         """Append ``record``, replacing an earlier record of the same case."""
         with _locked(self.path):
-            # Re-read: another process may have added records since we last looked.
-            self.records = [r for r in self._read() if r.case != record.case] + [record]
-            self._write()
+            # Re-read: another process may have added records since we last looked. The
+            # lines kept are written back as read (redacted when they were written): each
+            # case costs one record's serialization, not the whole file's.
+            kept = [(r, line) for r, line in self._read() if r.case != record.case]
+            self.records = [r for r, _ in kept] + [record]
+            write_atomically(self.path, "".join(line for _, line in kept) + _line(record))
 
     def save(self) -> None:
         with _locked(self.path):
-            self._write()
+            write_atomically(self.path, "".join(_line(r) for r in self.records))
 
-    def _read(self) -> list[Record]:
-        return list(read_records(self.path).records) if self.path.exists() else []
-
-    def _write(self) -> None:
-        write_atomically(self.path, "".join(_line(r) for r in self.records))
+    def _read(self) -> list[tuple[Record, str]]:
+        """The file's records, each with its line; unreadable lines are left out."""
+        if not self.path.exists():
+            return []
+        read = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                read.append((Record.from_mapping(json.loads(line)), line + "\n"))
+            except (ValueError, TypeError):
+                continue  # as read_records skips it (and reports it there)
+        return read
 
 
 @contextlib.contextmanager

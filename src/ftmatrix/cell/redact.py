@@ -53,21 +53,31 @@ def secret_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
 
 def redact_text(text: str, env: Mapping[str, str]) -> str:
     """``text`` with every secret masked (see the module's list)."""
+    return _masked(text, secret_values(env))
+
+
+def redact_data(data: Any, env: Mapping[str, str]) -> Any:
+    """``data`` (JSON-like: dicts, lists, strings) with every string and key redacted."""
+    # The environment is scanned once for the whole of ``data``, not once per string: a
+    # record holds a few hundred (every installed package's name and version).
+    return _masked_data(data, secret_values(env))
+
+
+def _masked(text: str, secrets: list[tuple[str, str]]) -> str:
     # A URL's whole userinfo first: the user name goes with the password.
     text = URL_USERINFO.sub(r"\1<redacted>@", text)
-    for name, value in secret_values(env):
+    for name, value in secrets:
         if value in text:
             text = text.replace(value, f"<redacted:{name}>")
     text = WANDB_KEY_ASSIGNED.sub(r"\1<redacted>", text)
     return TOKEN_SHAPES.sub("<redacted>", text)
 
 
-def redact_data(data: Any, env: Mapping[str, str]) -> Any:
-    """``data`` (JSON-like: dicts, lists, strings) with every string and key redacted."""
+def _masked_data(data: Any, secrets: list[tuple[str, str]]) -> Any:
     if isinstance(data, str):
-        return redact_text(data, env)
+        return _masked(data, secrets)
     if isinstance(data, dict):
-        return {redact_data(k, env): redact_data(v, env) for k, v in data.items()}
+        return {_masked_data(k, secrets): _masked_data(v, secrets) for k, v in data.items()}
     if isinstance(data, list | tuple):
-        return [redact_data(v, env) for v in data]
+        return [_masked_data(v, secrets) for v in data]
     return data
