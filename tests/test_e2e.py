@@ -79,6 +79,10 @@ def test_small_matrix_runs_every_cell_and_reports(tmp_path: Path):
     }
     assert len(set(locks.values())) == 4
     assert all(record["lock_id"] == locks[record["cell_id"]] for record in records)
+    # The cells' bytecode stays with their venvs (one folder per lock), not in the cases.
+    assert not list((DATA / "small_cases").rglob("__pycache__"))
+    kept = {p.name for p in (tmp_path / "envs").glob("*/ftmatrix-bytecode-*")}
+    assert kept == {f"ftmatrix-bytecode-{lock}" for lock in locks.values()}
     old_six_old_attrs = by_cell["cpu-py3.11-six1.16.0-attrs23.2.0"]
     assert old_six_old_attrs == {
         "test_six_imports": "pass",

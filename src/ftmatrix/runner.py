@@ -80,8 +80,10 @@ OFFLINE_ENV = {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "WANDB_MODE": "disabled",
     "TOKENIZERS_PARALLELISM": "false",
-    "PYTHONDONTWRITEBYTECODE": "1",
 }
+# Where a cell's venv keeps the bytecode of what its processes imported (one folder per
+# lock): see bytecode_cache.
+BYTECODE_PREFIX = "ftmatrix-bytecode-"
 PYTEST_INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 # Share of the machine's memory a cell's cases may take when matrix.yaml sets no limit.
 DEFAULT_MEMORY_SHARE = 0.9
@@ -499,7 +501,10 @@ def _run_cases(
             targets,
             record_file=files.records,
             cases_dir=ctx.cases_dir.resolve(),
-            env={**cell_env(ctx.env), **lease_env(devices)},
+            env={
+                **cell_env(ctx.env, bytecode=bytecode_cache(venv_python, lock.id)),
+                **lease_env(devices),
+            },
             cwd=workdir,
             limits=CaseLimits(
                 case_seconds=ctx.timeouts.case,
@@ -610,13 +615,41 @@ def parallel_args(workers: int) -> list[str]:
     return ["-n", str(workers), "--dist", "load", "--ftmatrix-parallel"]
 
 
-def cell_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The cell's environment: offline, and ftmatrix's plugin importable without installing it."""
+def cell_env(env: Mapping[str, str], *, bytecode: Path | None = None) -> dict[str, str]:
+    """The cell's environment: offline, and ftmatrix's plugin importable without installing it.
+
+    ``bytecode``: the folder where the cell's processes keep the bytecode of what they
+    import (``PYTHONPYCACHEPREFIX``); None leaves the caller's settings as they are.
+    """
     # The plugin needs only the standard library, pytest and packaging. Only a copy of
     # ftmatrix.cell goes on the path: the folder this package is installed in may be a
     # site-packages holding nox, uv, pyyaml or torch, which must not leak into a cell.
     path = os.pathsep.join(p for p in (str(plugin_root()), env.get("PYTHONPATH", "")) if p)
-    return {**env, **OFFLINE_ENV, "PYTHONPATH": path}
+    cell = {**env, **OFFLINE_ENV, "PYTHONPATH": path}
+    if bytecode is not None:
+        # uv installs no bytecode, so without a place to write it every process (pytest,
+        # each rank of a launch) compiled torch, transformers and trl from source again:
+        # about half of a CPU cell's time. The prefix keeps it out of the source folders
+        # (the cases, site-packages), which PYTHONDONTWRITEBYTECODE is usually set to spare.
+        cell.pop("PYTHONDONTWRITEBYTECODE", None)
+        cell["PYTHONPYCACHEPREFIX"] = str(bytecode)
+    return cell
+
+
+def bytecode_cache(venv_python: Path, lock_id: str) -> Path:
+    """The folder of the venv's bytecode for the lock ``lock_id``, made empty of any other's.
+
+    Beside the venv it serves, so it lives and goes with it. Bytecode is checked against
+    its source's modification time and size only; a folder per lock keeps a module of
+    one release from ever taking the bytecode of another's.
+    """
+    venv = venv_python.parent.parent
+    folder = venv / f"{BYTECODE_PREFIX}{lock_id}"
+    for earlier in venv.glob(f"{BYTECODE_PREFIX}*"):
+        if earlier != folder:
+            shutil.rmtree(earlier, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder.resolve()
 
 
 def plugin_root() -> Path:
