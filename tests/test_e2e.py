@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ftmatrix.resolve import lock_id
+from ftmatrix.sharing import usable_cpus
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"
@@ -60,7 +61,12 @@ def test_small_matrix_runs_every_cell_and_reports(tmp_path: Path):
 
     ran = nox("-s", "matrix", "--envdir", str(tmp_path / "envs"), env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert "Running session report" in ran.stderr
+    if usable_cpus() > 1:
+        # Cells side by side by default (nox's parallel sessions): the last to end reports.
+        assert f"[4 cells, {min(4, usable_cpus())} at once" in ran.stdout
+        assert "the last cell of the run to end: building the report" in ran.stdout
+    else:
+        assert "Running session report" in ran.stderr
 
     records = records_of(tmp_path / "out")
     assert len(records) == 4 * 6
@@ -107,19 +113,28 @@ def test_small_matrix_runs_every_cell_and_reports(tmp_path: Path):
     assert len(records_of(tmp_path / "out")) == 4 * 6
 
 
-def test_parallel_cells_share_one_run_and_the_report_follows(tmp_path: Path):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_cells_one_at_a_time_or_side_by_side_share_one_run_and_the_report_follows(
+    tmp_path: Path, jobs: str
+):
     env = {
         "FTMATRIX_MATRIX": str(DATA / "small_matrix.yaml"),
         "FTMATRIX_CASES": str(DATA / "small_cases"),
         "FTMATRIX_OUT": str(tmp_path / "out"),
     }
-    ran = nox("-j", "2", "-s", "matrix", "report", "--envdir", str(tmp_path / "envs"), env=env)
+    ran = nox("-j", jobs, "-s", "matrix", "--envdir", str(tmp_path / "envs"), env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     records = records_of(tmp_path / "out")
     assert len(records) == 4 * 6
     assert len({r["run_id"] for r in records}) == 1
     page = (tmp_path / "out" / "index.html").read_text()
     assert page.count("<tr><th scope=row><code>cpu-py3.11-six") == 4
+    if jobs == "1":  # one after another in one nox: the report session is queued after them
+        assert "Running session report" in ran.stderr
+        assert "[0/4 cells] cpu-py3.11-six1.16.0-attrs23.2.0" in ran.stdout
+    else:  # each cell in a child nox: the one that ends the run builds the report
+        assert "the last cell of the run to end: building the report" in ran.stdout
+        assert "Running session report" not in ran.stderr
 
 
 def test_uninstallable_cell_is_recorded_with_the_resolver_reason(tmp_path: Path):

@@ -40,3 +40,28 @@ def test_live_line_is_redrawn_below_the_output():
     text = out.getvalue()
     assert text.startswith("[0/1 cells] cell 00:00\r\x1b[2Ka line of pytest output\n")
     assert text.endswith("[0/1 cells] cell 00:00 | 1 fail\n")
+
+
+def test_the_line_shows_how_cells_and_cases_share_the_machine():
+    out, clock = io.StringIO(), Clock()
+    # One cell's process among two at once (nox names the cell beside it): no label.
+    progress = Progress(4, out, live=False, clock=clock)
+    progress.sharing(cells_at_once=2, workers=1, threads=1)
+    progress.cell_started("cpu-py3.11-trl1.16.0")
+    progress.case_started("test_sft.py::test_sft")
+    assert progress.status_line() == (
+        "[4 cells, 2 at once, 1 torch thread each] test_sft.py::test_sft 00:00"
+    )
+    # pytest-xdist workers in one cell: every case running now.
+    progress = Progress(2, out, live=False, clock=clock)
+    progress.sharing(cells_at_once=1, workers=2, threads=1)
+    progress.cell_started("cell")
+    progress.case_started("test_b.py::b")
+    progress.case_started("test_a.py::a")
+    assert progress.status_line() == (
+        "[0/2 cells, 2 workers, 1 torch thread each] cell test_a.py::a, test_b.py::b 00:00"
+    )
+    progress.case_finished("test_a.py::a", Status.PASS)
+    assert progress.status_line() == (
+        "[0/2 cells, 2 workers, 1 torch thread each] cell test_b.py::b 00:00 | 1 pass"
+    )

@@ -17,7 +17,8 @@ from ftmatrix.cell.records import CellRecordFile, Record, collected_cases_path, 
 from ftmatrix.config import ConfigError, Limits, parse_matrix
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import with_test_runners
-from ftmatrix.runner import parallel_args, worker_count
+from ftmatrix.runner import cell_env, memory_limit_bytes, parallel_args, worker_count
+from ftmatrix.sharing import cell_running, cells_at_once, torch_threads
 
 pytest_plugins = ["pytester"]
 
@@ -55,6 +56,45 @@ def test_one_worker_runs_as_before_and_more_bring_pytest_xdist():
     assert parallel_args(3) == ["-n", "3", "--dist", "load", "--ftmatrix-parallel"]
     assert worker_count(Limits(workers=3)) == 3
     assert worker_count(Limits(workers="auto")) >= 1
+
+
+def test_cells_run_one_per_cpu_by_default_and_take_a_count():
+    assert parse("packages: {six: ['1.17.0']}\n").limits.cells == "auto"
+    assert parse("packages: {six: ['1.17.0']}\nlimits: {cells: 3}\n").limits.cells == 3
+    with pytest.raises(ConfigError) as caught:
+        parse("packages: {six: ['1.17.0']}\nlimits: {cells: 0}\n")
+    assert caught.value.problems == (
+        "m.yaml: limits.cells: must be a whole number from 1 to 256 or 'auto' (one per CPU), "
+        "got 0",
+    )
+    assert cells_at_once(Limits(), cells=4, cpus=2) == 2
+    assert cells_at_once(Limits(), cells=1, cpus=8) == 1  # never more than the cells
+    assert cells_at_once(Limits(cells=3), cells=10, cpus=2) == 3
+    assert cells_at_once(Limits(cells=1), cells=10, cpus=8) == 1
+    # Cells that lease GPUs wait for the lease: one at a time unless asked for more.
+    assert cells_at_once(Limits(), cells=4, cpus=8, gpus=True) == 1
+    assert cells_at_once(Limits(cells=2), cells=4, cpus=8, gpus=True) == 2
+
+
+def test_processes_at_once_share_the_cpus_for_torch_threads_and_the_memory():
+    assert torch_threads(1, cpus=2) is None  # one process: torch's own default, every core
+    assert torch_threads(2, cpus=2) == 1
+    assert torch_threads(2, cpus=8) == 4
+    assert torch_threads(4, cpus=2) == 1
+    assert cell_env({}, threads=2)["OMP_NUM_THREADS"] == "2"
+    assert cell_env({"OMP_NUM_THREADS": "6"}, threads=2)["OMP_NUM_THREADS"] == "6"  # yours wins
+    assert "OMP_NUM_THREADS" not in cell_env({})
+    machine = {"memory_gib": 20}
+    assert memory_limit_bytes(Limits(), machine) == int(18 * 2**30)
+    assert memory_limit_bytes(Limits(), machine, cells_at_once=2) == int(9 * 2**30)
+    assert memory_limit_bytes(Limits(memory_gib=4), machine, cells_at_once=2) == 4 * 2**30
+
+
+def test_the_cell_that_ends_the_run_is_the_one_that_finds_no_other_running(tmp_path: Path):
+    with cell_running(tmp_path) as first:
+        with cell_running(tmp_path) as second:
+            assert not second.last()  # the first still runs
+        assert first.last()  # the second has ended: the first ends the run
 
 
 def _add_records(path: str, worker: int, count: int) -> None:

@@ -10,4 +10,4 @@ import nox
 
 from ftmatrix.sessions import *  # noqa: F403 -- importing them is what registers the sessions
 
-nox.needs_version = ">=2025.2.9"
+nox.needs_version = ">=2026.10.20"

@@ -47,8 +47,9 @@ TOP_LEVEL_KEYS = (
 PROFILE_KEYS = tuple(k for k in TOP_LEVEL_KEYS if k not in ("profiles", "default-profile"))
 INSTALL_KEYS = ("find-links", "index-url", "extra-index-urls", "system-packages")
 TIMEOUT_KEYS = ("case", "cell")
-LIMIT_KEYS = ("memory-gib", "workers")
-MAX_WORKERS = 256  # pytest-xdist processes in one cell: more than any runner has CPUs
+LIMIT_KEYS = ("memory-gib", "workers", "cells")
+# pytest-xdist processes in one cell, or cells at once: more than any runner has CPUs
+MAX_WORKERS = 256
 OLDEST_PYTHON = (3, 9)  # what the cell's plugin and a supported pytest run on
 HARDWARE_KEYS = ("runs-on", "gpus")
 BISECT_KEYS = ("budget",)
@@ -147,13 +148,16 @@ class Timeouts:
 class Limits:
     """Resources a cell's cases may use; past them a case is recorded as ``oom``.
 
-    ``memory_gib`` None means 90% of the machine's memory, checked at run time.
-    ``workers`` is how many pytest-xdist workers share the cell's cases: 1 runs them
-    one after another, ``"auto"`` one worker per CPU.
+    ``memory_gib`` None means 90% of the machine's memory (shared among the cells that
+    run at once), checked at run time. ``workers`` is how many pytest-xdist workers
+    share the cell's cases: 1 runs them one after another, ``"auto"`` one worker per
+    CPU. ``cells`` is how many cells run side by side (nox's parallel sessions):
+    ``"auto"`` one per CPU, at most the cells selected.
     """
 
     memory_gib: float | None = None
     workers: int | Literal["auto"] = 1
+    cells: int | Literal["auto"] = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -596,16 +600,17 @@ def _limits(checker: _Checker, raw: Any) -> Limits:
             checker.add("limits.memory-gib", f"must be a number of GiB > 0, got {memory!r}")
         else:
             values["memory_gib"] = float(memory)
-    workers = raw.get("workers", 1)
-    # bool is no count; past MAX_WORKERS, pytest-xdist would start a process per worker
-    if workers == "auto" or (type(workers) is int and 1 <= workers <= MAX_WORKERS):
-        values["workers"] = workers
-    else:
-        checker.add(
-            "limits.workers",
-            f"must be a whole number from 1 to {MAX_WORKERS} or 'auto' (one per CPU), "
-            f"got {workers!r}",
-        )
+    for key, default in (("workers", 1), ("cells", "auto")):
+        count = raw.get(key, default)
+        # bool is no count; past MAX_WORKERS, each would be a process of its own
+        if count == "auto" or (type(count) is int and 1 <= count <= MAX_WORKERS):
+            values[key] = count
+        else:
+            checker.add(
+                f"limits.{key}",
+                f"must be a whole number from 1 to {MAX_WORKERS} or 'auto' (one per CPU), "
+                f"got {count!r}",
+            )
     return Limits(**values)
 
 

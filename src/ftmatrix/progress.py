@@ -1,7 +1,9 @@
 """Progress of a run: one live line on a terminal, plain log lines anywhere else (CI logs).
 
-The line reads: cells done/total, the current cell and case, elapsed time, and
-the counts of statuses so far. Output of the cases passes through above it.
+The line reads: cells done/total (or, where cells run side by side, how many at once),
+the current cell, how its cases share the CPUs (pytest-xdist workers, torch threads per
+process) and every case running now, elapsed time, and the counts of statuses so far.
+Output of the cases passes through above it.
 """
 
 from __future__ import annotations
@@ -33,26 +35,36 @@ class Progress:
         self.started = clock()
         self.cells_done = 0
         self.cell: str | None = None
-        self.case: str | None = None
+        self.running: set[str] = set()
         self.counts: Counter[Status] = Counter()
+        self.cells_at_once = 1
+        self.workers = 1
+        self.threads: int | None = None
         self._drawn = False
         # The cases' output arrives on another thread than the supervisor's events.
         self._lock = threading.RLock()
 
+    def sharing(self, *, cells_at_once: int, workers: int, threads: int | None) -> None:
+        """How the run shares the machine: cells side by side (nox's parallel sessions, each
+        in its own process: this line is one cell's), workers per cell, torch threads each."""
+        with self._lock:
+            self.cells_at_once, self.workers, self.threads = cells_at_once, workers, threads
+
     def cell_started(self, label: str) -> None:
         with self._lock:
-            self.cell, self.case = label, None
+            self.cell = label
+            self.running.clear()
             self._show()
 
     def case_started(self, case: str) -> None:
         with self._lock:
-            self.case = case
+            self.running.add(case)
             self._show()
 
     def case_finished(self, case: str, status: Status) -> None:
         with self._lock:
             self.counts[status] += 1
-            self.case = None
+            self.running.discard(case)
             if self.live:
                 self._show()
             else:
@@ -61,7 +73,7 @@ class Progress:
     def cell_finished(self) -> None:
         with self._lock:
             self.cells_done += 1
-            self.case = None
+            self.running.clear()
             if not self.live:
                 self._log("cell done")
             self._show()
@@ -75,14 +87,24 @@ class Progress:
 
     def status_line(self) -> str:
         elapsed = int(self.clock() - self.started)
-        where = self.cell or "-"
-        if self.case:
-            where += f" {self.case}"
+        if self.cells_at_once > 1:
+            # One cell's process among several: nox names the cell beside this line.
+            cells = f"{self.total_cells} cells, {self.cells_at_once} at once"
+            where = ""
+        else:
+            cells = f"{self.cells_done}/{self.total_cells} cells"
+            where = self.cell or "-"
+        sharing = [f"{self.workers} workers"] if self.workers > 1 else []
+        if self.threads is not None:
+            sharing.append(f"{self.threads} torch thread{'s' if self.threads != 1 else ''} each")
+        if sharing:
+            cells += ", " + ", ".join(sharing)
+        if self.running:
+            where = " ".join(filter(None, [where, ", ".join(sorted(self.running))]))
         counts = " ".join(f"{self.counts[s]} {s.value}" for s in Status if self.counts[s])
-        return (
-            f"[{self.cells_done}/{self.total_cells} cells] {where} "
-            f"{elapsed // 60:02d}:{elapsed % 60:02d}" + (f" | {counts}" if counts else "")
-        )
+        return " ".join(
+            filter(None, [f"[{cells}]", where, f"{elapsed // 60:02d}:{elapsed % 60:02d}"])
+        ) + (f" | {counts}" if counts else "")
 
     def close(self) -> None:
         with self._lock:

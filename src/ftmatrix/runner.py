@@ -69,6 +69,7 @@ from ftmatrix.resolve import (
     with_test_runners,
 )
 from ftmatrix.reuse import CellKey, cases_key, done_path, hardware_id, reuse_cell
+from ftmatrix.sharing import torch_threads, usable_cpus
 from ftmatrix.supervise import CaseLimits, run_cases
 from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
@@ -110,6 +111,9 @@ class CellContext:
     resume: bool = False
     # matrix.yaml's reuse.max-age-days for this run (0: off, as with FTMATRIX_REUSE=0).
     reuse_days: int = 0
+    # Cells running side by side with this one (nox's parallel sessions): they share
+    # the CPUs (torch's threads) and the default memory limit.
+    cells_at_once: int = 1
     sleep: Callable[[float], None] = time.sleep
     today: Callable[[], date] = lambda: datetime.now(UTC).date()
 
@@ -502,14 +506,20 @@ def _run_cases(
             record_file=files.records,
             cases_dir=ctx.cases_dir.resolve(),
             env={
-                **cell_env(ctx.env, bytecode=bytecode_cache(venv_python, lock.id)),
+                **cell_env(
+                    ctx.env,
+                    bytecode=bytecode_cache(venv_python, lock.id),
+                    threads=torch_threads(
+                        ctx.cells_at_once * worker_count(ctx.limits), usable_cpus()
+                    ),
+                ),
                 **lease_env(devices),
             },
             cwd=workdir,
             limits=CaseLimits(
                 case_seconds=ctx.timeouts.case,
                 cell_seconds=ctx.timeouts.cell,
-                memory_bytes=memory_limit_bytes(ctx.limits, run.fingerprint),
+                memory_bytes=memory_limit_bytes(ctx.limits, run.fingerprint, ctx.cells_at_once),
             ),
             make_record=functools.partial(run.make_record, lock_id=lock.id),
             log=run.log,
@@ -550,12 +560,16 @@ def machine_devices(fingerprint: Mapping[str, Any], env: Mapping[str, str]) -> l
     return [str(i) for i in range(int(fingerprint.get("gpu_count", 0)))]
 
 
-def memory_limit_bytes(limits: Limits, fingerprint: Mapping[str, Any]) -> int | None:
-    """The memory a cell's cases may use: matrix.yaml's limit, else most of the machine's."""
+def memory_limit_bytes(
+    limits: Limits, fingerprint: Mapping[str, Any], cells_at_once: int = 1
+) -> int | None:
+    """The memory a cell's cases may use: matrix.yaml's limit, else its share of most of the
+    machine's (cells that run at once split it)."""
     if limits.memory_gib is not None:
         return int(limits.memory_gib * 2**30)
     total = fingerprint.get("memory_gib")
-    return int(float(total) * DEFAULT_MEMORY_SHARE * 2**30) if total else None
+    share = DEFAULT_MEMORY_SHARE / max(1, cells_at_once)
+    return int(float(total) * share * 2**30) if total else None
 
 
 def pytest_command(
@@ -597,7 +611,7 @@ def worker_count(limits: Limits) -> int:
     if limits.workers != "auto":
         return limits.workers
     # Cells run under CI runners and containers pinned to a few CPUs: count those.
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    return usable_cpus()
 
 
 def parallel_args(workers: int) -> list[str]:
@@ -615,11 +629,15 @@ def parallel_args(workers: int) -> list[str]:
     return ["-n", str(workers), "--dist", "load", "--ftmatrix-parallel"]
 
 
-def cell_env(env: Mapping[str, str], *, bytecode: Path | None = None) -> dict[str, str]:
+def cell_env(
+    env: Mapping[str, str], *, bytecode: Path | None = None, threads: int | None = None
+) -> dict[str, str]:
     """The cell's environment: offline, and ftmatrix's plugin importable without installing it.
 
     ``bytecode``: the folder where the cell's processes keep the bytecode of what they
     import (``PYTHONPYCACHEPREFIX``); None leaves the caller's settings as they are.
+    ``threads``: torch's threads per process (``OMP_NUM_THREADS``) where processes share
+    the CPUs, unless the caller's environment sets them; None: torch's own default.
     """
     # The plugin needs only the standard library, pytest and packaging. Only a copy of
     # ftmatrix.cell goes on the path: the folder this package is installed in may be a
@@ -633,6 +651,8 @@ def cell_env(env: Mapping[str, str], *, bytecode: Path | None = None) -> dict[st
         # (the cases, site-packages), which PYTHONDONTWRITEBYTECODE is usually set to spare.
         cell.pop("PYTHONDONTWRITEBYTECODE", None)
         cell["PYTHONPYCACHEPREFIX"] = str(bytecode)
+    if threads is not None:
+        cell.setdefault("OMP_NUM_THREADS", str(threads))
     return cell
 
 

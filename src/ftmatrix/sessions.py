@@ -18,6 +18,7 @@ makes the noxfile's folder: the user's repository, never this package's location
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import subprocess
 import sys
@@ -29,19 +30,21 @@ from typing import Any, NoReturn
 import nox
 
 from ftmatrix.case_selection import check_case_selection, split_pytest_args
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.records import WHOLE_CELL, Record, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import ExitCode, FatalError
 from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
-from ftmatrix.runner import CellContext, current_python, run_cell
+from ftmatrix.runner import CellContext, current_python, run_cell, worker_count
+from ftmatrix.sharing import cell_running, cells_at_once, torch_threads, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
 
 __all__ = ["autobisect", "bisect", "matrix", "plan", "report", "wheelhouse"]
 
-nox.needs_version = ">=2025.2.9"
+# Session.parallel (whether nox's parallel scheduler runs this session): 2026.10.20.
+nox.needs_version = ">=2026.10.20"
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
 
@@ -85,6 +88,33 @@ if LISTED.loaded is not None:
 PROGRESS = Progress(
     len(LISTED.loaded.selected) if LISTED.loaded else 0, sys.stdout, live=sys.stdout.isatty()
 )
+
+
+def cells_side_by_side(listed: Listing) -> int:
+    """How many cells nox runs at once (limits.cells; auto: one per usable CPU, one where
+    the cells lease GPUs)."""
+    if listed.loaded is None:
+        return 1
+    loaded = listed.loaded
+    hardware = {c.hardware for c in loaded.selected}
+    return cells_at_once(
+        loaded.matrix.limits,
+        len(loaded.selected),
+        usable_cpus(),
+        gpus=any(h.gpus for h in loaded.matrix.hardware if h.name in hardware),
+    )
+
+
+# Cells side by side are nox's own parallel sessions: `nox -s matrix` runs them so,
+# `nox -j 1 -s matrix` one at a time.
+CELLS_AT_ONCE = cells_side_by_side(LISTED)
+if CELLS_AT_ONCE > 1:
+    nox.options.parallel = CELLS_AT_ONCE
+    # Only the cells may run side by side; nox warns so whenever the sessions chosen
+    # are others (plan, report, a repository's tests), which then run as ever.
+    logging.getLogger("nox").addFilter(
+        lambda record: "No selected session allows parallel" not in record.getMessage()
+    )
 
 
 @nox.session(reuse_venv=True, tags=["matrix"], allow_parallel=True)
@@ -137,6 +167,9 @@ def run_matrix_cell(
     error of the whole cell) fails its session, so the run's exit code says so.
     """
     hardware = next(h for h in loaded.matrix.hardware if h.name == cell.hardware)
+    # Under nox's parallel scheduler, CELLS_AT_ONCE cells share the machine; `-j 1` runs
+    # them one after another in this process, each with the whole of it.
+    at_once = CELLS_AT_ONCE if session.parallel else 1
     context = CellContext(
         run_id=loaded.settings.run_id,
         out_dir=loaded.settings.out,
@@ -151,11 +184,28 @@ def run_matrix_cell(
         limits=loaded.matrix.limits,
         resume=loaded.settings.resume,
         reuse_days=loaded.reuse_days,
+        cells_at_once=at_once,
     )
     venv_python = Path(session.bin) / "python"
     write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)
-    records = run_cell(cell, venv_python, context, log=session.log, progress=PROGRESS)
-    PROGRESS.close()
+    workers = worker_count(loaded.matrix.limits)
+    PROGRESS.sharing(
+        cells_at_once=at_once,
+        workers=workers,
+        threads=torch_threads(at_once * workers, usable_cpus()),
+    )
+    run_folder = record_path(loaded.settings.out, loaded.settings.run_id, cell.id).parent
+    with cell_running(run_folder) as end:
+        records = run_cell(cell, venv_python, context, log=session.log, progress=PROGRESS)
+        PROGRESS.close()
+        report_here = session.parallel and end.last()
+        if report_here:
+            # No child of nox's parallel scheduler can queue the report; the cell that
+            # ends the run builds it (`nox -s matrix report` builds it again after).
+            session.log("the last cell of the run to end: building the report")
+            code = ftmatrix_command("report")
+            if code != ExitCode.OK:
+                session.error(f"report ended with exit code {code}")
     counts: dict[str, int] = {}
     for record in records:
         counts[record.status.value] = counts.get(record.status.value, 0) + 1
@@ -163,12 +213,8 @@ def run_matrix_cell(
     problem = no_verdict(records)
     if problem:
         session.error(f"{cell.label}: no verdict: {problem}")
-    try:
+    if not session.parallel:
         session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
-    except ValueError:
-        # Under `nox -j`, each session runs in a child that cannot queue another;
-        # `nox -j auto -s matrix report` runs the report after the cells instead.
-        session.log("parallel run: the report session runs after the cells when named")
 
 
 def no_verdict(records: Sequence[Record]) -> str | None:
@@ -186,16 +232,19 @@ def no_verdict(records: Sequence[Record]) -> str | None:
 def run_cli(session: nox.Session, command: str) -> None:
     """``python -m ftmatrix COMMAND`` with the session's arguments, in the noxfile's folder:
     the subcommand itself, its output and its exit code."""
+    code = ftmatrix_command(command, *session.posargs)
+    if code != ExitCode.OK:
+        fail_as_cli(session, command, code)
+
+
+def ftmatrix_command(command: str, *args: str) -> int:
+    """Run ``python -m ftmatrix COMMAND ARGS`` in the noxfile's folder; its exit code."""
     sys.stdout.flush()
     sys.stderr.flush()
     # -P: the folder is not put on the path. It may be this package's own (the noxfile
     # `ftmatrix run` uses), whose selectors.py would shadow the standard library's.
-    ran = subprocess.run(
-        [sys.executable, "-P", "-m", "ftmatrix", command, *session.posargs], cwd=ROOT, check=False
-    )
-    code = ran.returncode if ran.returncode >= 0 else 128 - ran.returncode  # a signal, as sh
-    if code != ExitCode.OK:
-        fail_as_cli(session, command, code)
+    ran = subprocess.run([sys.executable, "-P", "-m", "ftmatrix", command, *args], cwd=ROOT)
+    return ran.returncode if ran.returncode >= 0 else 128 - ran.returncode  # a signal, as sh
 
 
 def fail_as_cli(session: nox.Session, command: str, code: int) -> NoReturn:
