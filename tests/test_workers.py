@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from ftmatrix.config import ConfigError, Limits, parse_matrix
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import with_test_runners
 from ftmatrix.runner import cell_env, memory_limit_bytes, parallel_args, worker_count
-from ftmatrix.sharing import cell_running, cells_at_once, torch_threads
+from ftmatrix.sharing import cell_running, cells_at_once, one_install_at_a_time, torch_threads
 
 pytest_plugins = ["pytester"]
 
@@ -64,8 +65,7 @@ def test_cells_run_one_per_cpu_by_default_and_take_a_count():
     with pytest.raises(ConfigError) as caught:
         parse("packages: {six: ['1.17.0']}\nlimits: {cells: 0}\n")
     assert caught.value.problems == (
-        "m.yaml: limits.cells: must be a whole number from 1 to 256 or 'auto' (one per CPU), "
-        "got 0",
+        "m.yaml: limits.cells: must be a whole number from 1 to 256 or 'auto' (one per CPU), got 0",
     )
     assert cells_at_once(Limits(), cells=4, cpus=2) == 2
     assert cells_at_once(Limits(), cells=1, cpus=8) == 1  # never more than the cells
@@ -85,8 +85,8 @@ def test_processes_at_once_share_the_cpus_for_torch_threads_and_the_memory():
     assert cell_env({"OMP_NUM_THREADS": "6"}, threads=2)["OMP_NUM_THREADS"] == "6"  # yours wins
     assert "OMP_NUM_THREADS" not in cell_env({})
     machine = {"memory_gib": 20}
-    assert memory_limit_bytes(Limits(), machine) == int(18 * 2**30)
-    assert memory_limit_bytes(Limits(), machine, cells_at_once=2) == int(9 * 2**30)
+    assert memory_limit_bytes(Limits(), machine) == 18 * 2**30
+    assert memory_limit_bytes(Limits(), machine, cells_at_once=2) == 9 * 2**30
     assert memory_limit_bytes(Limits(memory_gib=4), machine, cells_at_once=2) == 4 * 2**30
 
 
@@ -95,6 +95,27 @@ def test_the_cell_that_ends_the_run_is_the_one_that_finds_no_other_running(tmp_p
         with cell_running(tmp_path) as second:
             assert not second.last()  # the first still runs
         assert first.last()  # the second has ended: the first ends the run
+
+
+def test_cells_side_by_side_resolve_and_install_one_at_a_time(tmp_path: Path):
+    """The second waits (and says so) until the first is done: uv's cache then serves it
+    what the first fetched, instead of both fetching the same wheels at once."""
+    events: list[str] = []
+    with one_install_at_a_time(tmp_path, lambda: events.append("never")):
+        second = threading.Thread(
+            target=lambda: _install_after(tmp_path, events), name="second cell"
+        )
+        second.start()
+        second.join(timeout=0.5)
+        assert second.is_alive()  # waiting for the first
+        events.append("first done")
+    second.join(timeout=10)
+    assert events == ["waits", "first done", "second installs"]
+
+
+def _install_after(folder: Path, events: list[str]) -> None:
+    with one_install_at_a_time(folder, lambda: events.append("waits")):
+        events.append("second installs")
 
 
 def _add_records(path: str, worker: int, count: int) -> None:

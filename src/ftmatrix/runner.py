@@ -69,7 +69,7 @@ from ftmatrix.resolve import (
     with_test_runners,
 )
 from ftmatrix.reuse import CellKey, cases_key, done_path, hardware_id, reuse_cell
-from ftmatrix.sharing import torch_threads, usable_cpus
+from ftmatrix.sharing import one_install_at_a_time, torch_threads, usable_cpus
 from ftmatrix.supervise import CaseLimits, run_cases
 from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
@@ -198,7 +198,8 @@ def _run_cell(
 
     # 3. The lock, parsed once: the key, the install and the records share it.
     run.say(f"resolving {' '.join(cell.requirements())}")
-    resolution = _resolve(run)
+    with one_install_at_a_time(run.files.records.parent, run.waiting):
+        resolution = _resolve(run)
     if resolution.locked is None:
         assert resolution.status is not None
         run.say(f"{resolution.status.value}: {resolution.reason}")
@@ -214,7 +215,8 @@ def _run_cell(
     write_atomically(run.files.state, json.dumps(key.to_dict()))
 
     # 5. The install.
-    stack, installing, failure = _install(run, lock, venv_python)
+    with one_install_at_a_time(run.files.records.parent, run.waiting):
+        stack, installing, failure = _install(run, lock, venv_python)
     if failure is not None:
         return run.whole_cell(Status.INSTALL_ERROR, reason=failure, done=False)
 
@@ -297,6 +299,9 @@ class _CellRun:
 
     def say(self, text: str) -> None:
         self.log(f"[ftmatrix] {self.cell.label}: {text}")
+
+    def waiting(self) -> None:
+        self.say("waiting while another cell installs")
 
     @functools.cached_property
     def cases(self) -> str:

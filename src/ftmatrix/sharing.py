@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from ftmatrix.config import Limits
 
-# The file of a run that its running cells hold: beside the run's records.
+# The files of a run that its cells lock, beside the run's records: the cells running,
+# and the one that resolves or installs now.
 RUNNING = ".cells-running"
+INSTALLING = ".installing"
 
 
 def usable_cpus() -> int:
@@ -47,6 +49,28 @@ def torch_threads(processes: int, cpus: int) -> int | None:
     """Threads for torch in each of ``processes`` busy at once; None (torch's own choice,
     every core) when one process has the machine."""
     return None if processes <= 1 else max(1, cpus // processes)
+
+
+@contextmanager
+def one_install_at_a_time(run_folder: Path, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Resolve or install while no other cell of the run does (``on_wait`` first if one does).
+
+    Cells side by side would otherwise fetch the same wheels from the index at once, each
+    missing uv's cache (a cold first run of the two default cells downloaded pandas, numpy,
+    pyarrow and bitsandbytes twice: 485 MB instead of about 220); one after another, the
+    second finds the first's wheels in the cache, and a warm install takes a moment.
+    """
+    run_folder.mkdir(parents=True, exist_ok=True)
+    with (run_folder / INSTALLING).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager
