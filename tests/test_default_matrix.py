@@ -4,9 +4,10 @@ Slow tier (it asks the index): the default plan is the two cells README's "What 
 matrix shows today" describes; in each, every operation family a CPU runs has cases whose
 package gates the cell's lock passes (none is n/a for the whole family); and what a first
 run downloads, summed from the index's own metadata (the sizes uv's pylock names for each
-wheel of the locks, for this Python on manylinux x86_64), stays under 500 MB: the cells'
-wheels, those a wheelhouse in find-links provides left out (the CPU build of torch), and
-what ``pip install -e .`` brings for ftmatrix itself.
+wheel of the locks, for this Python on manylinux x86_64), stays under 500 MB with room for
+the index pages fetched beside them: the cells' wheels, those a wheelhouse in find-links
+provides left out (the CPU build of torch), and what ``pip install -e .`` brings for
+ftmatrix itself.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ DEFAULT_CELLS = [
     "cpu-py3.11-torch2.13.0-tf5.23.0-trl1.16.0-peft0.18.1",
 ]
 CPU_FAMILIES = {"import", "sft", "dpo", "grpo", "lora", "qlora", "train", "multiprocess"}
-DOWNLOAD_LIMIT = 500_000_000
+# A first run downloads under 500 MB. Besides the wheels, a cold uv and pip fetch the index's
+# pages and metadata: 335 MB in all went through a counting proxy for 219 MB of wheels (the
+# figure below) on a fresh clone; the wheels are held below 500 MB less that margin.
+DOWNLOAD_LIMIT = 500_000_000 - 120_000_000
 TARGET = Target(python="3.11", platform="manylinux_2_28_x86_64")
 
 # Lists each collected case's operation and markers, without running anything (case files
