@@ -144,13 +144,19 @@ def session_walls(lines: Lines, name: str) -> dict[str, float]:
     return walls
 
 
-def by_hand(work: Path, env: dict[str, str], cases: Path, labels: list[str]) -> dict[str, float]:
-    """nox + pytest by hand in each cell's venv (warm): each session's wall time."""
+def by_hand(
+    work: Path, env: dict[str, str], cases: Path, locks: dict[str, str]
+) -> dict[str, float]:
+    """nox + pytest by hand in each cell's venv (warm): each session's wall time.
+
+    ``locks``: each cell's lock id, which names the bytecode folder in its venv (nox names
+    a venv by its session, or by a hash of it where the path would be long).
+    """
     cells = {}
-    for label in labels:
-        venv = next((work / "envs").glob(f"matrix-{re.sub(r'[^A-Za-z0-9]+', '-', label)}"))
-        bytecode = next(venv.glob(f"{BYTECODE_PREFIX}*"))
-        cells[label] = (str(venv / "bin" / "python"), cell_env({}, bytecode=bytecode))
+    for label, lock in locks.items():
+        bytecode = next((work / "envs").glob(f"*/{BYTECODE_PREFIX}{lock}"))
+        python = bytecode.parent / "bin" / "python"
+        cells[label] = (str(python), cell_env({}, bytecode=bytecode))
     noxfile = work / "hand" / "noxfile.py"
     noxfile.parent.mkdir(exist_ok=True)
     noxfile.write_text(HAND_NOXFILE.format(cells=cells, cases=str(cases)))
@@ -191,13 +197,15 @@ def main() -> None:
         whole("cold")
     whole("warm")
     serial_lines = whole("warm_one_at_a_time", "-j", "1")
-    per_cell_cases = case_seconds(newest_records(work / "out"))
+    newest = newest_records(work / "out")
+    per_cell_cases = case_seconds(newest)
+    locks = {label: str(records[0].lock_id) for label, records in newest.items()}
     walls = session_walls(serial_lines, "matrix")
     report = session_walls(serial_lines, "report")
     resume_wall, _ = nox(work, {**env, "FTMATRIX_RESUME": "1"}, "-s", "matrix")
     figures["rerun_nothing_changed_s"] = round(resume_wall, 2)
     figures["by_hand_load"] = os.getloadavg()[0]
-    hand = by_hand(work, env, Path(args.cases).resolve(), list(walls))
+    hand = by_hand(work, env, Path(args.cases).resolve(), locks)
     cells = {}
     for label, wall in walls.items():
         cases = per_cell_cases.get(label, 0.0)
