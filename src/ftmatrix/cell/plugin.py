@@ -264,7 +264,7 @@ class _Recorder:
             "pid": os.getpid(),
             "worker": self.worker,
         }
-        write_atomically(self.current, json.dumps(note))
+        write_atomically(self.current, json.dumps(note), durable=False)
         # One short line per case, appended whole: workers share the file.
         with case_starts_path(self.file.path).open("a", encoding="utf-8") as starts:
             starts.write(json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n")
@@ -284,7 +284,7 @@ class _Recorder:
         except (OSError, ValueError):
             return  # it died between cases: no case to blame
         note["exit"] = _worker_exit_status(node)
-        write_atomically(note_path, json.dumps(note))
+        write_atomically(note_path, json.dumps(note), durable=False)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(

@@ -366,15 +366,20 @@ def collected_cases_path(record_file: Path) -> Path:
     return record_file.with_name(record_file.name + ".cases")
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never half."""
+def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never half.
+
+    ``durable``: on disk before the rename (fsync), so a machine that goes down keeps it
+    too; a note that lives only while its case runs (the running case) need not wait.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
