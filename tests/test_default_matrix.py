@@ -23,11 +23,10 @@ from pathlib import Path
 import pytest
 
 from ftmatrix.cell.plugin import package_gap
-from ftmatrix.cli import load
+from ftmatrix.pipeline import load
 from ftmatrix.config import InstallOptions
 from ftmatrix.plan import Cell
-from ftmatrix.resolve import resolve_cell
-from ftmatrix.runner import locked_packages, with_test_runners
+from ftmatrix.resolve import resolve_cell, with_test_runners
 from ftmatrix.wheelhouse import Target, resolve_for_target
 
 ROOT = Path(__file__).parent.parent
@@ -90,8 +89,8 @@ def test_the_default_matrix_is_two_cells_running_every_cpu_family(tmp_path: Path
         resolution = resolve_cell(
             with_test_runners(cell, loaded.matrix.limits), loaded.matrix.install, os.environ
         )
-        assert resolution.lock is not None, resolution.reason
-        versions = {name.lower(): v for name, v in locked_packages(resolution.lock).items()}
+        assert resolution.locked is not None, resolution.reason
+        versions = {name.lower(): v for name, v in resolution.locked.packages.items()}
         running = {
             case["operation"]
             for case in on_cpu

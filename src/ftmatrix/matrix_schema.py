@@ -167,7 +167,7 @@ def _sections() -> dict[str, Schema]:
                     "exclusiveMinimum": 0,
                     "default": Limits().memory_gib,
                     "description": "GiB a case may use; past it, it is killed: oom (default: "
-                    "90% of the machine's memory).",
+                    "90% of the machine's memory, split among the cells at once).",
                 },
                 "workers": {
                     "anyOf": [
@@ -177,6 +177,15 @@ def _sections() -> dict[str, Schema]:
                     "default": Limits().workers,
                     "description": "pytest-xdist workers sharing a cell's cases; auto: one "
                     "per CPU.",
+                },
+                "cells": {
+                    "anyOf": [
+                        {"type": "integer", "minimum": 1, "maximum": MAX_WORKERS},
+                        {"const": "auto"},
+                    ],
+                    "default": Limits().cells,
+                    "description": "Cells run side by side (nox's parallel sessions); auto: "
+                    "one per CPU, at most the cells selected, one where cells lease GPUs.",
                 },
             },
             description="What a cell's cases may use.",
