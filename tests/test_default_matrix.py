@@ -1,7 +1,8 @@
 """The default matrix stays a first run of minutes: its cells, its families and its download.
 
-Slow tier (it asks the index): the default plan is the two cells README's "What the default
-matrix shows today" describes; in each, every operation family a CPU runs has cases whose
+Slow tier (it asks the index): README's first command, as written, in a copy of this
+checkout with a Python of its own, reaches the report with the two real breaks
+docs/results/default-matrix.md describes; the default plan is its two cells; in each, every operation family a CPU runs has cases whose
 package gates the cell's lock passes (none is n/a for the whole family); and what a first
 run downloads, summed from the index's own metadata (the sizes uv's pylock names for each
 wheel of the locks, for this Python on manylinux x86_64), stays under 500 MB with room for
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from ftmatrix.cell.plugin import package_gap
-from ftmatrix.pipeline import load
 from ftmatrix.config import InstallOptions
+from ftmatrix.pipeline import load
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import resolve_cell, with_test_runners
 from ftmatrix.wheelhouse import Target, resolve_for_target
@@ -41,6 +44,8 @@ CPU_FAMILIES = {"import", "sft", "dpo", "grpo", "lora", "qlora", "train", "multi
 # pages and metadata: 335 MB in all went through a counting proxy for 219 MB of wheels (the
 # figure below) on a fresh clone; the wheels are held below 500 MB less that margin.
 DOWNLOAD_LIMIT = 500_000_000 - 120_000_000
+# What a copy of the checkout leaves out: what runs and builds left in it.
+NOT_A_CHECKOUT = (".git", ".nox", ".venv", "reports", "site", "__pycache__", "*.egg-info")
 TARGET = Target(python="3.11", platform="manylinux_2_28_x86_64")
 
 # Lists each collected case's operation and markers, without running anything (case files
@@ -101,6 +106,47 @@ def test_the_default_matrix_is_two_cells_running_every_cpu_family(tmp_path: Path
             )
         }
         assert running == CPU_FAMILIES, (cell.label, CPU_FAMILIES - running)
+
+
+def test_the_readme_first_command_as_written_reports_two_real_breaks(tmp_path: Path) -> None:
+    """``python3 -m pip install -e . && nox -s matrix`` from a copy of the checkout, with a
+    new venv's python3 and pip first on PATH (a fresh machine's, not this test's own), as
+    README.md prints it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"^\$ (python3 -m pip install -e \. && nox -s matrix)$", readme, re.M)
+    assert command, "README.md's first command changed: this test runs it as written"
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(*NOT_A_CHECKOUT))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("FTMATRIX_", "NOX_", "VIRTUAL_ENV", "PYTHONPATH"))
+    }
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    ran = subprocess.run(
+        ["bash", "-c", command.group(1)],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # The two breaks fail their cases, which is the run's verdict, not an error of the run.
+    assert (clone / "reports" / "index.html").is_file(), ran.stdout[-3000:] + ran.stderr[-3000:]
+    results = json.loads((clone / "reports" / "results.json").read_text(encoding="utf-8"))
+    records = results["records"]
+    assert sorted({r["cell_label"] for r in records}) == DEFAULT_CELLS
+    statuses = {r["status"] for r in records}
+    assert statuses <= {"pass", "fail", "skip", "n/a"}, statuses
+    for family in CPU_FAMILIES:
+        assert any(r["operation"] == family and r["status"] == "pass" for r in records), family
+    groups = results["failure_groups"]
+    assert sum(len(g["cells"]) for g in groups) == sum(r["status"] == "fail" for r in records)
+    assert all(g["known_issue"] for g in groups), [g["message"] for g in groups]
+    causes = {g["known_issue"]["upstream"] for g in groups}
+    assert len(causes) >= 2, causes
 
 
 def test_a_first_run_downloads_under_500_mb(tmp_path: Path) -> None:
