@@ -35,6 +35,9 @@ from ftmatrix.cell.api import ChildProcessFailure, not_applicable
 DATAPARALLEL_REFUSAL = "does not support `nn.DataParallel`"
 # torchrun's (and so accelerate's) summary of a rank that died: "exitcode  : -9 (pid: 7)".
 RANK_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+# The rank that failed first, in the same summary: the launcher then ends its peers with
+# SIGTERM and lists them under "Failures", so theirs is not how the run ended.
+ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?exitcode\s*:\s*(-?\d+)", re.S)
 TIMEOUT_SECONDS = 900
 
 
@@ -132,9 +135,12 @@ def died_how(returncode: int, stderr: str) -> str | None:
     """``a training process died: signal SIGKILL``, or None if none died of a signal.
 
     The signal is the launched process's own (a negative return code) or, under a
-    launcher, the one its summary names for the rank that died.
+    launcher, the one its summary names for the rank that died first: a rank that exits
+    non-zero gets its peers SIGTERM from the launcher, which is no crash of theirs.
     """
-    codes = [returncode, *(int(c) for c in RANK_EXITCODE.findall(stderr))]
+    root = ROOT_CAUSE.search(stderr)
+    ranks = [root.group(1)] if root else RANK_EXITCODE.findall(stderr)
+    codes = [returncode, *(int(c) for c in ranks)]
     signals = [-code for code in codes if code < 0]
     if not signals:
         return None

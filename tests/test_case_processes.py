@@ -46,6 +46,35 @@ Root Cause (first observed failure):
   traceback : Signal 6 (SIGABRT) received by PID 4242
 ============================================================
 """
+# torchrun 2.13's summary when rank 0 exits 3 while rank 1 still runs (captured from a real
+# `torch.distributed.run --standalone --nproc_per_node 2`): the launcher ends rank 1 with
+# SIGTERM and lists it under Failures; the root cause is rank 0's plain exit.
+PEER_ENDED_SUMMARY = """\
+W1125 10:29:04.568000 25105 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 25159 closing signal SIGTERM
+E1125 10:29:04.570000 25105 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 3) local_rank: 0 (pid: 25158) of binary: /venv/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+s.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-25_10:29:04
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 25159)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 25159
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-25_10:29:04
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 3 (pid: 25158)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
 
 # Each child is a rank: argv[1] is the folder its report (or error) goes to.
 CHILDREN = {
@@ -67,6 +96,11 @@ CHILDREN = {
     "rank_aborted.py": f"""
         import sys
         sys.stderr.write({TORCHRUN_SUMMARY!r})
+        sys.exit(1)
+    """,
+    "peer_ended.py": f"""
+        import sys
+        sys.stderr.write({PEER_ENDED_SUMMARY!r})
         sys.exit(1)
     """,
     "exits_silently.py": """
@@ -132,6 +166,10 @@ def test_rank_aborted_under_torchrun(tmp_path):
 
 def test_rank_exits_without_a_word(tmp_path):
     rank("exits_silently.py", tmp_path)
+
+
+def test_rank_exits_and_the_launcher_ends_its_peer(tmp_path):
+    rank("peer_ended.py", tmp_path)
 
 
 def test_cpu_case_ranks(tmp_path):
@@ -245,6 +283,14 @@ def test_a_rank_that_exits_without_an_error_or_a_signal_is_ours(records: dict[st
     record = records["test_rank_exits_without_a_word"]
     assert record["status"] == "error"
     assert record["message"].startswith("the launch exited 3 and no rank left its error")
+
+
+def test_a_peer_the_launcher_ended_is_no_crash(records: dict[str, dict]):
+    """Rank 0 exited 3 without its error; torchrun then sent rank 1 SIGTERM: ours, as a
+    plain non-zero exit is (was `crash`, "signal SIGTERM", from the peer's line)."""
+    record = records["test_rank_exits_and_the_launcher_ends_its_peer"]
+    assert record["status"] == "error", record["message"]
+    assert record["message"].startswith("the launch exited 1 and no rank left its error")
 
 
 def test_ranks_see_the_lease_of_a_gpu_case_and_no_gpu_of_a_cpu_case(records: dict[str, dict]):
