@@ -145,6 +145,11 @@ def test_restore_history_from_the_pages_url(tmp_path: Path, served: tuple[str, P
     assert ran.stdout.strip() == (
         f"restore-history: 2 records and 1 bisect findings added to {fresh / 'history.sqlite'}"
     )
+    # Restored again: what the history already holds is not counted as added.
+    again = restore_cli(f"{url}/history.jsonl", out=fresh)
+    assert again.stdout.strip() == (
+        f"restore-history: 0 records and 0 bisect findings added to {fresh / 'history.sqlite'}"
+    )
     # The first night: nothing published yet. An error, unless the caller says it may be so.
     missing = restore_cli(f"{url}/nothing/history.jsonl", out=tmp_path / "first")
     assert missing.returncode == ExitCode.USAGE

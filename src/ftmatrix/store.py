@@ -430,13 +430,18 @@ def pass_rate_table(path: Path) -> dict[str, list[tuple[str, float]]]:
         return table
 
 
-def save_finding(path: Path, finding: dict[str, Any]) -> None:
-    """Keep a bisect finding (``finding.json``'s content) in the history."""
+def save_finding(path: Path, finding: dict[str, Any]) -> bool:
+    """Keep a bisect finding (``finding.json``'s content) in the history; False where the
+    history already held it as it is."""
     held = json.dumps(finding.get("held", {}), sort_keys=True)
     # Hardware classes bisect apart: one's finding never replaces another's.
     where = f"{finding['hardware']}|" if finding.get("hardware") else ""
     key = f"{where}{finding['case']}|{finding['axis']}|{held}"
+    data = json.dumps(finding, sort_keys=True)
     with history(path) as connection, connection:
+        kept = connection.execute("SELECT data FROM findings WHERE id = ?", (key,)).fetchone()
+        if kept is not None and kept[0] == data:
+            return False
         connection.execute(
             "INSERT OR REPLACE INTO findings VALUES (?, ?, ?, ?, ?, ?)",
             (
@@ -445,9 +450,10 @@ def save_finding(path: Path, finding: dict[str, Any]) -> None:
                 finding["axis"],
                 finding.get("last_good"),
                 finding.get("first_bad"),
-                json.dumps(finding, sort_keys=True),
+                data,
             ),
         )
+    return True
 
 
 def load_findings(path: Path) -> list[dict[str, Any]]:

@@ -66,15 +66,13 @@ def published_history(store: Path) -> Iterator[dict[str, Any]]:
 
 def restore_history(source: str, store: Path, *, timeout: float = 120) -> tuple[int, int]:
     """Add to ``store`` what a published history.jsonl (a path or an http(s) URL) has and it
-    lacks; returns (records added, findings kept). Never replaces a record it has: the local
+    lacks; returns (records added, findings added). Never replaces a record it has: the local
     one keeps its raw text. :class:`ftmatrix.download.NotFound` where nothing is published."""
     what = f"restore-history {source}"
     text = read_text(source, what, timeout=timeout, kind=f"a {HISTORY_FILE}")
     records, findings, cell_runs = _parse_history(text, what)
     added = restore(store, records, cell_runs)
-    for finding in findings:
-        save_finding(store, finding)
-    return added, len(findings)
+    return added, sum(save_finding(store, finding) for finding in findings)
 
 
 def _parse_history(
