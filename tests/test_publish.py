@@ -189,3 +189,26 @@ def test_a_file_that_is_not_a_published_history_restores_nothing(tmp_path: Path)
     ran = restore_cli(str(tmp_path / "truncated.jsonl"), out=tmp_path / "fresh")
     assert ran.returncode == ExitCode.USAGE and "line 3: not JSON" in ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_reports_into_one_folder_at_once_all_succeed(tmp_path: Path):
+    """Two runs into one folder (or a run's last cells, ending together) report at once:
+    one removed the other's half-built site and that report failed (FileNotFoundError)."""
+    out = tmp_path / "reports"
+    a_history(out)
+    env = {**os.environ, "FTMATRIX_OUT": str(out)}
+    for _ in range(4):
+        reports = [
+            subprocess.Popen(
+                [sys.executable, "-m", "ftmatrix", "report"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(6)
+        ]
+        ended = [(r.wait(timeout=120), r.communicate()[1]) for r in reports]
+        assert [code for code, _ in ended] == [0] * 6, [err for _, err in ended if err]
+    assert (out / "site" / "history.jsonl").read_text().startswith('{"ftmatrix-history"')
+    assert not list(out.glob(".site.building*"))

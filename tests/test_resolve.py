@@ -28,7 +28,10 @@ def test_a_resolution_is_reused_while_fresh_and_redone_when_stale(tmp_path: Path
     again = resolve_cell(CELL, InstallOptions(), env, now=lambda: 1000.0 + 3600)
     assert again.lock is not None and again.lock.endswith("# from the cache\n")
     stale = resolve_cell(CELL, InstallOptions(), env, now=lambda: 1000.0 + 7 * 3600)
-    assert stale.lock == first.lock
+    # Asked again: uv's own answer (not equal to the first's: pytest's requirements float,
+    # and packaging 26.4 came out between two runs of this test).
+    assert stale.lock is not None and "# from the cache" not in stale.lock
+    assert "six==1.17.0" in stale.lock
 
 
 @pytest.mark.slow

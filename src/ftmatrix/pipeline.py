@@ -48,6 +48,7 @@ from ftmatrix.reuse import Decision, EarlierRun, cases_key, earlier_runs, plan_d
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
+from ftmatrix.sharing import one_report_at_a_time
 from ftmatrix.store import merge_outputs
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
 
@@ -323,16 +324,17 @@ def report(settings: Settings, *, now: datetime) -> tuple[str, list[str]]:
     """The last stage: the run's records merged into the history, the report rendered from
     it and the site to publish written. What was written, and the planned cells that
     produced no records (the report shows them; the night still failed)."""
-    merged = merge_outputs(settings.out)
-    missing = cells_without_records(settings.out)
-    grid = render_report(
-        settings.out,
-        now=now,
-        problems=merged.problems,
-        known_issues=known_issues_file(settings),
-        missing=missing,
-    )
-    site = write_site(settings.out)
+    with one_report_at_a_time(settings.out):
+        merged = merge_outputs(settings.out)
+        missing = cells_without_records(settings.out)
+        grid = render_report(
+            settings.out,
+            now=now,
+            problems=merged.problems,
+            known_issues=known_issues_file(settings),
+            missing=missing,
+        )
+        site = write_site(settings.out)
     written = (
         f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
         f"{len(grid.rows)} cells); to publish: {site}"

@@ -1,4 +1,5 @@
-"""How a run shares the machine: cells at once, torch threads per process, and who reports.
+"""How a run shares the machine: cells at once, torch threads per process, who reports,
+and one report at a time in an output folder.
 
 Cells run side by side as nox's own parallel sessions, ``limits.cells`` at a time
 (``auto``: one per usable CPU, at most the cells selected). Each process of a cell
@@ -27,6 +28,8 @@ from ftmatrix.config import Limits
 # and the one that resolves or installs now.
 RUNNING = ".cells-running"
 INSTALLING = ".installing"
+# The file of an output folder its reports lock: one report at a time writes there.
+REPORTING = ".reporting"
 
 
 def usable_cpus() -> int:
@@ -67,6 +70,24 @@ def one_install_at_a_time(run_folder: Path, on_wait: Callable[[], None]) -> Iter
         except BlockingIOError:
             on_wait()
             fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def one_report_at_a_time(out_dir: Path) -> Iterator[None]:
+    """Merge, render and publish while no other report writes into ``out_dir``.
+
+    Two runs into one folder (or the last cells of one, ending together) report at
+    once; each builds the site beside it and swaps it in, and one removed the other's
+    half-built site (FileNotFoundError, the report failed). One after another, the
+    second merges what the first did not and renders everything.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / REPORTING).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
