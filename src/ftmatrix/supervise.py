@@ -28,6 +28,7 @@ from typing import Any
 
 from ftmatrix.cell.processes import become_subreaper, die_with_parent
 from ftmatrix.cell.records import (
+    RUNNING_CASE_VARIABLE,
     CellRecordFile,
     Record,
     case_starts_path,
@@ -645,6 +646,7 @@ class Leftover:
     pid: int
     name: str
     started: float  # seconds since the epoch
+    case: str | None = None  # the case running when it started, from its environment
 
     def __str__(self) -> str:
         return f"{self.pid} ({self.name})"
@@ -659,9 +661,10 @@ def _end_leftovers(root: int, ours_before: Set[int]) -> list[Leftover]:
     leftovers = sorted(_case_processes(root, ours_before, table) - {root})
     named = []
     for pid in leftovers:
+        case = _running_case_of(pid)  # read while it lives: a dead process has no environ
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-            named.append(Leftover(pid, table[pid].name, table[pid].started))
+            named.append(Leftover(pid, table[pid].name, table[pid].started, case))
     for pid in leftovers:  # adopted orphans are our children now: reap them
         for _ in range(100):
             try:
@@ -673,13 +676,30 @@ def _end_leftovers(root: int, ours_before: Set[int]) -> list[Leftover]:
     return named
 
 
+def _running_case_of(pid: int) -> str | None:
+    """The case running in the cases' pytest when ``pid`` (or the process it descends
+    from) started: RUNNING_CASE_VARIABLE of its environment, if it kept it."""
+    prefix = f"{RUNNING_CASE_VARIABLE}=".encode()
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode("utf-8", "replace")
+    return None
+
+
 def starter_of(leftover: Leftover, starts: Sequence[tuple[str, float]]) -> str | None:
-    """The case that started ``leftover``: the last to start before it did.
+    """The case that started ``leftover``: the one its environment names, else the last to
+    start before it did.
 
     ``starts``: (case, start) in the order the cases started. With pytest-xdist workers
     several cases run at once, and the one started last is taken. A process older than
     every case (collection, a session fixture) has no starter.
     """
+    if leftover.case is not None and any(case == leftover.case for case, _ in starts):
+        return leftover.case
     starter = None
     for case, began in starts:
         if began <= leftover.started:

@@ -39,6 +39,7 @@ from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
 from ftmatrix.cell.outcome import Failure, case_status
 from ftmatrix.cell.processes import die_with_parent
 from ftmatrix.cell.records import (
+    RUNNING_CASE_VARIABLE,
     CellRecordFile,
     Record,
     case_starts_path,
@@ -265,6 +266,7 @@ class _Recorder:
             "worker": self.worker,
         }
         write_atomically(self.current, json.dumps(note), durable=False)
+        os.environ[RUNNING_CASE_VARIABLE] = item.nodeid
         # One short line per case, appended whole: workers share the file.
         with case_starts_path(self.file.path).open("a", encoding="utf-8") as starts:
             starts.write(json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n")
@@ -298,6 +300,7 @@ class _Recorder:
             del self.pending[item.nodeid]
             self.file.add(self._record(state))
             self.current.unlink(missing_ok=True)
+            os.environ.pop(RUNNING_CASE_VARIABLE, None)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # In pytest-xdist's controller the workers' reports arrive too: they record them.

@@ -345,6 +345,12 @@ def worker_case_paths(record_file: Path) -> list[Path]:
     return sorted(record_file.parent.glob(glob.escape(record_file.name) + ".current.*"))
 
 
+# Set in the cases' pytest process to the running case's id while it runs: every process a
+# case starts inherits it, so the supervisor can tell exactly which case started a process
+# it had to end (start times alone are 10 ms coarse, and the next case starts sooner).
+RUNNING_CASE_VARIABLE = "FTMATRIX_RUNNING_CASE"
+
+
 def case_starts_path(record_file: Path) -> Path:
     """Where the plugin appends each case's start (JSON lines: case, epoch seconds), so the
     supervisor can tell which case started a process it had to end."""
