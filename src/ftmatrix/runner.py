@@ -117,6 +117,11 @@ class CellContext:
     sleep: Callable[[float], None] = time.sleep
     today: Callable[[], date] = lambda: datetime.now(UTC).date()
 
+    def torch_threads_each(self) -> int | None:
+        """torch's threads in each busy process of the cell: the CPUs shared among the
+        cells at once and their workers (None: one process has the machine)."""
+        return torch_threads(self.cells_at_once * worker_count(self.limits), usable_cpus())
+
 
 def run_cell(
     cell: Cell,
@@ -514,9 +519,7 @@ def _run_cases(
                 **cell_env(
                     ctx.env,
                     bytecode=bytecode_cache(venv_python, lock.id),
-                    threads=torch_threads(
-                        ctx.cells_at_once * worker_count(ctx.limits), usable_cpus()
-                    ),
+                    threads=ctx.torch_threads_each(),
                 ),
                 **lease_env(devices),
             },

@@ -38,7 +38,7 @@ from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
 from ftmatrix.runner import CellContext, current_python, run_cell, worker_count
-from ftmatrix.sharing import cell_running, cells_at_once, torch_threads, usable_cpus
+from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
 
 __all__ = ["autobisect", "bisect", "matrix", "plan", "report", "wheelhouse"]
@@ -188,11 +188,10 @@ def run_matrix_cell(
     )
     venv_python = Path(session.bin) / "python"
     write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)
-    workers = worker_count(loaded.matrix.limits)
     PROGRESS.sharing(
         cells_at_once=at_once,
-        workers=workers,
-        threads=torch_threads(at_once * workers, usable_cpus()),
+        workers=worker_count(loaded.matrix.limits),
+        threads=context.torch_threads_each(),
     )
     run_folder = record_path(loaded.settings.out, loaded.settings.run_id, cell.id).parent
     with cell_running(run_folder) as end:

@@ -63,17 +63,8 @@ def one_install_at_a_time(run_folder: Path, on_wait: Callable[[], None]) -> Iter
     pyarrow and bitsandbytes twice: 485 MB instead of about 220); one after another, the
     second finds the first's wheels in the cache, and a warm install takes a moment.
     """
-    run_folder.mkdir(parents=True, exist_ok=True)
-    with (run_folder / INSTALLING).open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            on_wait()
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _exclusive(run_folder / INSTALLING, on_wait):
+        yield
 
 
 @contextmanager
@@ -85,9 +76,22 @@ def one_report_at_a_time(out_dir: Path) -> Iterator[None]:
     half-built site (FileNotFoundError, the report failed). One after another, the
     second merges what the first did not and renders everything.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / REPORTING).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with _exclusive(out_dir / REPORTING):
+        yield
+
+
+@contextmanager
+def _exclusive(lock_file: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold ``lock_file`` (flock, exclusive) for the block; ``on_wait`` first if another
+    process holds it."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with lock_file.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
