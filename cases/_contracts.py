@@ -6,11 +6,21 @@ Each check is a function over tensors that returns the numbers it compared (for
 the record's metrics) or raises ``ContractError`` naming the quantity, the two
 values and the tolerance. ``ContractError`` is an ``AssertionError``: the results
 plugin counts it against the frameworks (``fail``), never as a bug of the case.
+
+A case checks several contracts (the loss, the exact step, the step's direction and
+scale, accumulation k against 1, round-trip logits, a mask): each runs through
+:class:`Contracts`, is recorded on its own (``<name>_contract``: ``pass``, ``fail`` or
+``unverified: <why>``) and can fail alone, so a second break in a cell that is already
+red still shows. The case fails once, at the end, naming every broken contract on the
+message's first line (``contracts broken: update_direction, exact_update``), which is what
+its error signature groups by; each contract's own message follows on a line of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 IGNORE = -100  # the label value every causal-LM loss in transformers skips
@@ -18,6 +28,78 @@ IGNORE = -100  # the label value every causal-LM loss in transformers skips
 
 class ContractError(AssertionError):
     """A trainer's number differs from the independent computation beyond the tolerance."""
+
+
+# A contract's name is a recorded key and part of the failure's signature: lower-case
+# words and underscores, no digits (the signature folds numbers).
+_CONTRACT_NAME = re.compile(r"^[a-z]+(?:_[a-z]+)*$")
+
+
+class Contracts:
+    """The contracts one case checks: each recorded on its own and able to fail alone.
+
+    ``check(name, function, *args)`` runs one check (a function of this module or of
+    ``_update``: it returns the gap it saw or raises ``ContractError``); a failure is
+    recorded and kept, and the next check still runs. :meth:`conclude` (the end of
+    :func:`contracts`) raises one ``ContractError`` naming every broken contract.
+    """
+
+    def __init__(self, record_property: Callable[[str, Any], None]) -> None:
+        self._record = record_property
+        self.failures: dict[str, str] = {}
+        self.verdicts: dict[str, str] = {}
+
+    def check(self, name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one contract's check; its result (or None where it broke)."""
+        if not _CONTRACT_NAME.match(name):
+            raise ValueError(f"contract name {name!r}: lower-case words joined by '_', no digits")
+        try:
+            result = function(*args, **kwargs)
+        except ContractError as broken:
+            self._verdict(name, "fail")
+            self.failures.setdefault(name, str(broken).splitlines()[0])
+            return None
+        self._verdict(name, "pass")
+        if isinstance(result, (int, float)) and not isinstance(result, bool):
+            self._record(f"{name}_gap", float(result))
+        return result
+
+    def unverified(self, name: str, why: str) -> None:
+        """A contract this release does not let the case check: shown so, never as a pass."""
+        self._verdict(name, f"unverified: {why}")
+
+    def _verdict(self, name: str, verdict: str) -> None:
+        # A contract checked at several places (each micro-batch, each weight) is one
+        # verdict: it fails if any check of it failed.
+        if self.verdicts.get(name) == "fail":
+            return
+        self.verdicts[name] = verdict
+        self._record(f"{name}_contract", verdict)
+
+    def conclude(self) -> None:
+        """Raise one ``ContractError`` naming every broken contract, if any broke."""
+        if self.failures:
+            raise ContractError(broken_message(self.failures))
+
+
+def broken_message(failures: dict[str, str]) -> str:
+    """``contracts broken: a, b`` then each contract's own message on a line of its own."""
+    lines = [f"contracts broken: {', '.join(failures)}"]
+    lines += [f"{name}: {message}" for name, message in failures.items()]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def contracts(record_property: Callable[[str, Any], None]) -> Iterator[Contracts]:
+    """``with contracts(record_property) as check: check("loss", check_close, ...)``; the
+    case fails at the end of the block with every broken contract named.
+
+    A framework's own exception inside the block ends the case as it would without this
+    (the contracts checked so far stay recorded).
+    """
+    checks = Contracts(record_property)
+    yield checks
+    checks.conclude()
 
 
 def contract_message(quantity: str, trainer: Any, reference: Any, tolerance: float) -> str:

@@ -5,9 +5,11 @@ with. Runs in every cell that has transformers, trl or not.
 
 Contracts: the trainer's loss on a batch equals our own next-token cross-entropy
 (every family); one SGD step moves the weights by exactly minus the gradient of the
-mean token cross-entropy over the whole accumulated batch, with accumulation 1 and
-with accumulation 2 on rows of different lengths (so both land on the same weights);
-two steps in one run equal one step, a checkpoint and one step resumed.
+mean token cross-entropy over the whole accumulated batch (``exact_update``), along it
+(``update_direction``) and as far (``update_scale``), with accumulation 1 and with
+accumulation 2 on rows of different lengths; accumulation 2 takes the same step as the
+trainer's own at accumulation 1 (``accumulation``); two steps in one run equal one step,
+a checkpoint and one step resumed.
 """
 
 from __future__ import annotations
@@ -114,18 +116,42 @@ def run_train_exact_update(
     tmp_path: Path,
     record_property: Any,
 ) -> None:
-    """One SGD step over the four rows, as one batch or as micro-batches: minus the gradient."""
-    from _update import check_exact_update, sgd_step_values
+    """One SGD step over the four rows, as one batch or as micro-batches: minus the gradient.
 
-    trainer = causal_lm_trainer(
-        model,
-        tokenizer,
-        UPDATE_ROWS,
-        tmp_path,
-        trainer_class=trainer_class,
-        **sgd_step_values(batch=batch, accumulation=accumulation),
-    )
-    check_exact_update(trainer, record_property, label=f"batch {batch} x {accumulation}")
+    With accumulation k > 1 the same trainer also takes the step over the whole batch at
+    accumulation 1 from the same weights, and the two steps must agree (``accumulation``):
+    scale-free, so it shows a break of accumulation alone inside a release whose every
+    step is off by one factor.
+    """
+    import copy
+
+    from _contracts import contracts
+    from _update import check_accumulation, check_update, sgd_step_values
+
+    start = copy.deepcopy(model) if accumulation > 1 else None
+    label = f"batch {batch} x {accumulation}"
+
+    def trainer(start_model: Any, folder: str, micro_batch: int, steps: int) -> Any:
+        return causal_lm_trainer(
+            start_model,
+            tokenizer,
+            UPDATE_ROWS,
+            tmp_path / folder,
+            trainer_class=trainer_class,
+            **sgd_step_values(batch=micro_batch, accumulation=steps),
+        )
+
+    with contracts(record_property) as check:
+        step = check_update(trainer(model, "accumulated", batch, accumulation), check, label=label)
+        if start is not None:
+            whole = check_update(
+                trainer(start, "whole", batch * accumulation, 1),
+                check,
+                label=f"batch {batch * accumulation} x 1",
+            )
+            check.check(
+                "accumulation", check_accumulation, f"accumulation {accumulation}", step, whole
+            )
 
 
 @pytest.mark.operation("train")

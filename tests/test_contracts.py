@@ -88,8 +88,57 @@ def test_a_packed_sequence_start_may_be_either() -> None:
         contracts.check_labels("labels", [-100, 2, 9, 4], expected, may_ignore=[0, 2])
 
 
+def test_each_contract_is_recorded_and_a_later_one_still_runs_after_one_broke() -> None:
+    recorded: dict[str, object] = {}
+    checks = contracts.Contracts(recorded.__setitem__)
+    checks.check("exact_update", contracts.check_close, "weights", 0.8, 1.0, 1e-5)
+    gap = checks.check("accumulation", contracts.check_close, "k against 1", 1.0, 1.0, 0)
+    checks.check("update_scale", contracts.check_close, "length", 0.8, 1.0, 1e-4)
+    checks.unverified("resume", "this release cannot resume")
+    assert gap == 0.0
+    with pytest.raises(contracts.ContractError) as caught:
+        checks.conclude()
+    assert recorded == {
+        "exact_update_contract": "fail",
+        "accumulation_contract": "pass",
+        "accumulation_gap": 0.0,
+        "update_scale_contract": "fail",
+        "resume_contract": "unverified: this release cannot resume",
+    }
+    assert str(caught.value).splitlines() == [
+        "contracts broken: exact_update, update_scale",
+        "exact_update: weights: trainer 0.8 != reference 1.0 (tolerance 1e-05)",
+        "update_scale: length: trainer 0.8 != reference 1.0 (tolerance 0.0001)",
+    ]
+
+
+def test_a_contract_checked_twice_fails_if_either_check_failed() -> None:
+    recorded: dict[str, object] = {}
+    with (
+        pytest.raises(contracts.ContractError, match=r"^contracts broken: mask\n"),
+        contracts.contracts(recorded.__setitem__) as check,
+    ):
+        check.check("mask", contracts.check_close, "row 0", 1, 0, 0)
+        check.check("mask", contracts.check_close, "row 1", 1, 1, 0)
+    assert recorded["mask_contract"] == "fail"
+
+
+def test_all_contracts_kept_means_no_failure() -> None:
+    recorded: dict[str, object] = {}
+    with contracts.contracts(recorded.__setitem__) as check:
+        check.check("loss", contracts.check_close, "loss", 0.5, 0.5, 1e-4)
+    assert recorded == {"loss_contract": "pass", "loss_gap": 0.0}
+
+
+@pytest.mark.parametrize("name", ["Loss", "update-scale", "step2", ""])
+def test_a_contract_name_is_lower_case_words_without_digits(name: str) -> None:
+    with pytest.raises(ValueError, match="lower-case words"):
+        contracts.Contracts(lambda *_: None).check(name, lambda: 0.0)
+
+
 UPDATE_FAILS = (
-    r"^weights after one SGD step \(batch 2 x 2\) against minus the reference gradient, "
+    r"^contracts broken: exact_update(, update_direction)?(, update_scale)?(, accumulation)?\n"
+    r"exact_update: weights after one SGD step \(batch 2 x 2\) against minus the reference gradient, "
     r"[\w.]+ at \[\d+, \d+\] \(largest gap [\d.e+-]+\): trainer -?[\d.e+-]+ "
     r"!= reference -?[\d.e+-]+ \(tolerance 1e-05\)"
 )

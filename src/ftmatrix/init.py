@@ -26,7 +26,15 @@ from ftmatrix import __version__
 from ftmatrix.errors import ExitCode, UsageError
 
 # The helpers every example case imports: shared fixtures, tiny models, release adapters.
-HELPERS = ("conftest.py", "_tiny.py", "_compat.py", "_train.py", "_contracts.py", "_update.py")
+HELPERS = (
+    "conftest.py",
+    "_tiny.py",
+    "_compat.py",
+    "_train.py",
+    "_contracts.py",
+    "_knobs.py",
+    "_update.py",
+)
 TRAINING = ("torch", "transformers", "trl", "datasets", "accelerate")
 # Operation family -> (its example case file, the distributions its cases need).
 OPERATIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
