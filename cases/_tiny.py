@@ -68,8 +68,13 @@ def build_tokenizer() -> Any:
     return tokenizer
 
 
-def build_model(family: str, tokenizer: Any, *, seed: int = 0, hidden_size: int = 32) -> Any:
-    """A 2-layer causal LM of ``family`` with random weights sized to ``tokenizer``."""
+def build_model(
+    family: str, tokenizer: Any, *, seed: int = 0, hidden_size: int = 32, **overrides: Any
+) -> Any:
+    """A 2-layer causal LM of ``family`` with random weights sized to ``tokenizer``.
+
+    ``overrides`` replace the family's configuration (``tie_word_embeddings=True``, ...).
+    """
     import torch
     import transformers
 
@@ -85,7 +90,7 @@ def build_model(family: str, tokenizer: Any, *, seed: int = 0, hidden_size: int 
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **dict(spec.extra),
+        **{**dict(spec.extra), **overrides},
     )
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config)
