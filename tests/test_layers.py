@@ -56,8 +56,8 @@ def test_the_cli_stays_parsing_and_short_handlers():
 
 
 def test_a_chore_runs_the_cli_from_the_packages_own_noxfile(tmp_path: Path):
-    """`ftmatrix run` in a folder without a noxfile uses the package's; nox runs it in the
-    package's folder, whose selectors.py must not shadow the standard library's there."""
+    """`ftmatrix run` in a folder without a noxfile uses the package's; nox runs the chores
+    in the package's folder, where no module may shadow the standard library's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
     ran = subprocess.run(
         [sys.executable, "-m", "nox", "-f", str(Path(ftmatrix.__file__).parent / "_noxfile.py")]
@@ -75,3 +75,25 @@ def test_a_chore_runs_the_cli_from_the_packages_own_noxfile(tmp_path: Path):
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith(f"report: {tmp_path / 'out' / 'index.html'} (0 records")
+
+
+def test_check_loads_neither_the_resolver_nor_the_config():
+    """``ftmatrix check`` reads a results file: it needs records and text helpers, not the
+    machinery that plans and resolves a matrix (nor that machinery's start-up cost)."""
+    probe = "import sys, ftmatrix.check.command; print(' '.join(sorted(sys.modules)))"
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(ran.stdout.split())
+    for module in ("ftmatrix.resolve", "ftmatrix.config", "ftmatrix.plan", "ftmatrix.pipeline"):
+        assert module not in loaded, f"import ftmatrix.check.command loads {module}"
+
+
+def test_no_module_is_named_like_a_standard_library_module():
+    """A chore runs ``python -m ftmatrix`` in the package's folder (the noxfile ``ftmatrix
+    run`` uses), which Python puts first on the path: a module named like one of the
+    standard library's would shadow it there."""
+    clashing = sorted(
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if path.stem in sys.stdlib_module_names
+    )
+    assert clashing == []

@@ -10,8 +10,9 @@ import pytest
 
 from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
+from ftmatrix.messages import conflict_summary
 from ftmatrix.plan import Cell
-from ftmatrix.resolve import conflict_summary, lock_id, resolve_cell
+from ftmatrix.resolve import lock_id, resolve_cell
 
 CELL = Cell(python="3.11", pins=(("six", "1.17.0"),), hardware="cpu")
 

@@ -8,7 +8,7 @@ import pytest
 from packaging.version import Version
 
 from ftmatrix.config import ConfigError, parse_matrix
-from ftmatrix.selectors import resolve_selectors, select_versions
+from ftmatrix.version_selectors import resolve_selectors, select_versions
 
 RELEASED = [
     Version(v)
@@ -94,7 +94,7 @@ def test_selectors_against_the_real_index_frozen_in_time():
 
 
 def test_an_explicit_version_never_released_names_its_neighbours():
-    from ftmatrix.selectors import check_released
+    from ftmatrix.version_selectors import check_released
 
     matrix = parse("packages:\n  trl: ['0.19.1', '0.99.0']\n  torch: ['2.13.0']\n")
     with pytest.raises(ConfigError) as caught:

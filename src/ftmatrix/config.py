@@ -97,7 +97,7 @@ class Axis:
     """One package and the versions the matrix tries; ``None`` means not installed.
 
     An axis written as a selector has no versions until the plan resolves it
-    against the index (:func:`ftmatrix.selectors.resolve_selectors`).
+    against the index (:func:`ftmatrix.version_selectors.resolve_selectors`).
     """
 
     package: str

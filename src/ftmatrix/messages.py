@@ -2,14 +2,14 @@
 message that a grid cell, a failure group or a check verdict shows.
 
 Below the report and check, which both show records' messages (check once imported
-the report for these two).
+the report for these two), and beside the resolver, whose explanations they shorten:
+text in, text out, so ``ftmatrix check`` loads neither the resolver nor the plan.
 """
 
 from __future__ import annotations
 
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.signature import unwrap_message
-from ftmatrix.resolve import conflict_summary
 
 
 def root_message(record: Record) -> str:
@@ -29,3 +29,14 @@ def headline(message: str | None) -> str:
     if lines[0].endswith(":") and len(lines) > 1:
         return f"{lines[0]} {lines[1]}"
     return lines[0]
+
+
+def conflict_summary(reason: str) -> str:
+    """The resolver's explanation in one line: its first step, which names the package
+    that conflicts and what it requires (the last step only says "unsatisfiable")."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("No solution found"):
+        lines = lines[1:]
+    joined = " ".join(lines)
+    first, _, _ = joined.partition(", we can conclude")
+    return first.removeprefix("Because ").strip() or joined

@@ -45,12 +45,12 @@ from ftmatrix.resolve import (
     with_test_runners,
 )
 from ftmatrix.reuse import Decision, EarlierRun, cases_key, earlier_runs, plan_decisions
-from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 from ftmatrix.sharing import one_report_at_a_time
 from ftmatrix.store import merge_outputs
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
+from ftmatrix.version_selectors import check_released, resolve_selectors
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,10 +16,11 @@ from typing import Any, TextIO
 
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.cell.status import Status
+from ftmatrix.messages import conflict_summary
 from ftmatrix.pipeline import Loaded, plan_reuse, resolve_cells
 from ftmatrix.plan import CANNOT_INSTALL, IMPOSSIBLE, NO_CELL, UNRESOLVED, Plan
-from ftmatrix.report.render import INSTALLABILITY_FILE
-from ftmatrix.resolve import Resolution, conflict_summary
+from ftmatrix.report.installability import INSTALLABILITY_FILE
+from ftmatrix.resolve import Resolution
 from ftmatrix.reuse import Decision
 
 

@@ -298,17 +298,6 @@ def locked_packages(lock: str) -> dict[str, str]:
     return dict(Lock.parse(lock).packages)
 
 
-def conflict_summary(reason: str) -> str:
-    """The resolver's explanation in one line: its first step, which names the package
-    that conflicts and what it requires (the last step only says "unsatisfiable")."""
-    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
-    if lines and lines[0].startswith("No solution found"):
-        lines = lines[1:]
-    joined = " ".join(lines)
-    first, _, _ = joined.partition(", we can conclude")
-    return first.removeprefix("Because ").strip() or joined
-
-
 def run_uv(
     args: list[str], env: Mapping[str, str], stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:

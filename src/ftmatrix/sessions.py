@@ -240,11 +240,7 @@ def ftmatrix_command(command: str, *args: str) -> int:
     """Run ``python -m ftmatrix COMMAND ARGS`` in the noxfile's folder; its exit code."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # -P: the folder is not put on the path. It may be this package's own (the noxfile
-    # `ftmatrix run` uses), whose selectors.py would shadow the standard library's.
-    ran = subprocess.run(
-        [sys.executable, "-P", "-m", "ftmatrix", command, *args], cwd=ROOT, check=False
-    )
+    ran = subprocess.run([sys.executable, "-m", "ftmatrix", command, *args], cwd=ROOT, check=False)
     return ran.returncode if ran.returncode >= 0 else 128 - ran.returncode  # a signal, as sh
 
 

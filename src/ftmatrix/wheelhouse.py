@@ -38,11 +38,11 @@ from packaging.version import InvalidVersion, Version
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.config import InstallOptions, Limits
 from ftmatrix.errors import WheelhouseError
+from ftmatrix.messages import conflict_summary
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import (
     RUNNER_REQUIREMENTS,
     UNSATISFIABLE,
-    conflict_summary,
     explanation_text,
     last_lines,
     locked_requirements,

@@ -29,7 +29,7 @@ from ftmatrix.check.results import KnownIssueLink, Results, results_of
 from ftmatrix.check.verdict import lookup_table
 from ftmatrix.constraints import write_constraints
 from ftmatrix.known_issues import load_known_issues
-from ftmatrix.messages import headline
+from ftmatrix.messages import conflict_summary, headline
 from ftmatrix.report.changes import StatusChange, changes_since_previous
 from ftmatrix.report.failures import FailureGroup, failure_groups
 from ftmatrix.report.grid import (
@@ -49,8 +49,8 @@ from ftmatrix.report.grid import (
     unverified,
     worst_of,
 )
+from ftmatrix.report.installability import FINDING_WORDS, read_installability
 from ftmatrix.report.overview import group_id, render_compatibility, render_headline, render_hud
-from ftmatrix.resolve import conflict_summary
 from ftmatrix.store import load_findings, newest_records, pass_rate_table
 
 STATUS_COLOURS = {
@@ -316,28 +316,6 @@ def render_report(
     # The grid's records are the newest plain ones of latest, all derive_constraints reads.
     write_constraints(out_dir / "constraints", latest, derived=results.constraints)
     return grid
-
-
-INSTALLABILITY_FILE = "installability.json"
-# How the report words each kind of the plan's findings (ftmatrix.plan).
-FINDING_WORDS = {
-    "cannot-install": "installs with nothing",
-    "impossible": "cannot co-install",
-    "no-cell": "co-install alone, in no combination that installs",
-    "unresolved": "the resolver gave no answer",
-}
-
-
-def read_installability(out_dir: Path) -> dict[str, Any] | None:
-    """The newest run's installability findings (what its plan could not make a cell of)."""
-    files = sorted((out_dir / "records").glob(f"*/{INSTALLABILITY_FILE}"))
-    if not files:
-        return None
-    try:
-        data = json.loads(files[-1].read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def probe_summaries(probes: Sequence[Record]) -> dict[tuple[str, str], str]:
