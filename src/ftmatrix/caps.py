@@ -19,34 +19,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import json
-import urllib.parse
-import urllib.request
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from email.parser import HeaderParser
-from pathlib import Path
 from typing import Any
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import Specifier
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
-from ftmatrix.errors import PackageIndexError
-from ftmatrix.index import (
-    JSON_ACCEPT,
-    TIMEOUT_SECONDS,
-    _fetch,
-    find_links,
-    index_urls,
-)
+from ftmatrix.index import requires_dist
 from ftmatrix.plan import IMPOSSIBLE, Cell, Plan
 from ftmatrix.resolve import Resolution, cache_dir
 
@@ -177,128 +164,6 @@ class RequiresLookup:
             with contextlib.suppress(OSError):
                 write_atomically(path, json.dumps(list(found)))
         return found
-
-
-def requires_dist(
-    package: str, version: str, install: InstallOptions, env: Mapping[str, str]
-) -> tuple[str, ...] | None:
-    """``package==version``'s declared requirements, from a find-links wheel or the index's
-    core metadata (PEP 658); None when neither has them (the plan then probes nothing)."""
-    name = canonicalize_name(package)
-    wanted = Version(version)
-    for folder in find_links(install, env):
-        for path in sorted(Path(folder).glob("*.whl")):
-            try:
-                wheel_name, wheel_version, _, _ = parse_wheel_filename(path.name)
-            except ValueError:
-                continue
-            if wheel_name == name and Version(wheel_version.public) == wanted:
-                return _wheel_requires(path)
-    for url in index_urls(install, env):
-        try:
-            found = _index_requires(url, name, wanted)
-        except PackageIndexError:
-            continue
-        if found is not None:
-            return found
-    return None
-
-
-def _wheel_requires(path: Path | io.RawIOBase) -> tuple[str, ...] | None:
-    with zipfile.ZipFile(path) as wheel:
-        metadata = next((n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")), None)
-        if metadata is None:
-            return None
-        return _parse_requires(wheel.read(metadata).decode("utf-8", "replace"))
-
-
-def _index_requires(url: str, name: str, wanted: Version) -> tuple[str, ...] | None:
-    page = f"{url.rstrip('/')}/{name}/"
-    body, content_type = _fetch(page, JSON_ACCEPT)
-    if body is None or JSON_ACCEPT not in content_type:
-        return None
-    wheels = []
-    for entry in json.loads(body).get("files", []):
-        filename = entry.get("filename", "")
-        try:
-            _, file_version, _, _ = parse_wheel_filename(filename)
-        except ValueError:
-            continue
-        if Version(file_version.public) == wanted:
-            wheels.append(entry)
-    for entry in wheels:
-        if entry.get("core-metadata") or entry.get("data-dist-info-metadata"):
-            metadata, _ = _fetch(urllib.parse.urljoin(page, entry["url"]) + ".metadata", "*/*")
-            if metadata is not None:
-                return _parse_requires(metadata.decode("utf-8", "replace"))
-    # Older uploads have no PEP 658 metadata: the wheel's METADATA is read from the zip
-    # with HTTP range requests (its end, the central directory, one member), as pip does.
-    for entry in sorted(wheels, key=lambda e: e.get("size") or 0):
-        try:
-            with _RangeFile(urllib.parse.urljoin(page, entry["url"])) as remote:
-                return _wheel_requires(remote)
-        except (OSError, ValueError, zipfile.BadZipFile):
-            continue
-    return None
-
-
-class _RangeFile(io.RawIOBase):
-    """A remote file, read in blocks by HTTP range requests (enough for zipfile)."""
-
-    BLOCK = 256 * 1024
-
-    def __init__(self, url: str) -> None:
-        super().__init__()
-        self.url = url
-        self.position = 0
-        self.blocks: dict[int, bytes] = {}
-        request = urllib.request.Request(url, method="HEAD")
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            self.size = int(response.headers["Content-Length"])
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        self.position = max(0, base + offset)
-        return self.position
-
-    def read(self, size: int = -1) -> bytes:
-        end = self.size if size is None or size < 0 else min(self.size, self.position + size)
-        chunks = []
-        while self.position < end:
-            index = self.position // self.BLOCK
-            block = self._block(index)
-            start = self.position - index * self.BLOCK
-            piece = block[start : start + end - self.position]
-            if not piece:
-                break
-            chunks.append(piece)
-            self.position += len(piece)
-        return b"".join(chunks)
-
-    def _block(self, index: int) -> bytes:
-        if index not in self.blocks:
-            first = index * self.BLOCK
-            last = min(self.size, first + self.BLOCK) - 1
-            request = urllib.request.Request(self.url, headers={"Range": f"bytes={first}-{last}"})
-            with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-                if response.status != 206:
-                    raise OSError(f"{self.url}: no range requests (HTTP {response.status})")
-                self.blocks[index] = response.read()
-        return self.blocks[index]
-
-
-def _parse_requires(metadata: str) -> tuple[str, ...]:
-    headers = HeaderParser().parsestr(metadata)
-    return tuple(headers.get_all("Requires-Dist") or ())
 
 
 # How many installable cells a blocked pair's probe may be built from, tried in order.
