@@ -37,13 +37,13 @@ from ftmatrix.report.planned import cells_without_records
 from ftmatrix.report.publish import write_site
 from ftmatrix.report.render import render_report
 from ftmatrix.resolve import (
-    RETRY_DELAYS,
     TRANSIENT,
     Resolution,
     resolve_cell,
     uv_binary,
     with_test_runners,
 )
+from ftmatrix.retry import retried_each
 from ftmatrix.reuse import Decision, EarlierRun, cases_key, earlier_runs, plan_decisions
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
@@ -208,20 +208,12 @@ def _resolve_with_retries(
     env: Mapping[str, str],
     sleep: Callable[[float], None],
 ) -> list[Resolution]:
-    answers = resolve_cells(cells, matrix.install, env, matrix.limits)
-    for delay in RETRY_DELAYS:
-        again = [
-            i
-            for i, a in enumerate(answers)
-            if a.status is Status.INSTALL_ERROR and TRANSIENT.search(a.reason or "")
-        ]
-        if not again:
-            break
-        sleep(delay)
-        retried = resolve_cells([cells[i] for i in again], matrix.install, env, matrix.limits)
-        for i, resolution in zip(again, retried, strict=True):
-            answers[i] = resolution
-    return answers
+    return retried_each(
+        cells,
+        lambda some: resolve_cells(some, matrix.install, env, matrix.limits),
+        lambda a: a.status is Status.INSTALL_ERROR and bool(TRANSIENT.search(a.reason or "")),
+        sleep=sleep,
+    )
 
 
 def index_releases(matrix: Matrix, env: Mapping[str, str]) -> Any:

@@ -37,7 +37,6 @@ TRANSIENT = re.compile(
     r"dns error|tcp connect|HTTP status server error|\b50[234]\b|temporarily unavailable",
     re.IGNORECASE,
 )
-RETRY_DELAYS = (2.0, 8.0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,7 +57,6 @@ from ftmatrix.gpu_pool import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
 from ftmatrix.resolve import (
-    RETRY_DELAYS,
     TRANSIENT,
     Lock,
     Resolution,
@@ -68,6 +67,7 @@ from ftmatrix.resolve import (
     uv_index_args,
     with_test_runners,
 )
+from ftmatrix.retry import retried
 from ftmatrix.reuse import CellKey, cases_key, done_path, hardware_id, reuse_cell
 from ftmatrix.sharing import one_install_at_a_time, torch_threads, usable_cpus
 from ftmatrix.supervise import CaseLimits, run_cases
@@ -384,14 +384,14 @@ class _CellRun:
 
     def with_retries(self, action: Callable[[], _T], transient: Callable[[_T], bool]) -> _T:
         """``action()``, tried again after a pause while its failure looks transient."""
-        result = action()
-        for delay in RETRY_DELAYS:
-            if not transient(result):
-                break
-            self.log(f"[ftmatrix] transient failure; retrying in {delay:g} s")
-            self.ctx.sleep(delay)
-            result = action()
-        return result
+        return retried(
+            action,
+            transient,
+            sleep=self.ctx.sleep,
+            before_retry=lambda delay: self.log(
+                f"[ftmatrix] transient failure; retrying in {delay:g} s"
+            ),
+        )
 
 
 def _resolve(run: _CellRun) -> Resolution:

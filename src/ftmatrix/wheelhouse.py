@@ -52,6 +52,7 @@ from ftmatrix.resolve import (
     uv_index_args,
     with_test_runners,
 )
+from ftmatrix.retry import retried
 from ftmatrix.system_packages import (
     Host,
     HostDistribution,
@@ -64,8 +65,6 @@ from ftmatrix.system_packages import (
 MANIFEST = "ftmatrix-wheelhouse.json"
 DOWNLOAD_THREADS = 4
 RESOLVE_THREADS = 8
-# Pauses before trying a download again: the network hiccups, a wheel does not change.
-RETRY_DELAYS = (2.0, 8.0)
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)")
 _LEGACY_MANYLINUX = {"manylinux2014": (2, 17), "manylinux2010": (2, 12), "manylinux1": (2, 5)}
 _FIXED_PLATFORMS = {
@@ -353,15 +352,18 @@ def download(wheel: Wheel, folder: Path) -> bool:
     if path.exists() and (wheel.sha256 is None or _sha256(path) == wheel.sha256):
         return False
     partial = folder / f".{wheel.filename}.part"
-    for delay in (*RETRY_DELAYS, None):
+
+    def attempt() -> OSError | None:
         try:
             _fetch(wheel.url, partial)
-            break
         except OSError as exc:  # urllib's errors included: DNS, resets, timeouts
             partial.unlink(missing_ok=True)
-            if delay is None:
-                raise WheelhouseError(f"{wheel.filename}: download failed: {exc}") from None
-            time.sleep(delay)
+            return exc
+        return None
+
+    failed = retried(attempt, lambda exc: exc is not None, sleep=time.sleep)
+    if failed is not None:
+        raise WheelhouseError(f"{wheel.filename}: download failed: {failed}") from None
     if wheel.sha256 is not None and _sha256(partial) != wheel.sha256:
         partial.unlink(missing_ok=True)
         raise WheelhouseError(f"{wheel.filename}: sha256 differs from the index's: not kept")
