@@ -129,7 +129,42 @@ def cover_installable(
         return _one_combination(combos, counted)
     singles: list[tuple[str, Value]] = [(n, v) for n in varying for v in values[n] if v is not None]
     singles_ok = dict(zip(singles, counted.ask([{n: v} for n, v in singles]), strict=True))
-    findings = [
+    needed = _needed_pairs(varying, columns)
+    status, pair_findings = _classify_pairs(needed, singles_ok, counted)
+    chosen, failed, uncovered = _cover_with_cells(
+        combos, columns, varying, status, counted, restarts=restarts
+    )
+    possible = sum(1 for ok in status.values() if ok)
+    return Covering(
+        cells=tuple(combos[i] for i in sorted(chosen)),
+        findings=(
+            *_value_findings(singles_ok),
+            *pair_findings,
+            *_uncovered_findings(uncovered, failed),
+        ),
+        failed=tuple(failed),
+        pairs_needed=len(needed),
+        pairs_possible=possible,
+        pairs_covered=possible - len(uncovered),
+        resolutions=len(counted.answers),
+        lower_bound=_lower_bound(values, varying, singles_ok),
+        pair_table=tuple(sorted(status.items(), key=lambda item: tuple(map(str, item[0])))),
+    )
+
+
+def _needed_pairs(varying: Sequence[str], columns: Mapping[str, Sequence[Value]]) -> list[_Pair]:
+    """Every pair of values of two varying axes that some allowed combination holds."""
+    found = {
+        (a, x, b, y)
+        for a, b in itertools.combinations(varying, 2)
+        for x, y in set(zip(columns[a], columns[b], strict=True))
+    }
+    return sorted(found, key=lambda p: tuple(map(str, p)))
+
+
+def _value_findings(singles_ok: Mapping[tuple[str, Value], Installability]) -> list[PlanFinding]:
+    """Values that install with nothing (or that the resolver could not answer for)."""
+    return [
         PlanFinding(
             kind=CANNOT_INSTALL if verdict.proven else UNRESOLVED,
             pins=((n, v),),
@@ -138,19 +173,14 @@ def cover_installable(
         for (n, v), verdict in singles_ok.items()
         if not verdict.installable
     ]
-    needed = sorted(
-        {
-            (a, x, b, y)
-            for a, b in itertools.combinations(varying, 2)
-            for x, y in set(zip(columns[a], columns[b], strict=True))
-        },
-        key=lambda p: tuple(map(str, p)),
-    )
-    status, pair_findings = _classify_pairs(needed, singles_ok, counted)
-    findings += pair_findings
-    chosen, failed, uncovered = _cover_with_cells(
-        combos, columns, varying, status, counted, restarts=restarts
-    )
+
+
+def _uncovered_findings(
+    uncovered: set[_Pair], failed: Sequence[tuple[Mapping[str, Value], str | None]]
+) -> list[PlanFinding]:
+    """Pairs that co-install alone but in no combination that installs, with a failed
+    cell's reason where one held the pair."""
+    findings = []
     for pair in sorted(uncovered, key=lambda p: tuple(map(str, p))):
         reasons = [r for c, r in failed if _has_pair(c, pair)]
         findings.append(
@@ -162,22 +192,20 @@ def cover_installable(
                 else "no allowed combination holds it with values that co-install with it",
             )
         )
-    possible = sum(1 for ok in status.values() if ok)
-    installable_counts = sorted(
+    return findings
+
+
+def _lower_bound(
+    values: Mapping[str, Sequence[Value]],
+    varying: Sequence[str],
+    singles_ok: Mapping[tuple[str, Value], Installability],
+) -> int:
+    """The largest product of two axes' installable values: no covering has fewer cells."""
+    counts = sorted(
         (sum(1 for v in values[n] if v is None or singles_ok[(n, v)].installable) for n in varying),
         reverse=True,
     ) + [1, 1]
-    return Covering(
-        cells=tuple(combos[i] for i in sorted(chosen)),
-        findings=tuple(findings),
-        failed=tuple(failed),
-        pairs_needed=len(needed),
-        pairs_possible=possible,
-        pairs_covered=possible - len(uncovered),
-        resolutions=len(counted.answers),
-        lower_bound=installable_counts[0] * installable_counts[1],
-        pair_table=tuple(sorted(status.items(), key=lambda item: tuple(map(str, item[0])))),
-    )
+    return counts[0] * counts[1]
 
 
 def _classify_pairs(
@@ -227,12 +255,8 @@ def _cover_with_cells(
     """Greedy covering over the combinations whose pairs all co-install, each chosen cell
     asked; one that fails anyway is never chosen again and its pairs are covered anew.
     Returns the chosen cells, the failed ones with their reasons, and what stays uncovered."""
-    rows: Sequence[int] = range(len(combos))
     axis_pairs = list(itertools.combinations(varying, 2))
-    for a, b in axis_pairs:  # drop combinations holding a pair that cannot co-install
-        bad = {(x, y) for (pa, x, pb, y), ok in status.items() if not ok and (pa, pb) == (a, b)}
-        if bad:
-            rows = [i for i in rows if (columns[a][i], columns[b][i]) not in bad]
+    rows = _rows_that_may_install(len(combos), columns, axis_pairs, status)
     # Pairs as small integers: the greedy step intersects many sets of them.
     ids = {pair: n for n, pair in enumerate(status)}
     pair_sets = {
@@ -246,9 +270,7 @@ def _cover_with_cells(
         open_ = {i: pairs for i, pairs in open_.items() if pairs}
         if not open_:
             break
-        # Restarts cost a greedy pass each: fewer where the candidates are many.
-        tries = restarts if len(open_) <= 500 else restarts // 4 if len(open_) <= 5000 else 0
-        picks = _cover(open_, uncovered, tries)
+        picks = _cover(open_, uncovered, _restarts_for(len(open_), restarts))
         verdicts = counted.ask([combos[i] for i in picks])
         for i, verdict in zip(picks, verdicts, strict=True):
             if verdict.installable:
@@ -259,6 +281,28 @@ def _cover_with_cells(
             del pair_sets[i]  # asked once: installable and chosen, or never again
     pairs = {n: pair for pair, n in ids.items()}
     return chosen, failed, {pairs[n] for n in uncovered}
+
+
+def _rows_that_may_install(
+    count: int,
+    columns: Mapping[str, Sequence[Value]],
+    axis_pairs: Sequence[tuple[str, str]],
+    status: Mapping[_Pair, bool],
+) -> list[int]:
+    """The combinations holding no pair that cannot co-install."""
+    rows = list(range(count))
+    for a, b in axis_pairs:
+        bad = {(x, y) for (pa, x, pb, y), ok in status.items() if not ok and (pa, pb) == (a, b)}
+        if bad:
+            rows = [i for i in rows if (columns[a][i], columns[b][i]) not in bad]
+    return rows
+
+
+def _restarts_for(candidates: int, restarts: int) -> int:
+    """Restarts cost a greedy pass each: fewer where the candidates are many."""
+    if candidates <= 500:
+        return restarts
+    return restarts // 4 if candidates <= 5000 else 0
 
 
 def _one_combination(combos: Sequence[Mapping[str, Value]], counted: _Counted) -> Covering:
