@@ -167,14 +167,7 @@ def plan_cells(matrix: Matrix, oracle: Oracle | None = None) -> Plan:
     a typo, and silently ignoring it would run (or hide) cells the user did not mean.
     """
     axes = _axes(matrix)
-    size = math.prod(len(values) for values in axes.values())
-    if size > MAX_COMBINATIONS:
-        counts = " x ".join(f"{len(v)} {name}" for name, v in axes.items() if len(v) > 1)
-        raise PlanError(
-            f"{matrix.source}: the axes make {size:,} combinations ({counts}); ftmatrix plans "
-            f"at most {MAX_COMBINATIONS:,}: name fewer versions, or split the matrix into "
-            "profiles (strategy: pairwise still starts from every combination)"
-        )
+    _check_size(matrix, axes)
     full = list(itertools.product(*axes.values()))
     names = list(axes)
     combos = [dict(zip(names, values, strict=True)) for values in full]
@@ -190,23 +183,8 @@ def plan_cells(matrix: Matrix, oracle: Oracle | None = None) -> Plan:
         chosen = cover_pairs(allowed, names)
     else:
         chosen = allowed
-    for combo in combos:
-        if combo not in chosen and any(_rule_matches(r, combo, None) for r in matrix.include):
-            chosen.append(combo)
-
-    cells = []
-    for combo in chosen:
-        for hw in hardware:
-            if any(_rule_matches(r, combo, hw) for r in matrix.exclude):
-                continue
-            cells.append(
-                Cell(
-                    python=str(combo["python"]),
-                    pins=tuple((a.package, combo[a.package]) for a in matrix.packages),
-                    hardware=hw,
-                    support=matrix.support,
-                )
-            )
+    chosen += [c for c in _included(matrix, combos) if c not in chosen]
+    cells = _cells_on_hardware(matrix, chosen, hardware)
     if not cells and covering is None:
         raise PlanError(f"{matrix.source}: the exclude rules leave no cell to run")
     sizes = sorted((len(v) for v in axes.values()), reverse=True) + [1, 1]
@@ -218,6 +196,39 @@ def plan_cells(matrix: Matrix, oracle: Oracle | None = None) -> Plan:
         * len(hardware),
         covering=covering,
     )
+
+
+def _check_size(matrix: Matrix, axes: Mapping[str, Sequence[Any]]) -> None:
+    size = math.prod(len(values) for values in axes.values())
+    if size > MAX_COMBINATIONS:
+        counts = " x ".join(f"{len(v)} {name}" for name, v in axes.items() if len(v) > 1)
+        raise PlanError(
+            f"{matrix.source}: the axes make {size:,} combinations ({counts}); ftmatrix plans "
+            f"at most {MAX_COMBINATIONS:,}: name fewer versions, or split the matrix into "
+            "profiles (strategy: pairwise still starts from every combination)"
+        )
+
+
+def _included(matrix: Matrix, combos: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The combinations an include rule adds back, whatever the strategy chose."""
+    return [c for c in combos if any(_rule_matches(r, c, None) for r in matrix.include)]
+
+
+def _cells_on_hardware(
+    matrix: Matrix, chosen: Sequence[Mapping[str, Any]], hardware: Sequence[str]
+) -> list[Cell]:
+    """Each chosen combination on each hardware class its exclude rules leave."""
+    return [
+        Cell(
+            python=str(combo["python"]),
+            pins=tuple((a.package, combo[a.package]) for a in matrix.packages),
+            hardware=hw,
+            support=matrix.support,
+        )
+        for combo in chosen
+        for hw in hardware
+        if not any(_rule_matches(r, combo, hw) for r in matrix.exclude)
+    ]
 
 
 def select_cells(cells: Sequence[Cell], patterns: Iterable[str]) -> list[Cell]:
