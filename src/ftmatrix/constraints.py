@@ -266,6 +266,42 @@ def write_constraints(
     return written
 
 
+NOTHING_SET_APART = (
+    "no pin, and no pair of pins, is set apart by a passing cell that differs from it in "
+    "that pin alone"
+)
+
+
+def _blame_record(
+    record: Record, passing: Sequence[Mapping[str, str | None]]
+) -> tuple[list[tuple[str, str]], list[tuple[tuple[str, str], Pin]]] | None:
+    """The pins (else the pairs of pins) a failing record is blamed on; None: neither.
+
+    A pin is blamed only against a passing neighbour: a cell differing in that pin
+    alone. Without one, everything else the failing cell holds (a support package the
+    resolver picked, another pin) could be the cause just as well.
+    """
+    pins = _pins(record)
+    installed = [(p, v) for p, v in sorted(pins.items()) if v is not None]
+    alone = [
+        (p, v)
+        for p, v in installed
+        if _nowhere(passing, {p: v}) and _neighbour_passes(passing, pins, p)
+    ]
+    if alone:
+        return alone, []
+    pairs = [
+        ((p, v), (q, w))
+        for p, v in installed
+        for q, w in sorted(pins.items())
+        if q != p
+        and _nowhere(passing, {p: v, q: w})
+        and _neighbour_passes(passing, pins, p)
+        and _neighbour_passes(passing, pins, q)
+    ]
+    return ([], pairs) if pairs else None
+
+
 def _derive_one(operation: str, hardware: str, judged: Sequence[Record]) -> ConstraintSet:
     by_case: dict[str, list[Record]] = {}
     for record in judged:
@@ -284,41 +320,17 @@ def _derive_one(operation: str, hardware: str, judged: Sequence[Record]) -> Cons
             continue
         passing = [_pins(r) for r in good]
         for record in bad:
-            pins = _pins(record)
-            # A pin is blamed only against a passing neighbour: a cell differing in that
-            # pin alone. Without one, everything else the failing cell holds (a support
-            # package the resolver picked, another pin) could be the cause just as well.
-            alone = [
-                (p, v)
-                for p, v in pins.items()
-                if v is not None
-                and _nowhere(passing, {p: v})
-                and _neighbour_passes(passing, pins, p)
-            ]
-            for pin in alone:
-                single.setdefault(pin, []).append(record)
-            if alone:
-                continue
-            pairs = [
-                ((p, v), (q, w))
-                for (p, v), (q, w) in itertools.permutations(sorted(pins.items()), 2)
-                if v is not None
-                and _nowhere(passing, {p: v, q: w})
-                and _neighbour_passes(passing, pins, p)
-                and _neighbour_passes(passing, pins, q)
-            ]
-            for (p, v), other in pairs:
-                paired.setdefault((p, v, other), []).append(record)
-            if not pairs:
+            blamed = _blame_record(record, passing)
+            if blamed is None:
                 unexplained.append(
-                    Unexplained(
-                        evidence=Evidence.from_record(record),
-                        reason=(
-                            "no pin, and no pair of pins, is set apart by a passing cell "
-                            "that differs from it in that pin alone"
-                        ),
-                    )
+                    Unexplained(evidence=Evidence.from_record(record), reason=NOTHING_SET_APART)
                 )
+            elif blamed[0]:
+                for pin in blamed[0]:
+                    single.setdefault(pin, []).append(record)
+            else:
+                for (p, v), other in blamed[1]:
+                    paired.setdefault((p, v, other), []).append(record)
     constraints = _bounds_and_excludes(judged, single)
     excluded = {(canonicalize_name(c.package), v) for c in constraints for v in c.versions}
     for (package, version, other), members in paired.items():
@@ -515,11 +527,7 @@ def derive_cap_verdicts(records: Iterable[Record]) -> list[CapVerdict]:
         judged = [r for r in probes if r.case != WHOLE_CELL and not r.flaky]
         broke = [r for r in judged if r.status.is_break]
         passed = [r for r in judged if r.status is Status.PASS]
-        worst: dict[str, Status] = {}
-        for record in probes:
-            held = worst.get(record.operation)
-            if held is None or record.status.severity > held.severity:
-                worst[record.operation] = record.status
+        worst = _worst_per_operation(probes)
         raise_to = None
         if passed and not broke:
             raise_to = ", ".join(
@@ -536,6 +544,16 @@ def derive_cap_verdicts(records: Iterable[Record]) -> list[CapVerdict]:
             )
         )
     return verdicts
+
+
+def _worst_per_operation(records: Iterable[Record]) -> dict[str, Status]:
+    """Each operation's most severe status among ``records``."""
+    worst: dict[str, Status] = {}
+    for record in records:
+        held = worst.get(record.operation)
+        if held is None or record.status.severity > held.severity:
+            worst[record.operation] = record.status
+    return worst
 
 
 def render_caps_text(verdicts: Sequence[CapVerdict]) -> str:
