@@ -371,6 +371,49 @@ def download(wheel: Wheel, folder: Path) -> bool:
     return True
 
 
+def _host_stack(
+    install: InstallOptions, target: Target, host_freeze: Path | None
+) -> HostStack | None:
+    """The host's packages a system-packages cell takes, from ``--host-packages``."""
+    if not install.system_packages:
+        return None
+    if host_freeze is None:
+        raise WheelhouseError(
+            "install.system-packages takes packages from the host: pass --host-packages "
+            "FILE, the output of `python -m pip list --format=freeze` on that host"
+        )
+    stack = choose(read_host_packages(host_freeze, target), install.system_packages)
+    if stack.missing:
+        names = ", ".join(repr(n) for n in stack.missing)
+        raise WheelhouseError(
+            f"install.system-packages names {names}; {host_freeze} has no such distribution"
+        )
+    return stack
+
+
+def _manifest_contents(
+    resolved: Sequence[CellWheels], wanted: Mapping[str, Wheel], folder: Path
+) -> dict[str, Any]:
+    """The manifest's cells (each with its wheels) and wheels (each with its hash and size)."""
+    return {
+        "cells": [
+            {
+                "label": need.cell.label,
+                "id": need.cell.id,
+                "pins": dict(need.cell.pins),
+                "uninstallable": need.uninstallable,
+                "from_host": list(need.from_host),
+                "wheels": [w.filename for w in need.wheels],
+            }
+            for need in resolved
+        ],
+        "wheels": [
+            {"file": w.filename, "sha256": w.sha256, "size": (folder / w.filename).stat().st_size}
+            for w in sorted(wanted.values(), key=lambda w: w.filename)
+        ],
+    }
+
+
 def build_wheelhouse(
     cells: Sequence[Cell],
     install: InstallOptions,
@@ -386,19 +429,7 @@ def build_wheelhouse(
     """Resolve every cell for ``target``, then download the union of their wheels."""
     target.uv_platform  # noqa: B018 -- an unknown platform fails before anything runs
     _writable(folder)
-    stack = None
-    if install.system_packages:
-        if host_freeze is None:
-            raise WheelhouseError(
-                "install.system-packages takes packages from the host: pass --host-packages "
-                "FILE, the output of `python -m pip list --format=freeze` on that host"
-            )
-        stack = choose(read_host_packages(host_freeze, target), install.system_packages)
-        if stack.missing:
-            names = ", ".join(repr(n) for n in stack.missing)
-            raise WheelhouseError(
-                f"install.system-packages names {names}; {host_freeze} has no such distribution"
-            )
+    stack = _host_stack(install, target, host_freeze)
     resolved: list[CellWheels] = []
     uv_binary()  # located once before the threads: it reads sysconfig, not thread-safe
     with (
@@ -431,21 +462,7 @@ def build_wheelhouse(
         "python": target.python,
         "platform": target.platform,
         "host_packages": stack.versions() if stack else {},
-        "cells": [
-            {
-                "label": need.cell.label,
-                "id": need.cell.id,
-                "pins": {name: version for name, version in need.cell.pins},
-                "uninstallable": need.uninstallable,
-                "from_host": list(need.from_host),
-                "wheels": [w.filename for w in need.wheels],
-            }
-            for need in resolved
-        ],
-        "wheels": [
-            {"file": w.filename, "sha256": w.sha256, "size": (folder / w.filename).stat().st_size}
-            for w in sorted(wanted.values(), key=lambda w: w.filename)
-        ],
+        **_manifest_contents(resolved, wanted, folder),
     }
     write_atomically(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return Summary(
