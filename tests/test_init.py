@@ -1,12 +1,16 @@
 """`ftmatrix init`: what it writes, what it refuses, and that what it writes is valid.
 
-The example cases it ships are this repository's own cases and helpers, and the reusable
-workflow the one GitHub runs here: one copy each in git, forced into the wheel (their
-passing in a real cell is tests/test_package.py's).
+By default it writes a short readable example per operation (src/ftmatrix/templates/
+examples/) beside the tiny-model fixtures; `--contracts` writes this repository's own
+contract suite and its helpers instead. Those, and the reusable workflow the one GitHub
+runs here, are one copy each in git, forced into the wheel. Their passing in a real cell
+of a fresh repository: the slow test below (both), and tests/test_package.py (from the
+built wheel).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +25,7 @@ from ftmatrix.cli import main
 from ftmatrix.config import load_matrix
 from ftmatrix.errors import ExitCode, UsageError
 from ftmatrix.init import (
+    EXAMPLE_HELPERS,
     HELPERS,
     NIGHTLY,
     OPERATIONS,
@@ -127,8 +132,27 @@ def test_the_matrix_it_writes_loads_with_the_axes_and_what_the_cases_need(tmp_pa
     nightly = load_matrix(tmp_path / "matrix.yaml", profile="nightly", default_python="3.11")
     assert nightly.reuse.max_age_days == 7
     assert sorted(p for p in planned if p.startswith("cases/")) == sorted(
-        ["cases/test_sft.py", "cases/test_lora.py", *(f"cases/{h}" for h in HELPERS)]
+        ["cases/test_sft.py", "cases/test_lora.py", *(f"cases/{h}" for h in EXAMPLE_HELPERS)]
     )
+
+
+def test_the_cases_are_short_examples_by_default_and_the_suite_with_contracts():
+    axes = [parse_package("trl")]
+    examples = scaffold(axes, list(OPERATIONS))
+    suite = scaffold(axes, list(OPERATIONS), contracts=True)
+    for operation, (case, _) in OPERATIONS.items():
+        if operation == "import":
+            assert examples[f"cases/{case}"] == suite[f"cases/{case}"]
+            continue
+        assert examples[f"cases/{case}"] == (TEMPLATES / "examples" / case).read_text()
+        assert suite[f"cases/{case}"] == (ROOT / "cases" / case).read_text()
+        # An example is something to read and copy: one case, a few dozen lines.
+        assert len(examples[f"cases/{case}"].splitlines()) <= 60, case
+        assert examples[f"cases/{case}"].count("\ndef test_") == 1, case
+    assert sorted(p for p in examples if p.startswith("cases/_") or p.endswith("conftest.py")) == [
+        f"cases/{h}" for h in sorted(EXAMPLE_HELPERS)
+    ]
+    assert {f"cases/{h}" for h in HELPERS} <= set(suite)
 
 
 def test_the_import_case_lists_the_packages_named():
@@ -163,7 +187,7 @@ def test_init_writes_every_file_then_refuses_to_overwrite_any(
             REUSABLE,
             NIGHTLY,
             "cases/test_sft.py",
-            *(f"cases/{h}" for h in HELPERS),
+            *(f"cases/{h}" for h in EXAMPLE_HELPERS),
         ]
     )
     capsys.readouterr()
@@ -172,7 +196,7 @@ def test_init_writes_every_file_then_refuses_to_overwrite_any(
     assert main(args) == ExitCode.USAGE
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (
-        f"ftmatrix: init: {4 + len(HELPERS)} files already exist in {tmp_path}; nothing was written "
+        f"ftmatrix: init: {4 + len(EXAMPLE_HELPERS)} files already exist in {tmp_path}; nothing was written "
         "(--force overwrites them):"
     )
     assert "  - matrix.yaml" in err and f"  - {NIGHTLY}" in err
@@ -269,3 +293,41 @@ def test_a_cells_path_holds_only_the_plugin_never_where_ftmatrix_is_installed():
     copied = sorted(str(p.relative_to(plugin_root())) for p in plugin_root().rglob("*.py"))
     cell = sorted(p.name for p in (ROOT / "src" / "ftmatrix" / "cell").glob("*.py"))
     assert copied == ["ftmatrix/__init__.py", *(f"ftmatrix/cell/{n}" for n in cell)]
+
+
+# One cell of today's releases for the slow test below: torch the local CPU build (from
+# find-links), transformers past the over-count (5.10.1) and peft past transformers'
+# adapter-loading import (0.19.0), so a red here is this test's finding, not a known break.
+FRESH_PINS = ["torch=2.13.0", "transformers=5.23.0", "trl=1.16.0", "peft=0.21.2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("flags", "operations"),
+    [([], list(OPERATIONS)), (["--contracts"], ["import", "train"])],
+    ids=["examples", "contracts"],
+)
+def test_what_init_writes_runs_green_in_a_fresh_repository(
+    flags: list[str], operations: list[str], tmp_path: Path
+):
+    """The examples of every operation (and the contract suite, on the operations that run
+    in seconds) pass in a real cell of a folder holding nothing but what init wrote."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FTMATRIX_", "NOX_"))}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    ftmatrix = [sys.executable, "-m", "ftmatrix"]
+    init = [*ftmatrix, "init", *FRESH_PINS, "--operation", ",".join(operations), *flags]
+    for command in (init, [*ftmatrix, "run"]):
+        done = subprocess.run(
+            command, cwd=repo, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+        assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    records = json.loads((repo / "reports" / "results.json").read_text())["records"]
+    statuses = {r["case"]: r["status"] for r in records}
+    for operation in operations:
+        case = OPERATIONS[operation][0]
+        assert any(c.startswith(f"test_{operation}.py::") or case in c for c in statuses), case
+    assert {s for s in statuses.values()} <= {"pass", "n/a"}, {
+        c: s for c, s in statuses.items() if s not in ("pass", "n/a")
+    }
+    assert "pass" in statuses.values()

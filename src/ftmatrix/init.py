@@ -25,7 +25,10 @@ from packaging.version import InvalidVersion, Version
 from ftmatrix import __version__
 from ftmatrix.errors import ExitCode, UsageError
 
-# The helpers every example case imports: shared fixtures, tiny models, release adapters.
+# What every case imports: shared fixtures and the tiny offline models.
+EXAMPLE_HELPERS = ("conftest.py", "_tiny.py")
+# The contract suite's helpers besides (--contracts): release adapters, the contracts and
+# their references, knob tables.
 HELPERS = (
     "conftest.py",
     "_tiny.py",
@@ -114,8 +117,14 @@ def parse_operations(texts: Iterable[str]) -> tuple[str, ...]:
     return tuple(chosen) or ("import",)
 
 
-def scaffold(axes: Sequence[AxisRequest], operations: Sequence[str]) -> dict[str, str]:
-    """Every file ``init`` writes, by path relative to the repository, with its text."""
+def scaffold(
+    axes: Sequence[AxisRequest], operations: Sequence[str], *, contracts: bool = False
+) -> dict[str, str]:
+    """Every file ``init`` writes, by path relative to the repository, with its text.
+
+    The cases are a short readable example per operation (templates/examples/), or with
+    ``contracts`` this repository's own contract suite and its helpers.
+    """
     names = [canonicalize_name(a.package) for a in axes]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -125,11 +134,12 @@ def scaffold(axes: Sequence[AxisRequest], operations: Sequence[str]) -> dict[str
     needed = {d for op in operations for d in OPERATIONS[op][1]}
     support = sorted(d for d in needed if canonicalize_name(d) not in names)
     out = {"matrix.yaml": matrix_yaml(axes, support)}
-    for name in HELPERS:
+    for name in HELPERS if contracts else EXAMPLE_HELPERS:
         out[f"cases/{name}"] = shipped(f"cases/{name}")
     for operation in operations:
         case = OPERATIONS[operation][0]
-        text = shipped(f"cases/{case}")
+        from_examples = not contracts and operation != "import"
+        text = shipped(f"examples/{case}" if from_examples else f"cases/{case}")
         if operation == "import":
             listed = ", ".join(f'"{a.package}"' for a in axes)
             text = text.replace(IMPORT_PLACEHOLDER, f"DISTRIBUTIONS = [{listed}]\n")
@@ -271,6 +281,13 @@ def add_init_parser(sub: Any) -> None:
         help="comma-separated operation families to write example cases for: "
         "import (the default), sft, lora, dpo, grpo",
     )
+    init.add_argument(
+        "--contracts",
+        action="store_true",
+        help="write ftmatrix's own contract suite (each case checks the loss, the step, "
+        "masks and adapters against an independent computation) instead of the short "
+        "readable example of each operation",
+    )
     init.add_argument("--dir", default=".", help="the repository (default: this folder)")
     init.add_argument("--force", action="store_true", help="overwrite files that exist")
 
@@ -278,7 +295,9 @@ def add_init_parser(sub: Any) -> None:
 def run_init(args: argparse.Namespace) -> int:
     """``ftmatrix init``: plan every file first, then write them all or none."""
     planned = scaffold(
-        [parse_package(text) for text in args.packages], parse_operations(args.operation)
+        [parse_package(text) for text in args.packages],
+        parse_operations(args.operation),
+        contracts=args.contracts,
     )
     folder = Path(args.dir)
     for path in write_scaffold(folder, planned, force=args.force):
