@@ -13,18 +13,11 @@ from typing import Any
 
 import pytest
 
-from ftmatrix.cell.api import MARKERS
-
 # The hub is never reached: everything a case needs is built here.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    for marker in MARKERS:
-        config.addinivalue_line("markers", marker)
 
 
 @pytest.fixture(scope="session")

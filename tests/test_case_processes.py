@@ -130,7 +130,7 @@ import pytest
 sys.path.insert(0, {str(ROOT / "cases")!r})
 from test_multiprocess import launch
 
-from ftmatrix.cell.plugin import GpuLease
+from ftmatrix.cell.api import GpuLease
 
 CHILDREN = Path(__file__).parent / "children"
 

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from test_plugin import run_plugin
 
+from ftmatrix.cell.api import ChildProcessFailure, GpuLease
 from ftmatrix.cell.gpu_lease import leased_devices
-from ftmatrix.cell.plugin import ChildProcessFailure, GpuLease
 from ftmatrix.resolve import uv_binary
 
 pytest_plugins = ["pytester"]

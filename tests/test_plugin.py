@@ -252,22 +252,6 @@ def test_huge_message():
         assert len(huge[field]) < 70_000
 
 
-def test_the_case_authors_api_has_its_own_module_and_the_old_path_still_imports():
-    from ftmatrix.cell import api, plugin
-
-    for name in (
-        "not_applicable",
-        "NotApplicable",
-        "ChildProcessFailure",
-        "GpuLease",
-        "cpu_only_env",
-    ):
-        assert getattr(plugin, name) is getattr(api, name), name
-    assert plugin.MARKERS is api.MARKERS  # the marker descriptions exist once
-    text = (Path(__file__).parent.parent / "cases" / "conftest.py").read_text()
-    assert "from ftmatrix.cell.api import MARKERS" in text and "MARKERS = (" not in text
-
-
 GATED_ISOLATED = """
 import pytest
 
@@ -316,3 +300,31 @@ def test_an_isolated_case_its_gate_answers_starts_no_process_of_its_own(
         (by_itself,) = [json.loads(x) for x in (alone / f"{name}.jsonl").read_text().splitlines()]
         for field in ("status", "reason", "operation", "case", "message"):
             assert by_itself[field] == records[name][field], (name, field)
+
+
+def test_the_case_api_is_one_module_and_the_plugins_old_names_still_work_and_warn():
+    from ftmatrix.cell import api, plugin
+
+    assert sorted(api.__all__) == sorted(
+        ["MARKERS", "ChildProcessFailure", "GpuLease", "NotApplicable", "cpu_only_env",
+         "gpu_lease", "not_applicable"]
+    )  # fmt: skip
+    for name in api.__all__:
+        assert hasattr(api, name), name
+    for name in (
+        "ChildProcessFailure",
+        "GpuLease",
+        "NotApplicable",
+        "cpu_only_env",
+        "not_applicable",
+    ):
+        with pytest.warns(DeprecationWarning, match=f"import {name} from ftmatrix.cell.api"):
+            assert getattr(plugin, name) is getattr(api, name)
+    assert plugin.gpu_lease is api.gpu_lease  # the fixture, registered by the plugin
+    with pytest.raises(AttributeError):
+        plugin.no_such_name  # noqa: B018
+
+
+def test_the_markers_are_registered_once_by_the_plugin_not_by_the_cases_folder():
+    conftest = (Path(__file__).parent.parent / "cases" / "conftest.py").read_text()
+    assert "MARKERS" not in conftest and "addinivalue_line" not in conftest

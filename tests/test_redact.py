@@ -122,7 +122,7 @@ CASES = (
     """
 import os
 import pytest
-from ftmatrix.cell.plugin import not_applicable
+from ftmatrix.cell.api import not_applicable
 
 SECRET = os.environ["FTMATRIX_TEST_TOKEN"]
 

@@ -1,9 +1,11 @@
-"""What a case author uses: the markers, ``not_applicable``, a child process's failure,
-the GPU lease and a CPU case's environment.
+"""What a case author uses, all of it, from this one module: the markers,
+``not_applicable``, a child process's failure, the GPU lease (the type and the
+``gpu_lease`` fixture) and a CPU case's environment.
 
 Cases import from here (``from ftmatrix.cell.api import not_applicable``); the results
-plugin (:mod:`ftmatrix.cell.plugin`) interprets them, and re-exports them under its own
-name for cases written against earlier releases. Imports: the standard library and pytest.
+plugin (:mod:`ftmatrix.cell.plugin`) interprets them and registers the markers and the
+fixture. Importing these names from the plugin, as cases written against earlier releases
+do, still works and warns (DeprecationWarning). Imports: the standard library and pytest.
 """
 
 from __future__ import annotations
@@ -14,7 +16,20 @@ from dataclasses import dataclass
 
 import pytest
 
-# The case markers, registered by the plugin and by a cases folder's conftest.py.
+from ftmatrix.cell.gpu_lease import leased_devices
+
+__all__ = [
+    "MARKERS",
+    "ChildProcessFailure",
+    "GpuLease",
+    "NotApplicable",
+    "cpu_only_env",
+    "gpu_lease",
+    "not_applicable",
+]
+
+# The case markers, registered by the results plugin (a cell's pytest always loads it;
+# by hand: ``pytest -p ftmatrix.cell.plugin cases/``).
 MARKERS = (
     "operation(name): the operation family this case reproduces (sft, grpo, lora, ...)",
     "requires_packages(**specifiers): PEP 440 specifier per distribution; outside it the "
@@ -96,3 +111,9 @@ class GpuLease:
 def cpu_only_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for processes of a CPU case: no GPU visible, whatever the runner has."""
     return {**(os.environ if base is None else base), "CUDA_VISIBLE_DEVICES": ""}
+
+
+@pytest.fixture
+def gpu_lease() -> GpuLease:
+    """The cell's whole GPU lease, for a case that declares ``gpus=N`` and starts its processes."""
+    return GpuLease(devices=leased_devices(os.environ))

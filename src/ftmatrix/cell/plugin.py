@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import time
+import warnings
 from collections.abc import Generator, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
@@ -26,14 +27,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ftmatrix.cell.api import (
-    MARKERS,
-    ChildProcessFailure,
-    GpuLease,
-    NotApplicable,
-    cpu_only_env,
-    not_applicable,
-)
+from ftmatrix.cell import api as _api
+from ftmatrix.cell.api import gpu_lease
 from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
 from ftmatrix.cell.outcome import Failure, case_status
@@ -59,23 +54,29 @@ from ftmatrix.cell.signature import (
 )
 from ftmatrix.cell.status import Status
 
-# The case author's API lives in ftmatrix.cell.api; these names stay importable from here,
-# where cases written against earlier releases import them.
-__all__ = [
+# The fixture is registered where pytest looks for a plugin's fixtures: its attributes.
+__all__ = ["gpu_lease"]
+MESSAGE_LIMIT = 4000
+# The case author's API is ftmatrix.cell.api; cases written against earlier releases
+# import these names from here, which still works and warns.
+_MOVED_TO_API = (
     "ChildProcessFailure",
     "GpuLease",
     "NotApplicable",
     "cpu_only_env",
-    "gpu_lease",
     "not_applicable",
-]
-MESSAGE_LIMIT = 4000
+)
 
 
-@pytest.fixture
-def gpu_lease() -> GpuLease:
-    """The cell's whole GPU lease, for a case that declares ``gpus=N`` and starts its processes."""
-    return GpuLease(devices=leased_devices(os.environ))
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_API:
+        warnings.warn(
+            f"import {name} from ftmatrix.cell.api (ftmatrix.cell.plugin's copy goes away)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(_api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -96,7 +97,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for marker in MARKERS:
+    for marker in _api.MARKERS:
         config.addinivalue_line("markers", marker)
     cell_file = config.getoption("--ftmatrix-cell")
     record_file = config.getoption("--ftmatrix-record")
@@ -122,7 +123,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Gate the case on package versions (n/a) and hardware (skip) before it runs."""
     gated = gate(item)
     if gated is not None and gated[0] == "n/a":
-        not_applicable(gated[1])
+        _api.not_applicable(gated[1])
     if gated is not None:
         pytest.skip(gated[1])
 
