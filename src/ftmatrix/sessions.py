@@ -22,6 +22,8 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +39,7 @@ from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
+from ftmatrix.progress_feed import FEED_ENV, FeedTail, FeedWriter, Tally, cells_chosen
 from ftmatrix.runner import CellContext, current_python, run_cell, worker_count
 from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
@@ -85,8 +88,37 @@ if LISTED.loaded is not None:
     # Children that nox starts for parallel sessions (-j) load this file again:
     # they must join this run, not start their own.
     os.environ["FTMATRIX_RUN_ID"] = LISTED.loaded.settings.run_id
+
+
+def progress_feed(listed: Listing) -> FeedWriter | None:
+    """Where this process's cells say how they go. The nox process the user started makes
+    the feed and tails it (its lines reach the console while nox buffers its parallel
+    children's output); those children, started with ``--parallel-worker``, join it."""
+    if listed.loaded is None:
+        return None
+    if "--parallel-worker" in sys.argv and FEED_ENV in os.environ:
+        return FeedWriter(Path(os.environ[FEED_ENV]))
+    handle, name = tempfile.mkstemp(prefix="ftmatrix-progress-", suffix=".jsonl")
+    os.close(handle)
+    os.environ[FEED_ENV] = name
+    labels = [cell.label for cell in listed.loaded.selected]
+    tail = FeedTail(
+        Path(name),
+        Tally(total=cells_chosen(labels, sys.argv[1:]), started=time.monotonic()),
+        sys.stdout,
+        lines=not sys.stdout.isatty(),
+        report=listed.loaded.settings.out / "index.html",
+    )
+    tail.start()
+    atexit.register(tail.stop)
+    return FeedWriter(Path(name))
+
+
 PROGRESS = Progress(
-    len(LISTED.loaded.selected) if LISTED.loaded else 0, sys.stdout, live=sys.stdout.isatty()
+    len(LISTED.loaded.selected) if LISTED.loaded else 0,
+    sys.stdout,
+    live=sys.stdout.isatty(),
+    feed=progress_feed(LISTED),
 )
 
 
@@ -194,8 +226,14 @@ def run_matrix_cell(
         threads=context.torch_threads_each(),
     )
     run_folder = record_path(loaded.settings.out, loaded.settings.run_id, cell.id).parent
+    PROGRESS.log_to(cell_log_path(run_folder, cell))
+
+    def log(text: str) -> None:
+        session.log(text)
+        PROGRESS.note(text)
+
     with cell_running(run_folder) as end:
-        records = run_cell(cell, venv_python, context, log=session.log, progress=PROGRESS)
+        records = run_cell(cell, venv_python, context, log=log, progress=PROGRESS)
         PROGRESS.close()
         report_here = session.parallel and end.last()
         if report_here:
@@ -208,12 +246,22 @@ def run_matrix_cell(
     counts: dict[str, int] = {}
     for record in records:
         counts[record.status.value] = counts.get(record.status.value, 0) + 1
-    session.log(f"{cell.label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    session.log(
+        f"{cell.label}: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        + f"; pytest's output: {cell_log_path(run_folder, cell)}"
+    )
     problem = no_verdict(records)
     if problem:
         session.error(f"{cell.label}: no verdict: {problem}")
     if not session.parallel:
         session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
+
+
+def cell_log_path(run_folder: Path, cell: Cell) -> Path:
+    """The cell's log file: its whole pytest output and the run's notes, beside its records
+    (which CI keeps as an artifact)."""
+    return run_folder / f"{cell.id}.log"
 
 
 def no_verdict(records: Sequence[Record]) -> str | None:
