@@ -41,8 +41,24 @@ def run_lines(workflow: Path) -> list[str]:
     ]
 
 
-def test_the_workflows_are_the_three_the_docs_name():
-    assert [p.name for p in WORKFLOWS] == ["ftmatrix.yml", "nightly.yml", "pr.yml"]
+def test_the_workflows_are_the_four_the_docs_name():
+    assert [p.name for p in WORKFLOWS] == ["ftmatrix.yml", "nightly.yml", "pr.yml", "release.yml"]
+    table = (ROOT / "docs" / "guides" / "nightly.md").read_text()
+    assert all(f"| `{p.name}` |" in table for p in WORKFLOWS)
+
+
+def test_the_release_publishes_by_trusted_publishing_only_when_switched_on():
+    """No token: PyPI takes the publish job's OIDC token; the job runs for a tag only where
+    the repository variable says so, after the files were built once and tested."""
+    release = yaml.safe_load((SOURCE / "release.yml").read_text())
+    publish = release["jobs"]["publish"]
+    assert publish["needs"] == "test" and release["jobs"]["test"]["needs"] == "build"
+    assert publish["if"] == "startsWith(github.ref, 'refs/tags/v') && vars.PYPI_PUBLISH == 'true'"
+    assert publish["permissions"] == {"id-token": "write"}
+    assert publish["environment"]["name"] == "pypi"
+    assert "secrets." not in (SOURCE / "release.yml").read_text()
+    (step,) = [s for s in publish["steps"] if "gh-action-pypi-publish" in s.get("uses", "")]
+    assert "with" not in step  # no password: trusted publishing
 
 
 def test_workflows_match_the_github_schema():

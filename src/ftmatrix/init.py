@@ -22,8 +22,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ftmatrix import __version__
 from ftmatrix.errors import ExitCode, UsageError
+from ftmatrix.install_source import this_install_source
 
 # The helpers every example case imports: shared fixtures, tiny models, release adapters.
 HELPERS = ("conftest.py", "_tiny.py", "_compat.py", "_train.py", "_contracts.py", "_update.py")
@@ -38,6 +38,7 @@ OPERATIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "train": ("test_train.py", ("torch", "transformers", "accelerate")),
     "qlora": ("test_qlora.py", ("torch", "transformers", "peft", "bitsandbytes")),
 }
+DEFAULT_OPERATION = "import"
 DEFAULT_SELECTOR = "latest:2"
 NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's distribution name
 SELECTOR = re.compile(r"(latest|latest-minor):([1-9][0-9]*)")
@@ -103,11 +104,14 @@ def parse_operations(texts: Iterable[str]) -> tuple[str, ...]:
                 )
             if name not in chosen:
                 chosen.append(name)
-    return tuple(chosen) or ("import",)
+    return tuple(chosen) or (DEFAULT_OPERATION,)
 
 
-def scaffold(axes: Sequence[AxisRequest], operations: Sequence[str]) -> dict[str, str]:
-    """Every file ``init`` writes, by path relative to the repository, with its text."""
+def scaffold(
+    axes: Sequence[AxisRequest], operations: Sequence[str], *, ftmatrix: str
+) -> dict[str, str]:
+    """Every file ``init`` writes, by path relative to the repository, with its text;
+    ``ftmatrix``: the requirement the nightly's runners install ftmatrix by."""
     names = [canonicalize_name(a.package) for a in axes]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -128,7 +132,7 @@ def scaffold(axes: Sequence[AxisRequest], operations: Sequence[str]) -> dict[str
         out[f"cases/{case}"] = text
     out["noxfile.py"] = shipped("noxfile.py")
     out[REUSABLE] = shipped("ftmatrix.yml")
-    out[NIGHTLY] = nightly_yaml(f"ftmatrix=={__version__}")
+    out[NIGHTLY] = nightly_yaml(ftmatrix)
     return out
 
 
@@ -192,7 +196,7 @@ def matrix_yaml(axes: Sequence[AxisRequest], support: Sequence[str]) -> str:
 
 
 def nightly_yaml(requirement: str) -> str:
-    """The repository's nightly: the reusable ftmatrix.yml, with ftmatrix from PyPI."""
+    """The repository's nightly: the reusable ftmatrix.yml, installing ``requirement``."""
     return f"""\
 # The compatibility matrix every night (written by `ftmatrix init`): ftmatrix.yml plans
 # matrix.yaml, runs each hardware class's cells on its runners and publishes to Pages.
@@ -261,7 +265,9 @@ def add_init_parser(sub: Any) -> None:
         default=[],
         metavar="OPS",
         help="comma-separated operation families to write example cases for: "
-        "import (the default), sft, lora, dpo, grpo",
+        + ", ".join(
+            f"{name} (the default)" if name == DEFAULT_OPERATION else name for name in OPERATIONS
+        ),
     )
     init.add_argument("--dir", default=".", help="the repository (default: this folder)")
     init.add_argument("--force", action="store_true", help="overwrite files that exist")
@@ -269,12 +275,18 @@ def add_init_parser(sub: Any) -> None:
 
 def run_init(args: argparse.Namespace) -> int:
     """``ftmatrix init``: plan every file first, then write them all or none."""
+    source = this_install_source()
     planned = scaffold(
-        [parse_package(text) for text in args.packages], parse_operations(args.operation)
+        [parse_package(text) for text in args.packages],
+        parse_operations(args.operation),
+        ftmatrix=source.requirement,
     )
     folder = Path(args.dir)
     for path in write_scaffold(folder, planned, force=args.force):
         print(f"wrote {path}")
+    print(f"the nightly installs ftmatrix as {source.requirement!r} (as this one was installed)")
+    if source.note:
+        print(f"note: {source.note}")
     print(
         "next: `nox -s plan` shows the cells, `ftmatrix run` runs them and builds "
         "reports/index.html; add reports/ and .nox/ to .gitignore"
