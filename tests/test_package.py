@@ -49,8 +49,9 @@ def test_the_readme_shows_install_init_run_report_and_the_nightly_init_writes():
         ["ftmatrix", "init"],
         ["ftmatrix", "run"],
         ["nox", "-s"],
-        ["ftmatrix", "check"],
+        ["for", "python"],
     ]
+    assert "ftmatrix check --results reports/results.json" in commands[4]
     workflow = re.search(r"```yaml\n(.*?)```", SECTION, re.DOTALL)
     assert workflow, "README must show the nightly that calls the reusable workflow"
     written = scaffold(
@@ -138,7 +139,6 @@ def test_the_wheel_installs_and_runs_the_readme_in_another_repository(
     # README's install: the wheel, into a fresh venv outside this checkout.
     venv = tmp_path / "venv"
     install_wheel(wheel, venv, env)
-    uv = uv_binary()
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -175,13 +175,27 @@ def test_the_wheel_installs_and_runs_the_readme_in_another_repository(
     assert (repo / ".nox").is_dir()
     assert not list((venv / "lib").rglob("site-packages/ftmatrix/.nox"))
 
-    # `ftmatrix check`: a stack pinned as one of the cells (its venv's own freeze) passes lora.
+    # `ftmatrix check`, as written (a shell's globs and pipe): each cell's own venv, by its
+    # interpreter and by its freeze, passes lora; nothing else was written for it.
+    assert not (repo / "requirements.txt").exists()
+    checked = run(["bash", "-c", commands[3]], repo)
+    assert checked.stdout.count("lora on cpu: pass: ") == 2, checked.stdout
+    assert checked.stdout.count("(your versions)") == 2, checked.stdout
+    # The freeze piped in, as the text shows it, a cell's venv standing for ~/venvs/train.
+    piped = re.search(r"\(`(uv pip freeze --python ~/venvs/train/bin/python \| [^`]+)`\)", SECTION)
+    assert piped, "README shows a freeze piped into check"
     cell_python = next((repo / ".nox").glob("*/bin/python"))
-    freeze = run([uv, "pip", "freeze", "--python", str(cell_python)], repo).stdout
-    (repo / "requirements.txt").write_text(freeze)
-    checked = run(shlex.split(commands[3]), repo)  # ftmatrix check ...
+    pipe = piped.group(1).replace("~/venvs/train/bin/python", shlex.quote(str(cell_python)))
+    checked = run(["bash", "-c", f"{pipe} --operation lora"], repo)
     assert "lora on cpu: pass: " in checked.stdout, checked.stdout
-    assert "(your versions)" in checked.stdout, checked.stdout
+    # The first try of a new user, the environment holding ftmatrix: refused, with what to run.
+    refused = subprocess.run(
+        ["ftmatrix", "check", "--results", "reports/results.json"],
+        cwd=repo, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "It looks like the environment ftmatrix runs in, not a training stack." in refused.stderr
+    assert "--python .nox/CELL/bin/python" in refused.stderr
 
 
 def test_run_uses_the_folders_noxfile_only_where_it_imports_the_sessions(tmp_path: Path):

@@ -40,7 +40,7 @@ from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
 from ftmatrix.progress_feed import FEED_ENV, FeedTail, FeedWriter, Tally, cells_chosen
-from ftmatrix.runner import CellContext, current_python, run_cell, worker_count
+from ftmatrix.runner import CellContext, run_cell, worker_count
 from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
 
@@ -62,21 +62,34 @@ LISTED = list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
 UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None else []
 
 
+# nox's options that list the sessions and run none.
+LISTING = ("-l", "--list", "--list-sessions")
+
+
 @atexit.register
 def report_the_rest() -> None:
-    """Print what no session reported (at exit: after nox's own output)."""
+    """Print what no session reported (at exit: after nox's own output). A listing of a
+    matrix that cannot be planned ends with its exit code, as ``ftmatrix plan`` does: a
+    script that lists the cells must not take the one ``invalid-matrix`` for the plan."""
     for problem in UNREPORTED:
         print(problem.describe(), file=sys.stderr)
+    if UNREPORTED and any(arg in LISTING for arg in sys.argv[1:]):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # nox has already chosen its exit code (0): only leaving now can change it. The
+        # handlers registered after this one (the progress feed's) have run.
+        os._exit(UNREPORTED[0].return_code)
 
 
 def matrix_params(listed: Listing) -> list[Any]:
     """One nox parameter per selected cell: the venv's interpreter and the cell's label
     (labels, not cells: nox's parallel mode hands parameters to children as JSON). A
     cell that takes the host's packages gets its venv from the host interpreter. A
-    matrix that cannot be planned lists one ``invalid-matrix`` session, which reports why.
+    matrix that cannot be planned lists one ``invalid-matrix`` session, which reports why
+    and has no venv (python False): nothing is built for a matrix that is refused.
     """
     if listed.loaded is None:
-        return [nox.param(current_python(), "invalid-matrix", id="invalid-matrix")]
+        return [nox.param(False, "invalid-matrix", id="invalid-matrix")]
     install = listed.loaded.matrix.install
     return [
         nox.param(venv_interpreter(install, os.environ, cell.python), cell.label, id=cell.label)
@@ -154,7 +167,7 @@ if CELLS_AT_ONCE > 1:
 def matrix(session: nox.Session, cell: str) -> None:
     """Build one cell's environment and run every case in it; the report follows.
 
-    Arguments after ``--`` go to pytest: case node ids (relative to the cases
+    Arguments after `--` go to pytest: case node ids (relative to the cases
     folder) select cases, options are passed through.
     """
     loaded = LISTED.loaded
@@ -310,7 +323,7 @@ def fail_as_cli(session: nox.Session, command: str, code: int) -> NoReturn:
 
 @nox.session(python=False)
 def plan(session: nox.Session) -> None:
-    """Print the cells and whether each installs; ``-- --json`` for machines, ``--no-resolve``.
+    """Print the cells and whether each installs; `-- --json` for machines, `--no-resolve`.
 
     Runs `python -m ftmatrix plan`: a pin the index never had is a config error here too.
     """
@@ -328,7 +341,7 @@ def report(session: nox.Session) -> None:
 def bisect(session: nox.Session) -> None:
     """Find the first bad release.
 
-    ``nox -s bisect -- --case ID --axis PKG --good V1 --bad V2 [--pins PKG==V ...]``
+    `nox -s bisect -- --case ID --axis PKG --good V1 --bad V2 [--pins PKG==V ...]`
     """
     run_cli(session, "bisect")
 
@@ -337,8 +350,8 @@ def bisect(session: nox.Session) -> None:
 def autobisect(session: nox.Session) -> None:
     """Bisect the new failures whose neighbour cell passes, within matrix.yaml's bisect.budget.
 
-    Run after ``nox -s matrix``; ``-- --dry-run`` only prints the choice, ``--budget N``
-    overrides the budget. Findings go to the history; ``nox -s report`` shows them.
+    Run after `nox -s matrix`; `-- --dry-run` only prints the choice, `--budget N`
+    overrides the budget. Findings go to the history; `nox -s report` shows them.
     """
     run_cli(session, "autobisect")
 
@@ -347,7 +360,7 @@ def autobisect(session: nox.Session) -> None:
 def wheelhouse(session: nox.Session) -> None:
     """Download the wheels the selected cells need, for an offline runner.
 
-    ``nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 DIR``
-    (``--host-packages FREEZE`` where install.system-packages takes the host's).
+    `nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 DIR`
+    (`--host-packages FREEZE` where install.system-packages takes the host's).
     """
     run_cli(session, "wheelhouse")
