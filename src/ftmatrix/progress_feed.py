@@ -221,18 +221,24 @@ class FeedTail:
         self.poll()
         with self._lock:
             if self._seen:
-                for line in self.tally.summary(self.clock()):
-                    self.stream.write(line + "\n")
+                lines = self.tally.summary(self.clock())
                 if self.report is not None and self.report.is_file():
-                    self.stream.write(f"[ftmatrix] report: {self.report}\n")
-                self.stream.flush()
+                    lines.append(f"[ftmatrix] report: {self.report}")
+                self._print(lines)
         self.path.unlink(missing_ok=True)
 
     def _write(self, line: str, now: float) -> None:
         self._last_line = now
         if self.lines:
-            self.stream.write(line + "\n")
+            self._print([line])
+
+    def _print(self, lines: Sequence[str]) -> None:
+        try:
+            self.stream.write("".join(line + "\n" for line in lines))
             self.stream.flush()
+        except (OSError, ValueError):
+            # The reader went away (`| head`) or the stream is closed: the run goes on.
+            self.lines = False
 
     def _new_events(self) -> list[dict[str, Any]]:
         try:

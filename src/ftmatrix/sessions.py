@@ -111,7 +111,10 @@ def progress_feed(listed: Listing) -> FeedWriter | None:
         return None
     if "--parallel-worker" in sys.argv and FEED_ENV in os.environ:
         return FeedWriter(Path(os.environ[FEED_ENV]))
-    handle, name = tempfile.mkstemp(prefix="ftmatrix-progress-", suffix=".jsonl")
+    try:
+        handle, name = tempfile.mkstemp(prefix="ftmatrix-progress-", suffix=".jsonl")
+    except OSError:
+        return None  # no temporary folder to write in: the run goes on without the lines
     os.close(handle)
     os.environ[FEED_ENV] = name
     labels = [cell.label for cell in listed.loaded.selected]
