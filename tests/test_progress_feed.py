@@ -180,3 +180,17 @@ def test_progress_reaches_a_pipe_while_cells_side_by_side_run(tmp_path: Path):
     assert len(logs) == 2
     assert all("fails on purpose" in Path(log).read_text() for log in logs)
     assert "short test summary info" not in output
+
+
+def test_a_cell_prints_its_own_case_lines_where_the_feed_is_not_printed(tmp_path: Path):
+    """On a terminal nox shows each parallel cell's latest line on its board, and the nox
+    process prints no feed lines: there the cell's process prints a line per case, as
+    without a feed; where the feed is printed (a log), it prints none of its own."""
+    for printed, expected in ((False, 1), (True, 0)):
+        out = io.StringIO()
+        progress = Progress(
+            2, out, live=False, feed=FeedWriter(tmp_path / "feed.jsonl", printed=printed)
+        )
+        progress.cell_started(A)
+        progress.case_finished("t.py::x", Status.PASS)
+        assert sum("t.py::x: pass" in line for line in out.getvalue().splitlines()) == expected

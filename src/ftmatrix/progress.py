@@ -94,7 +94,7 @@ class Progress:
             self._emit("case-finished", case=case, status=status.value)
             if self.live:
                 self._show()
-            elif self.feed is None:
+            elif self.feed is None or not self.feed.printed:
                 self._log(f"{case}: {status.value}")
 
     def cell_finished(self) -> None:
@@ -103,7 +103,7 @@ class Progress:
             self.running.clear()
             self._emit("cell-finished")
             self._close_log()
-            if not self.live and self.feed is None:
+            if not self.live and (self.feed is None or not self.feed.printed):
                 self._log("cell done")
             self._show()
 

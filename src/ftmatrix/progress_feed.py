@@ -28,6 +28,9 @@ from typing import Any, TextIO
 from ftmatrix.cell.status import Status
 
 FEED_ENV = "FTMATRIX_PROGRESS_FEED"
+# "1" where the nox process that tails the feed prints its lines (its output is no
+# terminal); on a terminal nox's own board previews each cell's latest line instead.
+PRINTED_ENV = "FTMATRIX_PROGRESS_PRINTED"
 # A line at least this often while cells install or a long case runs.
 HEARTBEAT_SECONDS = 30.0
 POLL_SECONDS = 0.5
@@ -49,8 +52,10 @@ class FeedWriter:
     """A cell's end of the feed: one JSON line per event, appended (a line is one write,
     so the lines of cells side by side never interleave)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, printed: bool = True) -> None:
         self.path = path
+        # Whether the feed's lines reach the console (else each cell prints its own).
+        self.printed = printed
 
     def emit(self, kind: str, **fields: str) -> None:
         line = json.dumps({"kind": kind, "pid": os.getpid(), **fields}) + "\n"

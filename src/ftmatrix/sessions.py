@@ -39,7 +39,14 @@ from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
-from ftmatrix.progress_feed import FEED_ENV, FeedTail, FeedWriter, Tally, cells_chosen
+from ftmatrix.progress_feed import (
+    FEED_ENV,
+    PRINTED_ENV,
+    FeedTail,
+    FeedWriter,
+    Tally,
+    cells_chosen,
+)
 from ftmatrix.runner import CellContext, run_cell, worker_count
 from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
@@ -110,24 +117,27 @@ def progress_feed(listed: Listing) -> FeedWriter | None:
     if listed.loaded is None:
         return None
     if "--parallel-worker" in sys.argv and FEED_ENV in os.environ:
-        return FeedWriter(Path(os.environ[FEED_ENV]))
+        printed = os.environ.get(PRINTED_ENV) == "1"
+        return FeedWriter(Path(os.environ[FEED_ENV]), printed=printed)
     try:
         handle, name = tempfile.mkstemp(prefix="ftmatrix-progress-", suffix=".jsonl")
     except OSError:
         return None  # no temporary folder to write in: the run goes on without the lines
     os.close(handle)
+    printed = not sys.stdout.isatty()
     os.environ[FEED_ENV] = name
+    os.environ[PRINTED_ENV] = "1" if printed else "0"
     labels = [cell.label for cell in listed.loaded.selected]
     tail = FeedTail(
         Path(name),
         Tally(total=cells_chosen(labels, sys.argv[1:]), started=time.monotonic()),
         sys.stdout,
-        lines=not sys.stdout.isatty(),
+        lines=printed,
         report=listed.loaded.settings.out / "index.html",
     )
     tail.start()
     atexit.register(tail.stop)
-    return FeedWriter(Path(name))
+    return FeedWriter(Path(name), printed=printed)
 
 
 PROGRESS = Progress(
