@@ -1,8 +1,8 @@
 """ftmatrix's sessions: the matrix and its chores come from the package, as in any repository.
 
-``from ftmatrix.sessions import *`` is the whole noxfile ``ftmatrix init`` writes
-elsewhere: one ``matrix(LABEL)`` session per cell, plan, report, bisect, autobisect
-and wheelhouse (see ``ftmatrix.sessions``). Below it, this repository's own chores:
+`from ftmatrix.sessions import *` is the whole noxfile `ftmatrix init` writes
+elsewhere: one `matrix(LABEL)` session per cell, plan, report, bisect, autobisect
+and wheelhouse (see `ftmatrix.sessions`). Below it, this repository's own chores:
 its tests, lint, benchmarks and docs.
 """
 
@@ -22,14 +22,14 @@ HERE = Path(__file__).resolve().parent
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The tool's own tests; ``-- -m 'not slow'`` skips the real-install tier."""
+    """The tool's own tests; `-- -m 'not slow'` skips the real-install tier."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
 
 
 @nox.session(python=False)
 def bench(session: nox.Session) -> None:
-    """The benchmarks (figures side by side, never asserted): ``-- NAME`` runs one of them."""
+    """The benchmarks (figures side by side, never asserted): `-- NAME` runs one of them."""
     wanted = set(session.posargs)
     for script in sorted((HERE / "benchmarks").glob("bench_*.py")):
         if not wanted or script.stem.removeprefix("bench_") in wanted:
@@ -39,7 +39,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """The docs site: its generated blocks checked, then ``mkdocs build --strict`` into site/."""
+    """The docs site: its generated blocks checked, then `mkdocs build --strict` into site/."""
     session.install("-e", ".[docs]")
     session.run("python", "-m", "ftmatrix.docs_gen", "--check")
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})

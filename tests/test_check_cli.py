@@ -463,3 +463,20 @@ def test_a_deeply_nested_results_file_is_one_line(tmp_path: Path) -> None:
     done = ftmatrix("check", "--results", str(tmp_path / "results.json"), "--freeze", "-",
                     stdin="trl==1.16.0\n", cwd=tmp_path)  # fmt: skip
     assert "nested too deeply" in one_line_usage_error(done)
+
+
+def test_the_environment_ftmatrix_runs_in_is_refused_with_what_to_run_instead():
+    """A new user's first try: `ftmatrix check` (this Python, which holds ftmatrix and nox
+    but no framework). Exit 2, one line naming the commands that check a training stack."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "check", "--results", str(RESULTS)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "none of the packages the results test is installed" in line
+    assert "It looks like the environment ftmatrix runs in, not a training stack." in line
+    assert "--python VENV/bin/python" in line and "--python .nox/CELL/bin/python" in line
+    assert "uv pip freeze --python VENV/bin/python | ftmatrix check --freeze - ..." in line

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,12 @@ def test_plan_refuses_a_version_the_index_never_had(
     assert capsys.readouterr().err.splitlines()[1] == (
         f"  - {matrix}: packages.six[1]: '2.0' was never released; closest released: 1.16.0, 1.17.0"
     )
+
+
+def test_version_is_the_packages():
+    from ftmatrix import __version__
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "--version"], capture_output=True, text=True, check=True
+    )
+    assert shown.stdout == f"ftmatrix {__version__}\n"

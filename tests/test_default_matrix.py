@@ -135,6 +135,12 @@ def test_the_readme_first_command_as_written_reports_two_real_breaks(tmp_path: P
     )
     # The two breaks fail their cases, which is the run's verdict, not an error of the run.
     assert (clone / "reports" / "index.html").is_file(), ran.stdout[-3000:] + ran.stderr[-3000:]
+    # Output to a pipe: the progress lines and the end summary, not pytest's output (which
+    # went to each cell's log file); tests/test_progress_feed.py shows the lines arrive while
+    # the cells run.
+    assert re.search(r"^\[ftmatrix \d\d:\d\d\] cells 1/2 done", ran.stdout, re.M), ran.stdout
+    assert "[ftmatrix] 2/2 cells done in " in ran.stdout
+    assert "short test summary info" not in ran.stdout + ran.stderr
     results = json.loads((clone / "reports" / "results.json").read_text(encoding="utf-8"))
     records = results["records"]
     assert sorted({r["cell_label"] for r in records}) == DEFAULT_CELLS

@@ -102,7 +102,8 @@ def test_nox_plan_and_the_cli_plan_give_the_same_answer(name: str, tmp_path: Pat
 def test_a_config_error_is_printed_once_when_nox_lists_the_sessions(tmp_path: Path):
     matrix = INVALID / "unknown_keys.yaml"
     listed = nox("-l", matrix=matrix, tmp_path=tmp_path)
-    assert listed.returncode == 0, listed.stderr
+    # A listing of a broken matrix fails as `ftmatrix plan` does (it exited 0).
+    assert listed.returncode == ExitCode.CONFIG, listed.stderr
     assert "* matrix(invalid-matrix) [matrix]" in listed.stdout
     assert (
         own_lines(listed.stderr) == run(["ftmatrix", "plan"], matrix, tmp_path).stderr.splitlines()
@@ -115,3 +116,14 @@ def test_nox_matrix_ends_as_the_cli_run_does_on_a_config_error(tmp_path: Path):
     session = nox("-s", "matrix", matrix=matrix, tmp_path=tmp_path)
     assert cli.returncode == session.returncode == ExitCode.CONFIG, session.stderr
     assert own_lines(session.stderr) == cli.stderr.splitlines()
+    # Refused before any venv is built (nox made one for the invalid-matrix session).
+    assert not (tmp_path / "envs").exists() or not any((tmp_path / "envs").iterdir())
+    assert "Creating virtual environment" not in session.stderr
+
+
+def test_nox_lists_the_sessions_in_plain_text(tmp_path: Path):
+    """`nox -l` prints each session's first docstring line as it is: no RST markup."""
+    listed = nox("-l", matrix=ROOT / "tests" / "data" / "small_matrix.yaml", tmp_path=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "- plan -> Print the cells and whether each installs; `-- --json`" in listed.stdout
+    assert "``" not in listed.stdout

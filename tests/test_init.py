@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftmatrix import __version__
 from ftmatrix.cli import main
 from ftmatrix.config import load_matrix
 from ftmatrix.errors import ExitCode, UsageError
@@ -40,6 +40,8 @@ from ftmatrix.runner import cell_env, plugin_root
 
 ROOT = Path(__file__).parent.parent
 TEMPLATES = ROOT / "src" / "ftmatrix" / "templates"
+# What the nightly installs ftmatrix by (tests/test_install_source.py: how init finds it).
+REQUIREMENT = "ftmatrix @ git+https://example.org/ftmatrix@0123456789abcdef0123456789abcdef01234567"
 
 
 def tool(name: str) -> str:
@@ -116,7 +118,9 @@ def test_operations_are_split_on_commas_and_checked():
 
 def test_the_matrix_it_writes_loads_with_the_axes_and_what_the_cases_need(tmp_path: Path):
     planned = scaffold(
-        [parse_package("trl=latest:3"), parse_package("peft=0.17.1,0.18.1")], ["sft", "lora"]
+        [parse_package("trl=latest:3"), parse_package("peft=0.17.1,0.18.1")],
+        ["sft", "lora"],
+        ftmatrix=REQUIREMENT,
     )
     (tmp_path / "matrix.yaml").write_text(planned["matrix.yaml"])
     matrix = load_matrix(tmp_path / "matrix.yaml", default_python="3.11")
@@ -138,8 +142,8 @@ def test_the_matrix_it_writes_loads_with_the_axes_and_what_the_cases_need(tmp_pa
 
 def test_the_cases_are_short_examples_by_default_and_the_suite_with_contracts():
     axes = [parse_package("trl")]
-    examples = scaffold(axes, list(OPERATIONS))
-    suite = scaffold(axes, list(OPERATIONS), contracts=True)
+    examples = scaffold(axes, list(OPERATIONS), ftmatrix=REQUIREMENT)
+    suite = scaffold(axes, list(OPERATIONS), ftmatrix=REQUIREMENT, contracts=True)
     for operation, (case, _) in OPERATIONS.items():
         if operation == "import":
             assert examples[f"cases/{case}"] == suite[f"cases/{case}"]
@@ -156,14 +160,20 @@ def test_the_cases_are_short_examples_by_default_and_the_suite_with_contracts():
 
 
 def test_the_import_case_lists_the_packages_named():
-    planned = scaffold([parse_package("torch=2.13.0"), parse_package("Flash-Attn")], ["import"])
+    planned = scaffold(
+        [parse_package("torch=2.13.0"), parse_package("Flash-Attn")],
+        ["import"],
+        ftmatrix=REQUIREMENT,
+    )
     assert 'DISTRIBUTIONS = ["torch", "Flash-Attn"]\n' in planned["cases/test_import.py"]
     assert "support" not in planned["matrix.yaml"]  # importing needs nothing besides the axes
 
 
 def test_a_package_named_twice_is_a_usage_error():
     with pytest.raises(UsageError, match="init: package 'peft' is named twice"):
-        scaffold([parse_package("peft"), parse_package("PEFT=0.18.1")], ["import"])
+        scaffold(
+            [parse_package("peft"), parse_package("PEFT=0.18.1")], ["import"], ftmatrix=REQUIREMENT
+        )
 
 
 def test_init_writes_every_file_then_refuses_to_overwrite_any(
@@ -238,11 +248,11 @@ def test_bad_input_is_one_line_and_exit_2_from_the_real_command(
 
 
 def test_the_workflows_it_writes_are_valid_and_call_the_reusable_one(tmp_path: Path):
-    planned = scaffold([parse_package("trl")], ["import"])
+    planned = scaffold([parse_package("trl")], ["import"], ftmatrix=REQUIREMENT)
     nightly = yaml.safe_load(planned[NIGHTLY])
     (job,) = nightly["jobs"].values()
     assert job["uses"] == f"./{REUSABLE}"
-    assert job["with"]["ftmatrix"] == f"ftmatrix=={__version__}"
+    assert job["with"]["ftmatrix"] == REQUIREMENT
     assert job["with"]["profile"] == "nightly"
     reusable = yaml.safe_load(planned[REUSABLE])
     assert set(job["with"]) <= set(reusable[True]["workflow_call"]["inputs"])
@@ -262,7 +272,7 @@ def test_the_workflows_it_writes_are_valid_and_call_the_reusable_one(tmp_path: P
 
 def test_the_noxfile_it_writes_lists_the_sessions_of_the_folder(tmp_path: Path):
     """The scaffolded noxfile plans the matrix beside it, not this repository's."""
-    planned = scaffold([parse_package("six=1.16.0,1.17.0")], ["import"])
+    planned = scaffold([parse_package("six=1.16.0,1.17.0")], ["import"], ftmatrix=REQUIREMENT)
     for name in ("matrix.yaml", "noxfile.py"):
         (tmp_path / name).write_text(planned[name])
     env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
@@ -331,3 +341,15 @@ def test_what_init_writes_runs_green_in_a_fresh_repository(
         c: s for c, s in statuses.items() if s not in ("pass", "n/a")
     }
     assert "pass" in statuses.values()
+
+
+def test_init_help_lists_every_operation_it_accepts():
+    shown = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "init", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    listed = " ".join(shown.rsplit("--operation OPS", 1)[1].split("--dir", 1)[0].split())
+    for name in OPERATIONS:
+        assert re.search(rf"\b{name}\b", listed), (name, listed)

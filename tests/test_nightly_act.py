@@ -97,6 +97,7 @@ class Nightly:
     actions: Mapping[str, Path]
     services: list[str] = field(default_factory=list)
     artifacts: ArtifactService | None = None  # with the real actions
+    caller: str = ".github/workflows/nightly.yml"  # the workflow act starts
 
     @property
     def published(self) -> Path:
@@ -107,7 +108,7 @@ class Nightly:
         night is expected to fail (act exits 1), not to pass."""
         shutil.rmtree(self.store / "artifacts", ignore_errors=True)  # the stand-ins': a run's
         command = [
-            act_binary(), "workflow_dispatch", "-W", ".github/workflows/nightly.yml",
+            act_binary(), "workflow_dispatch", "-W", self.caller,
             *("-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted"),
             *("-P", "beta=-self-hosted"),
             *(x for pin, at in self.actions.items() for x in ("--local-repository", f"{pin}={at}")),

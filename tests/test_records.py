@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,20 @@ def test_newest_per_key_takes_the_newest_run_then_the_latest_finish():
 
 def test_only_runs_that_broke_count_as_breaks():
     assert {s.value for s in Status if s.is_break} == {"fail", "crash", "timeout", "oom"}
+
+
+def test_a_file_written_atomically_has_the_mode_of_any_other_file(tmp_path: Path):
+    """The report's files (and the records) were 0600 beside 0644 files: mkstemp's mode
+    outlived the rename."""
+    import stat
+
+    from ftmatrix.cell.records import write_atomically
+
+    before = os.umask(0o022)
+    try:
+        write_atomically(tmp_path / "index.html", "<html>")
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(before)
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes == {0o644}

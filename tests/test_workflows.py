@@ -41,8 +41,24 @@ def run_lines(workflow: Path) -> list[str]:
     ]
 
 
-def test_the_workflows_are_the_three_the_docs_name():
-    assert [p.name for p in WORKFLOWS] == ["ftmatrix.yml", "nightly.yml", "pr.yml"]
+def test_the_workflows_are_the_four_the_docs_name():
+    assert [p.name for p in WORKFLOWS] == ["ftmatrix.yml", "nightly.yml", "pr.yml", "release.yml"]
+    table = (ROOT / "docs" / "guides" / "nightly.md").read_text()
+    assert all(f"| `{p.name}` |" in table for p in WORKFLOWS)
+
+
+def test_the_release_publishes_by_trusted_publishing_only_when_switched_on():
+    """No token: PyPI takes the publish job's OIDC token; the job runs for a tag only where
+    the repository variable says so, after the files were built once and tested."""
+    release = yaml.safe_load((SOURCE / "release.yml").read_text())
+    publish = release["jobs"]["publish"]
+    assert publish["needs"] == "test" and release["jobs"]["test"]["needs"] == "build"
+    assert publish["if"] == "startsWith(github.ref, 'refs/tags/v') && vars.PYPI_PUBLISH == 'true'"
+    assert publish["permissions"] == {"id-token": "write"}
+    assert publish["environment"]["name"] == "pypi"
+    assert "secrets." not in (SOURCE / "release.yml").read_text()
+    (step,) = [s for s in publish["steps"] if "gh-action-pypi-publish" in s.get("uses", "")]
+    assert "with" not in step  # no password: trusted publishing
 
 
 def test_workflows_match_the_github_schema():
@@ -356,3 +372,45 @@ def test_every_job_installs_ftmatrix_into_a_venv_of_its_own():
         ], name
         later = "\n".join(str(s.get("run", "")) for s in steps[install + 1 :])
         assert "pip install" not in later, name
+
+
+@pytest.mark.slow
+def test_the_release_builds_both_files_and_each_works_installed_under_act(tmp_path: Path):
+    """release.yml on a pull request, under act in host mode with the stand-in actions: the
+    sdist and the wheel are built, and each, installed in a fresh venv, inits a repository
+    and runs its cells (the publish job is for tags only). About 70 s."""
+    from test_nightly_act import STANDINS, act_binary, make_repository, make_tool_cache, pins
+
+    repo, store = tmp_path / "repo", tmp_path / "store"
+    repo.mkdir()
+    store.mkdir()
+    make_repository(repo, store / "published")
+    make_tool_cache(store)
+    workflow = ".github/workflows/release.yml"
+    actions = {  # pypa's publish action runs only for a tag: none is needed here
+        f"{name}@{sha}": STANDINS / name.removeprefix("actions/")
+        for name, sha in pins(repo / workflow)
+        if name.startswith("actions/")
+    }
+    command = [
+        act_binary(), "pull_request", "-W", workflow, "-P", "ubuntu-latest=-self-hosted",
+        *(x for pin, at in actions.items() for x in ("--local-repository", f"{pin}={at}")),
+        *("--action-cache-path", str(store / "act")),
+        *("--env", f"AGENT_TOOLSDIRECTORY={store / 'toolcache'}"),
+        *("--env", f"STANDIN_ARTIFACTS={store / 'artifacts'}"),
+        "--no-cache-server",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
+    env.pop("PYTHONPATH", None)
+    ran = subprocess.run(
+        command, cwd=repo, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    log = ran.stdout + ran.stderr
+    assert ran.returncode == 0, log[-6000:]
+    for job in ("build", "test-1", "test-2"):
+        assert f"[release/{job}] 🏁  Job succeeded" in log, job
+    from ftmatrix import __version__
+
+    assert f"Processing ./dist/ftmatrix-{__version__}-py3-none-any.whl" in log
+    assert f"Processing ./dist/ftmatrix-{__version__}.tar.gz" in log
+    assert log.count("[ftmatrix] 2/2 cells done in ") == 2

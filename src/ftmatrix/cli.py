@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ftmatrix import __version__
 from ftmatrix.bisect.cells import BisectRequest
 from ftmatrix.bisect.orchestrate import autobisect, bisect_once, parse_pins
 from ftmatrix.check.command import add_check_parser, run_check
@@ -246,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="The FTMATRIX_MATRIX, FTMATRIX_PROFILE, FTMATRIX_CASES and FTMATRIX_OUT "
         "environment variables choose the files; --matrix/--profile override them.",
     )
+    parser.add_argument("--version", action="version", version=f"ftmatrix {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("plan", "print the cells the matrix expands to"),

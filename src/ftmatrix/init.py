@@ -22,8 +22,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ftmatrix import __version__
 from ftmatrix.errors import ExitCode, UsageError
+from ftmatrix.install_source import this_install_source
 
 # What every case imports: shared fixtures and the tiny offline models.
 EXAMPLE_HELPERS = ("conftest.py", "_tiny.py")
@@ -49,6 +49,7 @@ OPERATIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "train": ("test_train.py", ("torch", "transformers", "accelerate")),
     "qlora": ("test_qlora.py", ("torch", "transformers", "peft", "bitsandbytes")),
 }
+DEFAULT_OPERATION = "import"
 DEFAULT_SELECTOR = "latest:2"
 NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's distribution name
 SELECTOR = re.compile(r"(latest|latest-minor):([1-9][0-9]*)")
@@ -114,13 +115,18 @@ def parse_operations(texts: Iterable[str]) -> tuple[str, ...]:
                 )
             if name not in chosen:
                 chosen.append(name)
-    return tuple(chosen) or ("import",)
+    return tuple(chosen) or (DEFAULT_OPERATION,)
 
 
 def scaffold(
-    axes: Sequence[AxisRequest], operations: Sequence[str], *, contracts: bool = False
+    axes: Sequence[AxisRequest],
+    operations: Sequence[str],
+    *,
+    ftmatrix: str,
+    contracts: bool = False,
 ) -> dict[str, str]:
-    """Every file ``init`` writes, by path relative to the repository, with its text.
+    """Every file ``init`` writes, by path relative to the repository, with its text;
+    ``ftmatrix``: the requirement the nightly's runners install ftmatrix by.
 
     The cases are a short readable example per operation (templates/examples/), or with
     ``contracts`` this repository's own contract suite and its helpers.
@@ -146,7 +152,7 @@ def scaffold(
         out[f"cases/{case}"] = text
     out["noxfile.py"] = shipped("noxfile.py")
     out[REUSABLE] = shipped("ftmatrix.yml")
-    out[NIGHTLY] = nightly_yaml(f"ftmatrix=={__version__}")
+    out[NIGHTLY] = nightly_yaml(ftmatrix)
     return out
 
 
@@ -210,7 +216,7 @@ def matrix_yaml(axes: Sequence[AxisRequest], support: Sequence[str]) -> str:
 
 
 def nightly_yaml(requirement: str) -> str:
-    """The repository's nightly: the reusable ftmatrix.yml, with ftmatrix from PyPI."""
+    """The repository's nightly: the reusable ftmatrix.yml, installing ``requirement``."""
     return f"""\
 # The compatibility matrix every night (written by `ftmatrix init`): ftmatrix.yml plans
 # matrix.yaml, runs each hardware class's cells on its runners and publishes to Pages.
@@ -279,7 +285,9 @@ def add_init_parser(sub: Any) -> None:
         default=[],
         metavar="OPS",
         help="comma-separated operation families to write example cases for: "
-        "import (the default), sft, lora, dpo, grpo",
+        + ", ".join(
+            f"{name} (the default)" if name == DEFAULT_OPERATION else name for name in OPERATIONS
+        ),
     )
     init.add_argument(
         "--contracts",
@@ -294,14 +302,19 @@ def add_init_parser(sub: Any) -> None:
 
 def run_init(args: argparse.Namespace) -> int:
     """``ftmatrix init``: plan every file first, then write them all or none."""
+    source = this_install_source()
     planned = scaffold(
         [parse_package(text) for text in args.packages],
         parse_operations(args.operation),
+        ftmatrix=source.requirement,
         contracts=args.contracts,
     )
     folder = Path(args.dir)
     for path in write_scaffold(folder, planned, force=args.force):
         print(f"wrote {path}")
+    print(f"the nightly installs ftmatrix as {source.requirement!r} (as this one was installed)")
+    if source.note:
+        print(f"note: {source.note}")
     print(
         "next: `nox -s plan` shows the cells, `ftmatrix run` runs them and builds "
         "reports/index.html; add reports/ and .nox/ to .gitignore"

@@ -3,7 +3,9 @@
 The line reads: cells done/total (or, where cells run side by side, how many at once),
 the current cell, how its cases share the CPUs (pytest-xdist workers, torch threads per
 process) and every case running now, elapsed time, and the counts of statuses so far.
-Output of the cases passes through above it.
+Output of the cases passes through above it on a terminal; in a log it goes to the cell's
+own log file, and the lines that say how the run goes come from the nox process that
+started the cells (``progress_feed``), which this tells of every cell and case.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from ftmatrix.cell.status import Status
+from ftmatrix.progress_feed import FeedWriter
 
 
 class Progress:
@@ -27,8 +31,14 @@ class Progress:
         *,
         live: bool,
         clock: Callable[[], float] = time.monotonic,
+        feed: FeedWriter | None = None,
     ) -> None:
         self.total_cells = total_cells
+        # Where the run's lines come from when a nox process tails the feed: then this
+        # prints no per-case lines of its own into a log.
+        self.feed = feed
+        self._log_file: TextIO | None = None
+        self._log_path: Path | None = None
         self.stream = stream
         self.live = live
         self.clock = clock
@@ -50,40 +60,84 @@ class Progress:
         with self._lock:
             self.cells_at_once, self.workers, self.threads = cells_at_once, workers, threads
 
+    def log_to(self, path: Path) -> None:
+        """Write the next cell's whole output (pytest's, and the run's notes) to ``path``,
+        appended: a resumed cell keeps what its first run wrote."""
+        with self._lock:
+            self._close_log()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = path.open("a", encoding="utf-8")
+            self._log_path = path
+
+    @property
+    def log_path(self) -> Path | None:
+        """The file the current (or last) cell's output went to, if any."""
+        return self._log_path
+
     def cell_started(self, label: str) -> None:
         with self._lock:
             self.cell = label
             self.running.clear()
+            self._emit("cell-started", log=str(self._log_path or ""))
             self._show()
 
     def case_started(self, case: str) -> None:
         with self._lock:
             self.running.add(case)
+            self._emit("case-started", case=case)
             self._show()
 
     def case_finished(self, case: str, status: Status) -> None:
         with self._lock:
             self.counts[status] += 1
             self.running.discard(case)
+            self._emit("case-finished", case=case, status=status.value)
             if self.live:
                 self._show()
-            else:
+            elif self.feed is None or not self.feed.printed:
                 self._log(f"{case}: {status.value}")
 
     def cell_finished(self) -> None:
         with self._lock:
             self.cells_done += 1
             self.running.clear()
-            if not self.live:
+            self._emit("cell-finished")
+            self._close_log()
+            if not self.live and (self.feed is None or not self.feed.printed):
                 self._log("cell done")
             self._show()
 
-    def output(self, line: str) -> None:
-        """Pass a line of the cases' output through, keeping the live line below it."""
+    def note(self, text: str) -> None:
+        """A line of the run about the current cell (resolving, installing, ...): into the
+        cell's log file and the feed (nox prints it on the console itself)."""
         with self._lock:
+            if self._log_file is not None:
+                self._log_file.write(text + "\n")
+                self._log_file.flush()
+            self._emit("note", text=text)
+
+    def output(self, line: str) -> None:
+        """A line of the cases' output: into the cell's log file; on a terminal (or with
+        no log file) passed through too, keeping the live line below it."""
+        with self._lock:
+            line = line if line.endswith("\n") else line + "\n"
+            if self._log_file is not None:
+                self._log_file.write(line)
+                self._log_file.flush()
+                if not self.live:
+                    return
             self._clear()
-            self.stream.write(line if line.endswith("\n") else line + "\n")
+            self.stream.write(line)
             self._show()
+
+    def _emit(self, kind: str, **fields: str) -> None:
+        if self.feed is not None and self.cell is not None:
+            self.feed.emit(kind, cell=self.cell, **fields)
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
 
     def status_line(self) -> str:
         elapsed = int(self.clock() - self.started)
@@ -108,6 +162,7 @@ class Progress:
 
     def close(self) -> None:
         with self._lock:
+            self._close_log()
             if self.live and self._drawn:
                 self.stream.write("\n")
                 self.stream.flush()

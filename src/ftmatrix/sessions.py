@@ -22,6 +22,8 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +39,15 @@ from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
-from ftmatrix.runner import CellContext, current_python, run_cell, worker_count
+from ftmatrix.progress_feed import (
+    FEED_ENV,
+    PRINTED_ENV,
+    FeedTail,
+    FeedWriter,
+    Tally,
+    cells_chosen,
+)
+from ftmatrix.runner import CellContext, run_cell, worker_count
 from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
 
@@ -59,21 +69,34 @@ LISTED = list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
 UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None else []
 
 
+# nox's options that list the sessions and run none.
+LISTING = ("-l", "--list", "--list-sessions")
+
+
 @atexit.register
 def report_the_rest() -> None:
-    """Print what no session reported (at exit: after nox's own output)."""
+    """Print what no session reported (at exit: after nox's own output). A listing of a
+    matrix that cannot be planned ends with its exit code, as ``ftmatrix plan`` does: a
+    script that lists the cells must not take the one ``invalid-matrix`` for the plan."""
     for problem in UNREPORTED:
         print(problem.describe(), file=sys.stderr)
+    if UNREPORTED and any(arg in LISTING for arg in sys.argv[1:]):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # nox has already chosen its exit code (0): only leaving now can change it. The
+        # handlers registered after this one (the progress feed's) have run.
+        os._exit(UNREPORTED[0].return_code)
 
 
 def matrix_params(listed: Listing) -> list[Any]:
     """One nox parameter per selected cell: the venv's interpreter and the cell's label
     (labels, not cells: nox's parallel mode hands parameters to children as JSON). A
     cell that takes the host's packages gets its venv from the host interpreter. A
-    matrix that cannot be planned lists one ``invalid-matrix`` session, which reports why.
+    matrix that cannot be planned lists one ``invalid-matrix`` session, which reports why
+    and has no venv (python False): nothing is built for a matrix that is refused.
     """
     if listed.loaded is None:
-        return [nox.param(current_python(), "invalid-matrix", id="invalid-matrix")]
+        return [nox.param(False, "invalid-matrix", id="invalid-matrix")]
     install = listed.loaded.matrix.install
     return [
         nox.param(venv_interpreter(install, os.environ, cell.python), cell.label, id=cell.label)
@@ -85,8 +108,43 @@ if LISTED.loaded is not None:
     # Children that nox starts for parallel sessions (-j) load this file again:
     # they must join this run, not start their own.
     os.environ["FTMATRIX_RUN_ID"] = LISTED.loaded.settings.run_id
+
+
+def progress_feed(listed: Listing) -> FeedWriter | None:
+    """Where this process's cells say how they go. The nox process the user started makes
+    the feed and tails it (its lines reach the console while nox buffers its parallel
+    children's output); those children, started with ``--parallel-worker``, join it."""
+    if listed.loaded is None:
+        return None
+    if "--parallel-worker" in sys.argv and FEED_ENV in os.environ:
+        printed = os.environ.get(PRINTED_ENV) == "1"
+        return FeedWriter(Path(os.environ[FEED_ENV]), printed=printed)
+    try:
+        handle, name = tempfile.mkstemp(prefix="ftmatrix-progress-", suffix=".jsonl")
+    except OSError:
+        return None  # no temporary folder to write in: the run goes on without the lines
+    os.close(handle)
+    printed = not sys.stdout.isatty()
+    os.environ[FEED_ENV] = name
+    os.environ[PRINTED_ENV] = "1" if printed else "0"
+    labels = [cell.label for cell in listed.loaded.selected]
+    tail = FeedTail(
+        Path(name),
+        Tally(total=cells_chosen(labels, sys.argv[1:]), started=time.monotonic()),
+        sys.stdout,
+        lines=printed,
+        report=listed.loaded.settings.out / "index.html",
+    )
+    tail.start()
+    atexit.register(tail.stop)
+    return FeedWriter(Path(name), printed=printed)
+
+
 PROGRESS = Progress(
-    len(LISTED.loaded.selected) if LISTED.loaded else 0, sys.stdout, live=sys.stdout.isatty()
+    len(LISTED.loaded.selected) if LISTED.loaded else 0,
+    sys.stdout,
+    live=sys.stdout.isatty(),
+    feed=progress_feed(LISTED),
 )
 
 
@@ -122,7 +180,7 @@ if CELLS_AT_ONCE > 1:
 def matrix(session: nox.Session, cell: str) -> None:
     """Build one cell's environment and run every case in it; the report follows.
 
-    Arguments after ``--`` go to pytest: case node ids (relative to the cases
+    Arguments after `--` go to pytest: case node ids (relative to the cases
     folder) select cases, options are passed through.
     """
     loaded = LISTED.loaded
@@ -194,8 +252,14 @@ def run_matrix_cell(
         threads=context.torch_threads_each(),
     )
     run_folder = record_path(loaded.settings.out, loaded.settings.run_id, cell.id).parent
+    PROGRESS.log_to(cell_log_path(run_folder, cell))
+
+    def log(text: str) -> None:
+        session.log(text)
+        PROGRESS.note(text)
+
     with cell_running(run_folder) as end:
-        records = run_cell(cell, venv_python, context, log=session.log, progress=PROGRESS)
+        records = run_cell(cell, venv_python, context, log=log, progress=PROGRESS)
         PROGRESS.close()
         report_here = session.parallel and end.last()
         if report_here:
@@ -208,12 +272,22 @@ def run_matrix_cell(
     counts: dict[str, int] = {}
     for record in records:
         counts[record.status.value] = counts.get(record.status.value, 0) + 1
-    session.log(f"{cell.label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    session.log(
+        f"{cell.label}: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        + f"; pytest's output: {cell_log_path(run_folder, cell)}"
+    )
     problem = no_verdict(records)
     if problem:
         session.error(f"{cell.label}: no verdict: {problem}")
     if not session.parallel:
         session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
+
+
+def cell_log_path(run_folder: Path, cell: Cell) -> Path:
+    """The cell's log file: its whole pytest output and the run's notes, beside its records
+    (which CI keeps as an artifact)."""
+    return run_folder / f"{cell.id}.log"
 
 
 def no_verdict(records: Sequence[Record]) -> str | None:
@@ -258,7 +332,7 @@ def fail_as_cli(session: nox.Session, command: str, code: int) -> NoReturn:
 
 @nox.session(python=False)
 def plan(session: nox.Session) -> None:
-    """Print the cells and whether each installs; ``-- --json`` for machines, ``--no-resolve``.
+    """Print the cells and whether each installs; `-- --json` for machines, `--no-resolve`.
 
     Runs `python -m ftmatrix plan`: a pin the index never had is a config error here too.
     """
@@ -276,7 +350,7 @@ def report(session: nox.Session) -> None:
 def bisect(session: nox.Session) -> None:
     """Find the first bad release.
 
-    ``nox -s bisect -- --case ID --axis PKG --good V1 --bad V2 [--pins PKG==V ...]``
+    `nox -s bisect -- --case ID --axis PKG --good V1 --bad V2 [--pins PKG==V ...]`
     """
     run_cli(session, "bisect")
 
@@ -285,8 +359,8 @@ def bisect(session: nox.Session) -> None:
 def autobisect(session: nox.Session) -> None:
     """Bisect the new failures whose neighbour cell passes, within matrix.yaml's bisect.budget.
 
-    Run after ``nox -s matrix``; ``-- --dry-run`` only prints the choice, ``--budget N``
-    overrides the budget. Findings go to the history; ``nox -s report`` shows them.
+    Run after `nox -s matrix`; `-- --dry-run` only prints the choice, `--budget N`
+    overrides the budget. Findings go to the history; `nox -s report` shows them.
     """
     run_cli(session, "autobisect")
 
@@ -295,7 +369,7 @@ def autobisect(session: nox.Session) -> None:
 def wheelhouse(session: nox.Session) -> None:
     """Download the wheels the selected cells need, for an offline runner.
 
-    ``nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 DIR``
-    (``--host-packages FREEZE`` where install.system-packages takes the host's).
+    `nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 DIR`
+    (`--host-packages FREEZE` where install.system-packages takes the host's).
     """
     run_cli(session, "wheelhouse")

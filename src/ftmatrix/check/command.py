@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from ftmatrix.check.results import read_results
 from ftmatrix.check.stack import Stack, ask_interpreter, parse_freeze, parse_trl_env
 from ftmatrix.check.verdict import (
@@ -88,12 +90,18 @@ def run_check(args: argparse.Namespace, extra: Sequence[str]) -> int:
         raise UsageError(f"check: unrecognized arguments: {' '.join(extra)}")
     stack = read_stack(args)
     results = read_results(args.results, timeout=args.timeout)
-    report = check_stack(
-        stack,
-        results,
-        operations=_names(args.operation),
-        hardware=_names(args.hardware),
-    )
+    try:
+        report = check_stack(
+            stack,
+            results,
+            operations=_names(args.operation),
+            hardware=_names(args.hardware),
+        )
+    except UsageError as exc:
+        tested = {canonicalize_name(name) for record in results.records for name in record.pins}
+        if tested and not any(stack.version(name) for name in tested):
+            raise UsageError(f"{exc} {what_to_check_instead(stack)}") from None
+        raise
     if args.json:
         print(json.dumps(report_json(report), indent=1))
     else:
@@ -101,6 +109,19 @@ def run_check(args: argparse.Namespace, extra: Sequence[str]) -> int:
         # the terminal: its control characters are escaped.
         print(printable(report_text(report)))
     return report.exit_code
+
+
+def what_to_check_instead(stack: Stack) -> str:
+    """For a stack with none of the tested frameworks: the commands that check the one
+    meant. The obvious first try is the environment ftmatrix itself is installed in."""
+    # ftmatrix, or nox beside it (pip freeze leaves out an editable ftmatrix).
+    tool = any(stack.version(n) or n in stack.unversioned for n in ("ftmatrix", "nox"))
+    own = "It looks like the environment ftmatrix runs in, not a training stack. " if tool else ""
+    return (
+        f"{own}Check the environment you train in by its interpreter "
+        "(--python VENV/bin/python; a cell's: --python .nox/CELL/bin/python), or pipe its "
+        "freeze (uv pip freeze --python VENV/bin/python | ftmatrix check --freeze - ...)."
+    )
 
 
 def read_stack(args: argparse.Namespace) -> Stack:

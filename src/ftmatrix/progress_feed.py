@@ -1,0 +1,299 @@
+"""Progress in any log: cells tell the nox process that started them how they go.
+
+nox runs cells side by side each in a child nox whose output it buffers and prints as one
+block when the child ends: a log (a file, a pipe, a CI job) saw nothing for minutes, then
+every cell's whole pytest output at once. So each cell appends its events (cell started,
+case finished, what it is doing) as JSON lines to one feed file, named by
+``FTMATRIX_PROGRESS_FEED``, and the nox process the user started tails it and prints a line
+per event, a line every ``HEARTBEAT_SECONDS`` while nothing happens, and a short summary at
+the end. The cells' pytest output goes to a log file per cell, which those lines name.
+
+The tally is pure (events in, lines out, the clock passed in); the writer and the tail are
+the file's two ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from ftmatrix.cell.status import Status
+
+FEED_ENV = "FTMATRIX_PROGRESS_FEED"
+# "1" where the nox process that tails the feed prints its lines (its output is no
+# terminal); on a terminal nox's own board previews each cell's latest line instead.
+PRINTED_ENV = "FTMATRIX_PROGRESS_PRINTED"
+# A line at least this often while cells install or a long case runs.
+HEARTBEAT_SECONDS = 30.0
+POLL_SECONDS = 0.5
+# Failing cases the summary names one by one; the report has them all.
+SUMMARY_FAILURES = 10
+# Statuses a user reads as "broke": the frameworks', the process's, ours.
+BROKEN = (
+    Status.FAIL,
+    Status.CRASH,
+    Status.TIMEOUT,
+    Status.OOM,
+    Status.ERROR,
+    Status.INSTALL_ERROR,
+    Status.UNINSTALLABLE,
+)
+
+
+class FeedWriter:
+    """A cell's end of the feed: one JSON line per event, appended (a line is one write,
+    so the lines of cells side by side never interleave)."""
+
+    def __init__(self, path: Path, *, printed: bool = True) -> None:
+        self.path = path
+        # Whether the feed's lines reach the console (else each cell prints its own).
+        self.printed = printed
+
+    def emit(self, kind: str, **fields: str) -> None:
+        line = json.dumps({"kind": kind, "pid": os.getpid(), **fields}) + "\n"
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError:
+            return  # progress is a courtesy: a feed that cannot be written costs no verdict
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class Tally:
+    """What the feed said so far: cells done of ``total``, cases by status, the failures."""
+
+    total: int
+    started: float
+    cells_done: int = 0
+    # Each running cell's label -> what it does now (a case, or its last note).
+    running: dict[str, str] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    failures: list[tuple[str, str, str]] = field(default_factory=list)
+    logs: dict[str, str] = field(default_factory=dict)
+
+    def apply(self, event: Mapping[str, Any], now: float, *, own_pid: int) -> str | None:
+        """Take one event in; the progress line it deserves, or None (a case starting is
+        shown by the heartbeat, not a line of its own; this process's own notes were
+        printed already by nox)."""
+        kind, cell = str(event.get("kind")), str(event.get("cell", ""))
+        if kind == "cell-started":
+            self.running[cell] = "starting"
+            if event.get("log"):
+                self.logs[cell] = str(event["log"])
+            return self.line(now, f"{cell}: started")
+        if kind == "case-started":
+            self.running[cell] = str(event.get("case", ""))
+            return None
+        if kind == "case-finished":
+            status, case = str(event.get("status")), str(event.get("case", ""))
+            self.counts[status] += 1
+            if status in {s.value for s in BROKEN}:
+                self.failures.append((cell, case, status))
+            return self.line(now, f"{cell}: {case}: {status}")
+        if kind == "note":
+            text = str(event.get("text", "")).removeprefix("[ftmatrix] ").strip()
+            if cell in self.running and not text.startswith(f"{cell}:"):
+                text = f"{cell}: {text}"
+            if cell in self.running:
+                self.running[cell] = text.removeprefix(f"{cell}: ")
+            return None if event.get("pid") == own_pid else self.line(now, text)
+        if kind == "cell-finished":
+            self.running.pop(cell, None)
+            self.cells_done += 1
+            where = self.logs.get(cell)
+            return self.line(
+                now, f"{cell}: done" + (f"; pytest's output: {where}" if where else "")
+            )
+        return None
+
+    def counts_text(self) -> str:
+        cases = sum(self.counts.values())
+        # Fails always shown, 0 included: the number a reader looks for first.
+        shown = [f"{self.counts[Status.FAIL.value]} fail"] + [
+            f"{self.counts[s.value]} {s.value}"
+            for s in Status
+            if s is not Status.FAIL and self.counts[s.value]
+        ]
+        return f"{cases} case{'s' if cases != 1 else ''}: " + ", ".join(shown)
+
+    def line(self, now: float, what: str) -> str:
+        """``[ftmatrix 01:05] cells 0/2 done, 2 running | 37 cases: 2 fail, 35 pass | what``"""
+        total = max(self.total, self.cells_done + len(self.running))
+        cells = f"cells {self.cells_done}/{total} done"
+        if self.running:
+            cells += f", {len(self.running)} running"
+        return f"[ftmatrix {_clock(now - self.started)}] {cells} | {self.counts_text()} | {what}"
+
+    def heartbeat(self, now: float) -> str:
+        doing = "; ".join(f"{cell}: {what}" for cell, what in sorted(self.running.items()))
+        return self.line(now, doing or "waiting for the next cell")
+
+    def summary(self, now: float) -> list[str]:
+        """The run's end in a few lines: cells, cases by status, the failures, the logs."""
+        total = max(self.total, self.cells_done + len(self.running))
+        lines = [
+            f"[ftmatrix] {self.cells_done}/{total} cells done in {_clock(now - self.started)}, "
+            + self.counts_text()
+        ]
+        for cell, case, status in self.failures[:SUMMARY_FAILURES]:
+            lines.append(f"[ftmatrix]   {status}: {cell}: {case}")
+        if len(self.failures) > SUMMARY_FAILURES:
+            lines.append(
+                f"[ftmatrix]   and {len(self.failures) - SUMMARY_FAILURES} more (the report "
+                "has them all)"
+            )
+        for cell, where in sorted(self.logs.items()):
+            lines.append(f"[ftmatrix] pytest's output of {cell}: {where}")
+        return lines
+
+
+def _clock(seconds: float) -> str:
+    whole = max(0, int(seconds))
+    return f"{whole // 60:02d}:{whole % 60:02d}"
+
+
+class FeedTail:
+    """The nox process's end: reads the feed as cells append to it and writes the lines.
+
+    ``lines``: print a line per event and the heartbeat (off on a terminal, where nox's
+    own live board, or the cell's live line, shows the run); the summary is printed
+    either way, when :meth:`stop` is called, if any cell ran, with ``report`` where it
+    was written.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        tally: Tally,
+        stream: TextIO,
+        *,
+        lines: bool,
+        report: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        heartbeat: float = HEARTBEAT_SECONDS,
+    ) -> None:
+        self.path, self.tally, self.stream, self.lines = path, tally, stream, lines
+        self.report = report
+        self.clock, self.heartbeat_seconds = clock, heartbeat
+        self._offset = 0
+        self._pending = b""
+        self._seen = False
+        self._last_line = clock()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ftmatrix-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            self.poll()
+
+    def poll(self) -> None:
+        """Read what the feed gained; write its lines (and a heartbeat when due)."""
+        with self._lock:
+            now = self.clock()
+            for event in self._new_events():
+                self._seen = True
+                line = self.tally.apply(event, now, own_pid=os.getpid())
+                if line is not None:
+                    self._write(line, now)
+            if (
+                self._seen
+                and self.tally.running
+                and now - self._last_line >= self.heartbeat_seconds
+            ):
+                self._write(self.tally.heartbeat(now), now)
+
+    def stop(self) -> None:
+        """Stop tailing, take in the last events, print the summary, remove the feed."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.poll()
+        with self._lock:
+            if self._seen:
+                lines = self.tally.summary(self.clock())
+                if self.report is not None and self.report.is_file():
+                    lines.append(f"[ftmatrix] report: {self.report}")
+                self._print(lines)
+        self.path.unlink(missing_ok=True)
+
+    def _write(self, line: str, now: float) -> None:
+        self._last_line = now
+        if self.lines:
+            self._print([line])
+
+    def _print(self, lines: Sequence[str]) -> None:
+        try:
+            self.stream.write("".join(line + "\n" for line in lines))
+            self.stream.flush()
+        except (OSError, ValueError):
+            # The reader went away (`| head`) or the stream is closed: the run goes on.
+            self.lines = False
+
+    def _new_events(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as feed:
+                feed.seek(self._offset)
+                chunk = feed.read()
+        except OSError:
+            return []
+        self._offset += len(chunk)
+        data = self._pending + chunk
+        complete, _, self._pending = data.rpartition(b"\n")
+        events = []
+        for raw in complete.splitlines():
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events
+
+
+# nox's selectors of sessions, among its arguments (before any "--").
+_SESSION_FLAGS = ("-s", "-e", "--session", "--sessions")
+_MATRIX_SESSION = re.compile(r"^matrix(?:-[0-9.]+)?\((?:cell=)?'?(?P<label>[^)']*)'?\)$")
+
+
+def cells_chosen(labels: Sequence[str], argv: Sequence[str]) -> int:
+    """How many of the matrix's cells nox's arguments select: ``-s "matrix(LABEL)"`` names
+    some; ``-s matrix``, no ``-s`` (the default session) or a keyword/tag filter (counted
+    as all: the lines say "of N" with N the cells that started, if more did) every one."""
+    names: list[str] = []
+    taking = False
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg in _SESSION_FLAGS:
+            taking = True
+        elif arg.startswith(tuple(f"{flag}=" for flag in _SESSION_FLAGS if flag.startswith("--"))):
+            names.append(arg.split("=", 1)[1])
+            taking = True
+        elif arg.startswith("-"):
+            taking = False
+        elif taking:
+            names.append(arg)
+    chosen = set()
+    for name in names:
+        if name == "matrix":
+            return len(labels)
+        match = _MATRIX_SESSION.match(name)
+        if match:
+            chosen.add(match["label"])
+    return sum(label in chosen for label in labels) or len(labels)
