@@ -151,7 +151,8 @@ def test_a_value_assigned_to_a_secret_name_in_the_text_is_masked(text: str, secr
 def test_words_of_code_named_like_secrets_stay() -> None:
     text = (
         "pad_token=<|endoftext|> KeyError: 'transformers' key=value1234 "
-        "TOKENIZERS_PARALLELISM=false see https://github.com/o/r max_tokens=512"
+        "TOKENIZERS_PARALLELISM=false see https://github.com/o/r max_tokens=512 "
+        "packages.../../etc/passwd: '../../etc/passwd' is not a distribution name"
     )
     assert redact_text(text, {}) == text
 

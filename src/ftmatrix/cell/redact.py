@@ -213,6 +213,8 @@ def _name_before(text: str, at: int) -> str:
     start = end
     while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
         start -= 1
+    if start > 0 and text[start - 1] in "/\\":
+        return ""  # the last part of a path ("/etc/passwd: ..."), not a name
     name = text[start:end]
     return name if name[:1].isascii() and name[:1].isalpha() else ""
 
