@@ -203,3 +203,29 @@ def test_a_version_of_5000_digits_through_nox_bisect(tmp_path: Path) -> None:
     output = done.stdout + done.stderr
     assert done.returncode != 0 and "Traceback" not in output, output[-3000:]
     assert "not a version, such as 0.19.1 (5,002 characters" in output
+
+
+BROKEN_CELL = "cpu-py3.11-torch2.13.0-tf5.23.0-trl0.19.1-peft0.17.1-nounsloth"
+
+
+@pytest.mark.parametrize(("pin", "code"), [("0.19.1", 1), (0.19, 2), ("zero.19", 2)])
+def test_a_known_break_whose_pins_cannot_be_read_is_never_untested(
+    tmp_path: Path, pin: Any, code: int
+) -> None:
+    """A record check cannot compare was skipped: the break read "untested", exit 0."""
+    full = json.loads((DATA / "default_results.json").read_text(encoding="utf-8"))
+    full["records"] = [r for r in full["records"] if r["cell_label"] == BROKEN_CELL]
+    for record in full["records"]:
+        record["pins"]["trl"] = pin
+    (tmp_path / "results.json").write_text(json.dumps(full))
+    stack = "peft==0.17.1\ntorch==2.13.0\ntransformers==5.23.0\ntrl==0.19.1\n"
+    done = cli(
+        "check", "--results", "results.json", "--freeze", "-", "--operation", "sft",
+        cwd=tmp_path, stdin=stack,
+    )  # fmt: skip
+    assert done.returncode == code, done.stdout[-2000:] + done.stderr[-2000:]
+    if code == 2:
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+        assert f"records[0]: pins.trl: {pin!r} is not a version" in done.stderr
+    else:
+        assert "summary: 1 broken (exit 1: broken sft on cpu)" in done.stdout
