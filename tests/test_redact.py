@@ -233,6 +233,10 @@ def test_token_shapes():
 def test_a_value_as_repr_shows_it():
     print(repr(os.environ["DEPLOY_PASSPHRASE"]))
     assert os.environ["DEPLOY_PASSPHRASE"] == "x"
+
+
+def test_undecodable():
+    raise AssertionError(b"model-\\xff.bin".decode("utf-8", "surrogateescape"))
 """.replace("GITHUB_URL", f"https://x-access-token:{GITHUB}@github.com/o/r")
     .replace("HUGGING_FACE", HUGGING_FACE)
     .replace("AWS", AWS)
@@ -264,6 +268,10 @@ def test_a_real_cell_publishes_and_prints_no_secret(tmp_path: Path) -> None:
     assert "test_secrets.py" in console, console[-3000:]
     published = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
     assert any(p.name == "index.html" for p in published)
+    # A lone surrogate in a message keeps its fail and its message (it was a crash).
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    [undecodable] = [r for r in results["records"] if r["case"].endswith("test_undecodable")]
+    assert (undecodable["status"], undecodable["message"]) == ("fail", "model-\\udcff.bin")
     for value in (SECRET, SECRET[:8] + "x", GITHUB, HUGGING_FACE, AWS, OPENAI, "horse", "staple"):
         assert value not in console, value
         for path, body in published.items():
