@@ -108,6 +108,34 @@ def test_a_value_is_masked_in_every_form_a_tool_prints_it(printed: str) -> None:
     assert "<redacted:DEPLOY_PASSPHRASE>" in out
 
 
+TOOL_FORMS = {
+    "repr": repr,
+    "repr in JSON": lambda v: json.dumps(repr(v)),
+    "JSON": json.dumps,
+    "JSON unicode": lambda v: json.dumps(v, ensure_ascii=False),
+    "bytes": lambda v: repr(v.encode()),
+    "URL": lambda v: quote(v, safe=""),
+    "URL path": quote,
+    "URL form": quote_plus,
+    "shell": shlex.quote,
+    "HTML": html.escape,
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.text(
+        alphabet=st.sampled_from("aZ09_-\\'\" &%+/=:@#é\n\t"), min_size=8, max_size=24
+    ).filter(lambda v: v.strip() == v and len(set(v)) > 4),
+    tool=st.sampled_from(sorted(TOOL_FORMS)),
+)
+def test_any_value_in_any_tool_form_is_masked(value: str, tool: str) -> None:
+    printed = TOOL_FORMS[tool](value)
+    out = redact_text(f"E   assert {printed} == 1", {"SIGNING_PASSPHRASE": value})
+    assert printed not in out, (printed, out)
+    assert "<redacted" in out  # by its name, or as a URL's userinfo ("x://a:b@")
+
+
 def test_the_two_ends_of_a_value_pytest_shortened_are_masked() -> None:
     # pytest's own repr of a long value: its two ends around "...".
     shown = saferepr({"token": LONG_TOKEN})
