@@ -97,6 +97,7 @@ def _python_forms(text: str) -> Iterable[str]:
     yield body.replace("\\'", "'")
     yield body.replace("'", "\\'").replace("\\\\'", "\\'")
     yield body.replace('"', '\\"')
+    yield repr(text + "'\"")[1:-4]  # inside a repr that holds both quotes: \' escaped
     yield repr(text.encode("utf-8", "backslashreplace"))[2:-1]
 
 
@@ -189,9 +190,10 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
                 text = text.replace(form, mask)
         if shortened:
             text = _shortened_ends_masked(text, forms, mask)
-    if "authorization" in text.lower():
-        text = AUTHORIZATION.sub(r"\1<redacted>", text)
-    text = _assigned_values_masked(text)
+    if "=" in text or ":" in text:  # most strings of a record have neither
+        if "uthorization" in text or "UTHORIZATION" in text:
+            text = AUTHORIZATION.sub(r"\1<redacted>", text)
+        text = _assigned_values_masked(text)
     return TOKEN_SHAPES.sub("<redacted>", text)
 
 
