@@ -363,7 +363,10 @@ def test_a_stack_without_any_tested_package_is_a_usage_error(
     assert main(run(tmp_path, freeze("six==1.17.0"))) == ExitCode.USAGE
     assert capsys.readouterr().err == (
         f"ftmatrix: {tmp_path / 'stack.txt'}: none of the packages the results test is "
-        "installed (peft, torch, transformers, trl, unsloth); is it the stack you meant?\n"
+        "installed (peft, torch, transformers, trl, unsloth); is it the stack you meant? "
+        "Check the environment you train in by its interpreter (--python VENV/bin/python; a "
+        "cell's: --python .nox/CELL/bin/python), or pipe its freeze (uv pip freeze --python "
+        "VENV/bin/python | ftmatrix check --freeze - ...).\n"
     )
 
 

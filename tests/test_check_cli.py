@@ -357,7 +357,18 @@ class HostileHandler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        if self.path == "/drip":
+        if self.path == "/slow-headers":
+            # The status line, then a header a byte every half second: each read is quick,
+            # so a timeout per read never fires (urllib's own).
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                for _ in range(1000):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            except OSError:
+                return
+        elif self.path == "/drip":
             self.send_response(200)
             self.send_header("Content-Length", "1000")
             self.end_headers()
@@ -404,6 +415,10 @@ def hostile() -> Iterator[str]:
     [
         (
             "/drip",
+            "not all of it came within 3 s (--timeout sets the limit for the whole download)",
+        ),
+        (
+            "/slow-headers",
             "not all of it came within 3 s (--timeout sets the limit for the whole download)",
         ),
         ("/huge", "more than 200 MB; a results.json is far smaller"),
@@ -480,3 +495,25 @@ def test_the_environment_ftmatrix_runs_in_is_refused_with_what_to_run_instead():
     assert "It looks like the environment ftmatrix runs in, not a training stack." in line
     assert "--python VENV/bin/python" in line and "--python .nox/CELL/bin/python" in line
     assert "uv pip freeze --python VENV/bin/python | ftmatrix check --freeze - ..." in line
+
+
+def test_restore_history_keeps_its_timeout_when_the_headers_come_slowly(
+    hostile: str, tmp_path: Path
+) -> None:
+    done = ftmatrix(
+        "restore-history", f"{hostile}/slow-headers", "--timeout", "3", "--out", str(tmp_path),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert "not all of it came within 3 s" in one_line_usage_error(done)
+
+
+@pytest.mark.parametrize("command", ["check", "restore-history"])
+@pytest.mark.parametrize("timeout", ["nan", "-1", "0", "inf", "1e9", "soon"])
+def test_a_timeout_that_is_no_number_of_seconds_is_bad_input(
+    command: str, timeout: str, tmp_path: Path
+) -> None:
+    args = ["--results", "r.json", "--freeze", "-"] if command == "check" else ["r.json"]
+    done = ftmatrix(command, *args, "--timeout", timeout, stdin="trl==1.16.0\n", cwd=tmp_path)
+    assert one_line_usage_error(done) == (
+        f"ftmatrix: --timeout {timeout!r}: must be a number of seconds > 0 and at most 86,400"
+    )

@@ -96,7 +96,7 @@ def test_bad_rules_strategy_timeouts_and_hardware():
         "F: exclude[0].trl: '=>0.19' is neither a version, a wildcard like '0.19.*' "
         "nor a specifier like '>=0.19,<1'",
         "F: exclude[1].tansformers: unknown key; allowed: trl, python, hardware.",
-        "F: timeouts.case: must be a number of seconds > 0, got -1",
+        "F: timeouts.case: must be a number of seconds > 0 and at most 2,592,000 (30 days), got -1",
     ]
 
 

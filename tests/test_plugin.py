@@ -125,6 +125,24 @@ def test_each_outcome_gets_its_one_status(pytester: pytest.Pytester, tmp_path: P
     assert raised["hardware"]["cpu_count"] >= 1
 
 
+def test_a_lone_surrogate_in_a_message_keeps_the_fail_and_its_message(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    # Text decoded with surrogateescape (a file name, a subprocess's bytes) holds lone
+    # surrogates, which UTF-8 cannot; the signature's hash and the record file both need it.
+    pytester.makepyfile(
+        test_surrogate="""
+def test_undecodable():
+    name = b"model-\\xff.bin".decode("utf-8", "surrogateescape")
+    raise AssertionError(f"cannot load {name}: wrong shape \\ud800")
+"""
+    )
+    record = run_plugin(pytester, tmp_path)["test_undecodable"]
+    assert record["status"] == "fail"
+    assert record["message"] == "cannot load model-\\udcff.bin: wrong shape \\ud800"
+    assert len(record["signature"]) == 12
+
+
 def test_package_gap_messages():
     installed = {"trl": "0.19.1"}
     assert package_gap("trl", ">=0.14", installed) is None

@@ -99,7 +99,7 @@ def test_secrets_from_the_environment_are_redacted():
 
 
 def test_newest_per_key_takes_the_newest_run_then_the_latest_finish():
-    older = make_record(run_id="r1", finished_at="2026-11-22T12:00:09+00:00")
+    older = make_record(run_id="r1", finished_at="2026-11-22T11:00:09+00:00")
     first = make_record(run_id="r2", finished_at="2026-11-22T12:00:01+00:00")
     later = make_record(run_id="r2", finished_at="2026-11-22T12:00:02+00:00", case="x")
     twin = make_record(run_id="r2", finished_at="2026-11-22T12:00:02+00:00", case="y")

@@ -8,13 +8,18 @@ token-shaped literals, with its console output checked too.
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import shlex
 import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import pytest
+from _pytest._io.saferepr import saferepr
 from conftest import make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,6 +30,8 @@ from ftmatrix.cell.status import Status
 from ftmatrix.errors import PackageIndexError
 from ftmatrix.report.render import render_report
 from ftmatrix.store import merge_outputs
+
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"
@@ -71,6 +78,111 @@ def test_an_index_url_password_never_reaches_an_error_message() -> None:
     error = PackageIndexError("index http://user:hunter2pass@127.0.0.1:9/simple is unreachable")
     assert "hunter2pass" not in error.describe()
     assert "http://<redacted>@127.0.0.1:9/simple" in error.describe()
+
+
+# Values with what tools escape: a backslash, both quotes, a space, '&' and '%'.
+PASSPHRASE = "c0rrect\\horse'batt\"ery staple&%"
+WEBHOOK = "https://hooks.slack.com/services/T0AAA/B0BBB/xyzWebhookSecret42"
+LONG_TOKEN = "lt-" + "".join(f"{i:03d}q" for i in range(100))  # 403 characters
+
+
+@pytest.mark.parametrize(
+    "printed",
+    [
+        repr(PASSPHRASE),  # a backslash doubled, a quote escaped
+        repr({"p": PASSPHRASE}),
+        repr(PASSPHRASE.encode()),  # as bytes
+        json.dumps({"p": PASSPHRASE}),
+        json.dumps(repr(PASSPHRASE)),  # a repr inside JSON: doubled twice
+        quote(PASSPHRASE, safe=""),
+        quote(PASSPHRASE, safe="").lower(),
+        quote_plus(PASSPHRASE),
+        shlex.quote(PASSPHRASE),
+        "+ curl -d " + shlex.quote(PASSPHRASE).replace("'\"'\"'", "'\\''"),  # set -x
+        html.escape(PASSPHRASE),
+    ],
+)
+def test_a_value_is_masked_in_every_form_a_tool_prints_it(printed: str) -> None:
+    out = redact_text(f"E   {printed} != x", {"DEPLOY_PASSPHRASE": PASSPHRASE})
+    assert "horse" not in out and "staple" not in out, out
+    assert "<redacted:DEPLOY_PASSPHRASE>" in out
+
+
+TOOL_FORMS = {
+    "repr": repr,
+    "repr in JSON": lambda v: json.dumps(repr(v)),
+    "JSON": json.dumps,
+    "JSON unicode": lambda v: json.dumps(v, ensure_ascii=False),
+    "bytes": lambda v: repr(v.encode()),
+    "URL": lambda v: quote(v, safe=""),
+    "URL path": quote,
+    "URL form": quote_plus,
+    "shell": shlex.quote,
+    "HTML": html.escape,
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.text(
+        alphabet=st.sampled_from("aZ09_-\\'\" &%+/=:@#é\n\t"), min_size=8, max_size=24
+    ).filter(lambda v: v.strip() == v and len(set(v)) > 4),
+    tool=st.sampled_from(sorted(TOOL_FORMS)),
+)
+def test_any_value_in_any_tool_form_is_masked(value: str, tool: str) -> None:
+    printed = TOOL_FORMS[tool](value)
+    out = redact_text(f"E   assert {printed} == 1", {"SIGNING_PASSPHRASE": value})
+    assert printed not in out, (printed, out)
+    assert "<redacted" in out  # by its name, or as a URL's userinfo ("x://a:b@")
+
+
+def test_the_two_ends_of_a_value_pytest_shortened_are_masked() -> None:
+    # pytest's own repr of a long value: its two ends around "...".
+    shown = saferepr({"token": LONG_TOKEN})
+    assert "..." in shown and LONG_TOKEN not in shown  # what pytest prints
+    out = redact_text(f"AssertionError: assert {shown} == {{}}", {"LONG_TOKEN": LONG_TOKEN})
+    assert "q" not in out.replace("<redacted:LONG_TOKEN>", ""), out
+    assert "...<redacted:LONG_TOKEN>" in out
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["DEPLOY_PASSPHRASE", "SLACK_WEBHOOK_URL", "DB_PASS", "GITLAB_PAT", "MYSQL_PWD",
+     "SESSION_COOKIE", "SENTRY_DSN", "SIGNING_PRIVATE_PEM", "AZURE_CREDS"],
+)  # fmt: skip
+def test_variables_named_like_secrets_are_masked_by_pattern(name: str) -> None:
+    assert WEBHOOK not in redact_text(f"posting to {WEBHOOK}", {name: WEBHOOK})
+
+
+@pytest.mark.parametrize("name", ["PWD", "OLDPWD", "PATH", "HOME", "LANG"])
+def test_ordinary_variables_stay(name: str) -> None:
+    text = "at /srv/work/project now"
+    assert redact_text(text, {name: "/srv/work/project"}) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("export DB_PASSPHRASE=correct-horse-battery", "correct-horse"),
+        ("SLACK_WEBHOOK_URL: https://hooks.slack.com/services/T0/B0/abcdef", "hooks"),
+        ("{'api_key': 'zq8x7c6v5b4n'}", "zq8x7c"),
+        ('{"password":"zq8x7c6v5b4n"}', "zq8x7c"),
+        ("GET /hook?client_secret=zq8x7c6v5b4n&x=1", "zq8x7c"),
+        ("-H 'Authorization: Bearer zq8x7c6v5b4n'", "zq8x7c"),
+        ("Authorization: Basic dXNlcjpodW50ZXIy", "dXNlcjp"),
+    ],
+)
+def test_a_value_assigned_to_a_secret_name_in_the_text_is_masked(text: str, secret: str) -> None:
+    assert secret not in redact_text(text, {})
+
+
+def test_words_of_code_named_like_secrets_stay() -> None:
+    text = (
+        "pad_token=<|endoftext|> KeyError: 'transformers' key=value1234 "
+        "TOKENIZERS_PARALLELISM=false see https://github.com/o/r max_tokens=512 "
+        "packages.../../etc/passwd: '../../etc/passwd' is not a distribution name"
+    )
+    assert redact_text(text, {}) == text
 
 
 SECRETS = st.sampled_from(
@@ -144,6 +256,15 @@ def test_url_with_credentials():
 def test_token_shapes():
     print("HUGGING_FACE AWS")
     raise AssertionError("OPENAI")
+
+
+def test_a_value_as_repr_shows_it():
+    print(repr(os.environ["DEPLOY_PASSPHRASE"]))
+    assert os.environ["DEPLOY_PASSPHRASE"] == "x"
+
+
+def test_undecodable():
+    raise AssertionError(b"model-\\xff.bin".decode("utf-8", "surrogateescape"))
 """.replace("GITHUB_URL", f"https://x-access-token:{GITHUB}@github.com/o/r")
     .replace("HUGGING_FACE", HUGGING_FACE)
     .replace("AWS", AWS)
@@ -163,6 +284,7 @@ def test_a_real_cell_publishes_and_prints_no_secret(tmp_path: Path) -> None:
         "FTMATRIX_OUT": str(tmp_path / "out"),
         "FTMATRIX_SELECT": "cpu-*-six1.17.0-attrs25.3.0",
         "FTMATRIX_TEST_TOKEN": SECRET,
+        "DEPLOY_PASSPHRASE": PASSPHRASE,
         "DB_URL": f"postgres://admin:{SECRET[:8]}x@db/x",
     }
     ran = subprocess.run(
@@ -174,7 +296,83 @@ def test_a_real_cell_publishes_and_prints_no_secret(tmp_path: Path) -> None:
     assert "test_secrets.py" in console, console[-3000:]
     published = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
     assert any(p.name == "index.html" for p in published)
-    for value in (SECRET, SECRET[:8] + "x", GITHUB, HUGGING_FACE, AWS, OPENAI):
+    # A lone surrogate in a message keeps its fail and its message (it was a crash).
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    [undecodable] = [r for r in results["records"] if r["case"].endswith("test_undecodable")]
+    assert (undecodable["status"], undecodable["message"]) == ("fail", "model-\\udcff.bin")
+    for value in (SECRET, SECRET[:8] + "x", GITHUB, HUGGING_FACE, AWS, OPENAI, "horse", "staple"):
         assert value not in console, value
         for path, body in published.items():
             assert value.encode() not in body, (path, value)
+
+
+PRINTING_CASES = """
+import json, os, shlex
+from urllib.parse import quote
+
+PASSPHRASE = os.environ["DEPLOY_PASSPHRASE"]
+WEBHOOK = os.environ["SLACK_WEBHOOK_URL"]
+LONG = os.environ["LONG_TOKEN"]
+
+
+def test_repr_of_a_value():
+    assert PASSPHRASE == "x"
+
+
+def test_a_long_value_pytest_shortens():
+    assert {"token": LONG} == {}
+
+
+def test_escaped_forms(record_property):
+    record_property("sent", json.dumps({"p": PASSPHRASE, "hook": WEBHOOK}))
+    print("+ curl -d", shlex.quote(PASSPHRASE), quote(WEBHOOK, safe=""))
+    raise AssertionError("posted " + quote(PASSPHRASE, safe="") + " with DB_PASSPHRASE=hunter22ab")
+
+
+def test_machine_paths():
+    searched = ":".join(["/home/zelda/src", "/srv/zelda/lib", "/opt/ci zelda/work dir/pkgs"])
+    raise AssertionError(f"not found in {searched}; see file:///home/zelda/r.html or /Users/zelda")
+"""
+
+
+def test_no_form_of_a_planted_secret_reaches_a_published_file(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real cell's pytest with the results plugin, then `python -m ftmatrix report`."""
+    for name, value in [
+        ("DEPLOY_PASSPHRASE", PASSPHRASE),
+        ("SLACK_WEBHOOK_URL", WEBHOOK),
+        ("LONG_TOKEN", LONG_TOKEN),
+    ]:
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "reports"
+    run_id = "20261125T000000Z-abcdef"
+    cell = {"run_id": run_id, "id": "cell1", "label": "cpu-py3.11-x1", "python": "3.11",
+            "pins": {"x": "1"}, "hardware": "cpu"}  # fmt: skip
+    (tmp_path / "cell.json").write_text(json.dumps(cell))
+    pytester.makepyfile(test_printing=PRINTING_CASES)
+    pytester.runpytest_subprocess(
+        "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(tmp_path / "cell.json"),
+        "--ftmatrix-record", str(record_path(out, run_id, "cell1")),
+    )  # fmt: skip
+    records = record_path(out, run_id, "cell1").read_text()
+    assert records.count("\n") == 4 and "<redacted:LONG_TOKEN>" in records
+    subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report", "--out", str(out)], check=True,
+        capture_output=True, env={**os.environ, "FTMATRIX_OUT": str(out)},
+    )  # fmt: skip
+    # What leaves the runner: not the records folder nor history.sqlite (raw paths kept).
+    published = [
+        p for p in out.rglob("*")
+        if p.is_file() and "records" not in p.parts and p.name != "history.sqlite"
+    ]  # fmt: skip
+    names = {p.relative_to(out).as_posix() for p in published}
+    assert {"index.html", "summary.md", "results.json", "site/index.html"} <= names
+    pieces = ["c0rrect", "horse", "staple", "xyzWebhookSecret42", "hunter22ab", "000q001q"]
+    pieces += [LONG_TOKEN[i : i + 8] for i in range(0, len(LONG_TOKEN) - 8, 8)]
+    for path in [*published, record_path(out, run_id, "cell1"), out / "history.sqlite"]:
+        body = path.read_bytes()
+        for piece in pieces:
+            assert piece.encode() not in body, (path.name, piece)
+    for path in published:  # the records keep raw paths on the runner; no published file
+        assert b"zelda" not in path.read_bytes(), path.name

@@ -327,3 +327,37 @@ def test_cleaning_a_megabyte_of_text_is_linear(text: str) -> None:
         "import sys; from ftmatrix.cell.signature import clean_paths; clean_paths(sys.stdin.read())"
     )
     subprocess.run([sys.executable, "-c", script], input=text, text=True, check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("text", "cleaned"),
+    [
+        # every entry of a PATH-like list, not the first only
+        ("PYTHONPATH=/opt/zelda/src:/srv/zelda/lib:/data/zelda/x", "PYTHONPATH=<path>/src:<path>/lib:<path>/x"),
+        # a space inside a path, quoted or not
+        ('File "/srv/ci zelda/work dir/case.py", line 3', 'File "<path>/case.py", line 3'),
+        ("/srv/ci zelda/work/test_x.py:12: AssertionError", "<path>/test_x.py:12: AssertionError"),
+        # a home folder's owner, wherever the path ends
+        ("cwd /home/zelda done", "cwd ~ done"),
+        ("~zelda/proj/x.py", "<path>/x.py"),
+        ("/Users/zelda", "~"),
+        ("C:\\Users\\zelda\\proj\\x.py", "~\\proj\\x.py"),
+        # file:// URLs are paths
+        ("see file:///home/zelda/proj/report.html", "see file:<path>/report.html"),
+        ("FILE://localhost/srv/zelda/b.txt", "file:<path>/b.txt"),
+    ],
+)  # fmt: skip
+def test_every_machine_path_loses_its_folders(text: str, cleaned: str) -> None:
+    assert clean_paths(text) == cleaned
+    assert "zelda" not in clean_paths(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://github.com/o/r/blob/main/x.py and http://localhost:8080/simple/x/",
+        "ratio 3/4/5 and a/b/c, time 12:30:01",
+    ],
+)
+def test_what_is_not_a_machine_path_stays(text: str) -> None:
+    assert clean_paths(text) == text

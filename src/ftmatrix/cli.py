@@ -26,7 +26,7 @@ from ftmatrix.bisect.orchestrate import autobisect, bisect_once, parse_pins
 from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.ci import bisect_jobs, carry_reused, ci_matrix
 from ftmatrix.config import Matrix, load_matrix
-from ftmatrix.download import NotFound
+from ftmatrix.download import NotFound, download_timeout
 from ftmatrix.errors import ExitCode, FatalError, UsageError
 from ftmatrix.init import add_init_parser, run_init
 from ftmatrix.pipeline import Loaded, load, plan_for_python, report, resolve_cells, run_nox
@@ -148,7 +148,9 @@ def _report(args: argparse.Namespace, call: _Call) -> int:
 def _restore_history(args: argparse.Namespace, call: _Call) -> int:
     store = call.settings().out / "history.sqlite"
     try:
-        added, findings = restore_history(args.source, store, timeout=args.timeout)
+        added, findings = restore_history(
+            args.source, store, timeout=download_timeout(args.timeout)
+        )
     except NotFound as exc:
         if not args.missing_ok:
             raise
@@ -363,8 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     restore_parser.add_argument(
         "--timeout",
-        type=float,
-        default=120,
+        default="120",
         help="seconds for the whole download (default: 120)",
     )
     add_init_parser(sub)

@@ -17,9 +17,10 @@ from typing import Any, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from ftmatrix.errors import ConfigError as ConfigError  # noqa: PLC0414 -- a re-export
+from ftmatrix.versions import parse_version, shown, too_long
 from ftmatrix.yaml_file import parse_yaml, read_yaml_text
 
 NOT_INSTALLED = "none"
@@ -427,9 +428,11 @@ def _version(checker: _Checker, value: Any, at: str) -> str | object | None:
         checker.add(at, f"{value!r} was read as a number; quote versions, e.g. '{value}'")
         return _INVALID
     try:
-        Version(str(value))
+        parse_version(str(value))
     except InvalidVersion:
-        checker.add(at, f"{value!r} is not a valid version (PEP 440), nor 'none'")
+        checker.add(
+            at, f"{shown(value)} is not a valid version (PEP 440), nor 'none'{too_long(str(value))}"
+        )
         return _INVALID
     return str(value)
 
@@ -447,9 +450,11 @@ def _python(checker: _Checker, raw: Any, default: str) -> tuple[str, ...]:
             checker.add(at, f"{value!r} was read as a number; quote it, e.g. '3.11'")
             continue
         try:
-            parsed = Version(str(value))
+            parsed = parse_version(str(value))
         except InvalidVersion:
-            checker.add(at, f"{value!r} is not a Python version such as '3.11'")
+            checker.add(
+                at, f"{shown(value)} is not a Python version such as '3.11'{too_long(str(value))}"
+            )
             continue
         if parsed.release[:2] < OLDEST_PYTHON:
             oldest = ".".join(map(str, OLDEST_PYTHON))
@@ -579,11 +584,27 @@ def _timeouts(checker: _Checker, raw: Any) -> Timeouts:
         if key not in raw:
             continue
         value = raw[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            checker.add(f"timeouts.{key}", f"must be a number of seconds > 0, got {value!r}")
+        # NaN passes "<= 0" and no clock reaches infinity: both would never end a case.
+        if not _number_within(value, MAX_TIMEOUT):
+            checker.add(
+                f"timeouts.{key}",
+                f"must be a number of seconds > 0 and at most {MAX_TIMEOUT:,} (30 days), "
+                f"got {shown(value)}",
+            )
             continue
         values[key] = float(value)
     return Timeouts(**values)
+
+
+# The largest numbers a matrix may give: past them a value is a typo (or .inf), and
+# the clock and the memory limit cannot hold it (an OverflowError, a wait that never ends).
+MAX_TIMEOUT = 30 * 24 * 3600
+MAX_MEMORY_GIB = 1 << 20
+
+
+def _number_within(value: Any, most: float) -> bool:
+    """Is ``value`` a number (not a bool) with 0 < value <= most? False for NaN."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value <= most
 
 
 def _limits(checker: _Checker, raw: Any) -> Limits:
@@ -596,8 +617,11 @@ def _limits(checker: _Checker, raw: Any) -> Limits:
     values: dict[str, Any] = {}
     memory = raw.get("memory-gib")
     if memory is not None:
-        if isinstance(memory, bool) or not isinstance(memory, int | float) or memory <= 0:
-            checker.add("limits.memory-gib", f"must be a number of GiB > 0, got {memory!r}")
+        if not _number_within(memory, MAX_MEMORY_GIB):
+            checker.add(
+                "limits.memory-gib",
+                f"must be a number of GiB > 0 and at most {MAX_MEMORY_GIB:,}, got {shown(memory)}",
+            )
         else:
             values["memory_gib"] = float(memory)
     for key, default in (("workers", 1), ("cells", "auto")):

@@ -7,7 +7,9 @@ cut off), a size limit, redirects to http(s) only, and every failure one UsageEr
 
 from __future__ import annotations
 
+import math
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +22,23 @@ from ftmatrix.errors import UsageError
 # nightly's results or history a few tens; past this it is not a file of ours.
 MAX_BYTES = 200_000_000
 CHUNK = 1 << 16
+
+
+# The longest --timeout: a day. NaN, an infinity or 0 would wait for ever (or not at all).
+MAX_TIMEOUT = 24 * 3600
+
+
+def download_timeout(value: str | float, option: str = "--timeout") -> float:
+    """``value`` (the option's text) as seconds for a whole download, or a UsageError."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_TIMEOUT:
+        raise UsageError(
+            f"{option} {value!r}: must be a number of seconds > 0 and at most {MAX_TIMEOUT:,}"
+        )
+    return seconds
 
 
 class NotFound(UsageError):
@@ -39,7 +58,34 @@ class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
 
 def fetch_text(url: str, what: str, *, timeout: float, kind: str) -> str:
     """The UTF-8 body of ``url``; ``what`` starts every error, ``kind`` names the file
-    expected ("a results.json"). ``timeout`` seconds in all, at most MAX_BYTES."""
+    expected ("a results.json"). ``timeout`` seconds in all, at most MAX_BYTES.
+
+    The whole exchange (connecting, the headers, the body) runs in a thread of its own
+    that is left behind at the deadline: urllib's timeout bounds each socket read, so a
+    server that sends its headers a byte at a time would hold it for ever.
+    """
+    outcome: list[str | BaseException] = []
+
+    def fetch() -> None:
+        try:
+            outcome.append(_fetch(url, what, timeout=timeout, kind=kind))
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            outcome.append(exc)
+
+    worker = threading.Thread(target=fetch, name="ftmatrix-download", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise UsageError(
+            f"{what}: cannot be read: not all of it came within {timeout:g} s "
+            "(--timeout sets the limit for the whole download)"
+        )
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
+def _fetch(url: str, what: str, *, timeout: float, kind: str) -> str:
     request = urllib.request.Request(url, headers={"User-Agent": "ftmatrix"})
     opener = urllib.request.build_opener(_HttpOnlyRedirects)
     deadline = time.monotonic() + timeout

@@ -24,6 +24,8 @@ from ftmatrix.config import (
     HARDWARE_KEYS,
     INSTALL_KEYS,
     LIMIT_KEYS,
+    MAX_MEMORY_GIB,
+    MAX_TIMEOUT,
     MAX_WORKERS,
     PROFILE_KEYS,
     REUSE_KEYS,
@@ -147,14 +149,17 @@ def _sections() -> dict[str, Schema]:
                 "case": {
                     "type": "number",
                     "exclusiveMinimum": 0,
+                    "maximum": MAX_TIMEOUT,
                     "default": Timeouts().case,
-                    "description": "Seconds a case may run; past it, it is killed: timeout.",
+                    "description": "Seconds a case may run; past it, it is killed: timeout "
+                    "(more than 0, at most 30 days).",
                 },
                 "cell": {
                     "type": "number",
                     "exclusiveMinimum": 0,
+                    "maximum": MAX_TIMEOUT,
                     "default": Timeouts().cell,
-                    "description": "Seconds a whole cell may run.",
+                    "description": "Seconds a whole cell may run (more than 0, at most 30 days).",
                 },
             },
             description="Time limits, in seconds.",
@@ -165,9 +170,10 @@ def _sections() -> dict[str, Schema]:
                 "memory-gib": {
                     "type": ["number", "null"],
                     "exclusiveMinimum": 0,
+                    "maximum": MAX_MEMORY_GIB,
                     "default": Limits().memory_gib,
                     "description": "GiB a case may use; past it, it is killed: oom (default: "
-                    "90% of the machine's memory, split among the cells at once).",
+                    "90% of the machine's memory, split among the cells at once; at most 1 PiB).",
                 },
                 "workers": {
                     "anyOf": [

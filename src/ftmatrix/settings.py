@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ftmatrix.cell.records import RUN_ID_RULE, is_run_id
 from ftmatrix.errors import SettingsError
 
 ENV_VARS = {
@@ -131,16 +132,11 @@ def resolve_ttl(env: Mapping[str, str]) -> float:
     return ttl
 
 
-# A run id names a folder under records/ and work/: a plain name, never a path.
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
 def check_run_id(run_id: str) -> None:
     """A run id is a safe folder name (letters, digits, '.', '_', '-'), or a SettingsError."""
-    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
+    if not is_run_id(run_id):
         raise SettingsError(
-            f"FTMATRIX_RUN_ID={run_id!r}: a run id is a folder name of letters, digits, "
-            "'.', '_' and '-' (at most 100, starting with a letter or digit, no '..'), "
+            f"FTMATRIX_RUN_ID={run_id!r}: a run id is {RUN_ID_RULE}, "
             "such as '20261125T030000Z-nightly'"
         )
 
@@ -180,9 +176,14 @@ def _unwritable(out: Path) -> str | None:
 
 
 def newest_run_id(out: Path) -> str | None:
-    """The newest run with records under ``out``, or None."""
-    runs = sorted(p.name for p in (out / "records").glob("*") if p.is_dir())
-    return runs[-1] if runs else None
+    """The run under ``out`` that wrote records last (by the time its files were written,
+    never by its id's text: an id is any name), or None."""
+    runs = [
+        (max((f.stat().st_mtime for f in p.iterdir()), default=p.stat().st_mtime), p.name)
+        for p in (out / "records").glob("*")
+        if p.is_dir() and is_run_id(p.name)
+    ]
+    return max(runs)[1] if runs else None
 
 
 def known_issues_file(settings: Settings) -> Path:

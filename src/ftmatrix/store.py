@@ -31,6 +31,22 @@ _PASS_RATES_OF_RUNS = """
     GROUP BY operation, run_id
 """
 
+# When each cell's run ran, as a key that sorts by time (never by run id: an id is any
+# name, `ci-smoke` or a date of the future): the UTC time its last record finished, and
+# '|1' after it where that record was carried from an earlier run (reused): the run
+# carrying a result comes after the run that made it. records.ran_at is its Python twin.
+_RAN_AT = (
+    "MAX(COALESCE(strftime('%Y-%m-%dT%H:%M:%S', finished_at), '')"
+    " || CASE WHEN json_extract(data, '$.reused_from') IS NULL THEN '|0' ELSE '|1' END)"
+)
+_RAN_AT_OF_CELL_RUN = f"""
+    INSERT OR REPLACE INTO cell_run_times
+    SELECT cell_id, run_id, {_RAN_AT} FROM records WHERE cell_id = ? AND run_id = ?
+    GROUP BY cell_id, run_id
+"""
+# The run's own time: its newest cell run's.
+_RUN_TIME = "(SELECT MAX(t.ran_at) FROM cell_run_times t WHERE t.run_id = {table}.run_id)"
+
 # Each entry migrates the schema from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -83,6 +99,19 @@ MIGRATIONS: tuple[str, ...] = (
         data TEXT NOT NULL,
         PRIMARY KEY (run_id, cell_id)
     );
+    """,
+    # Runs ordered by when they ran, not by their ids' text.
+    f"""
+    CREATE TABLE cell_run_times (
+        cell_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        ran_at TEXT NOT NULL,
+        PRIMARY KEY (cell_id, run_id)
+    );
+    CREATE INDEX cell_run_times_by_time ON cell_run_times (cell_id, ran_at, run_id);
+    CREATE INDEX cell_run_times_by_run ON cell_run_times (run_id, ran_at);
+    INSERT INTO cell_run_times
+    SELECT cell_id, run_id, {_RAN_AT} FROM records GROUP BY cell_id, run_id;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -196,9 +225,11 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
     """Upsert ``records``; returns (rows added or replaced, rows unchanged)."""
     added = unchanged = 0
     runs: set[str] = set()
+    touched: set[tuple[str, str]] = set()  # (cell, run)
     with history(path) as connection, connection:
         for record in records:
             runs.add(record.run_id)
+            touched.add((record.cell_id, record.run_id))
             cursor = connection.execute(
                 """
                 INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -216,6 +247,7 @@ def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
             else:
                 unchanged += 1
         refresh_pass_rates(connection, sorted(runs))
+        connection.executemany(_RAN_AT_OF_CELL_RUN, sorted(touched))
     return added, unchanged
 
 
@@ -246,6 +278,7 @@ def restore(
     """
     added = 0
     runs: set[str] = set()
+    touched: set[tuple[str, str]] = set()  # (cell, run)
     with history(path) as connection, connection:
         connection.executemany(
             "INSERT OR IGNORE INTO cell_runs VALUES (?, ?, ?)",
@@ -259,7 +292,9 @@ def restore(
             if cursor.rowcount:
                 added += 1
                 runs.add(record.run_id)
+                touched.add((record.cell_id, record.run_id))
         refresh_pass_rates(connection, sorted(runs))
+        connection.executemany(_RAN_AT_OF_CELL_RUN, sorted(touched))
     return added
 
 
@@ -309,23 +344,13 @@ def newest_cell_runs(
     found: dict[str, CellRun] = {}
     with history(path) as connection:
         if cell_ids is None:
-            newest = connection.execute(
-                "SELECT cell_id, MAX(run_id) FROM records WHERE run_id != ? GROUP BY cell_id",
-                (excluding or "",),
-            ).fetchall()
-        else:
-            # One index seek per cell (records_by_cell_run), not a scan of the whole history:
-            # the runner asks this for every cell it starts.
-            newest = [
-                (
-                    cell_id,
-                    connection.execute(
-                        "SELECT MAX(run_id) FROM records WHERE cell_id = ? AND run_id != ?",
-                        (cell_id, excluding or ""),
-                    ).fetchone()[0],
-                )
-                for cell_id in sorted(set(cell_ids))
-            ]
+            cell_ids = [c for (c,) in connection.execute("SELECT DISTINCT cell_id FROM records")]
+        # One index seek per cell (cell_run_times_by_time), not a scan of the whole history:
+        # the runner asks this for every cell it starts.
+        newest = [
+            (cell_id, _newest_run(connection, cell_id, excluding=excluding))
+            for cell_id in sorted(set(cell_ids))
+        ]
         for cell_id, run_id in newest:
             if run_id is None:
                 continue
@@ -345,6 +370,18 @@ def newest_cell_runs(
     return found
 
 
+def _newest_run(
+    connection: sqlite3.Connection, cell_id: str, *, back: int = 0, excluding: str | None = None
+) -> str | None:
+    """The cell's newest run by when it ran (``back=1``: the one before it), or None."""
+    row = connection.execute(
+        "SELECT run_id FROM cell_run_times WHERE cell_id = ? AND run_id != ?"
+        " ORDER BY ran_at DESC, run_id DESC LIMIT 1 OFFSET ?",
+        (cell_id, excluding or "", back),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def refresh_pass_rates(connection: sqlite3.Connection, runs: Sequence[str]) -> None:
     """Recount the pass rates of ``runs`` from their records (by the primary key's run_id)."""
     for start in range(0, len(runs), 500):  # SQLite caps the number of parameters
@@ -361,17 +398,23 @@ def load_history(path: Path) -> list[Record]:
     if not path.exists():
         return []
     with history(path) as connection:
-        rows = connection.execute("SELECT data FROM records ORDER BY run_id, cell_label, case_id")
+        rows = connection.execute(
+            f"SELECT data FROM records ORDER BY {_RUN_TIME.format(table='records')},"
+            " run_id, cell_label, case_id"
+        )
         return [Record.from_mapping(json.loads(data)) for (data,) in rows]
 
 
 def run_coverage(path: Path, run_id: str) -> tuple[str | None, set[str]]:
-    """The newest run id in the history (run ids sort by time) and the labels of the
-    cells with at least one record of ``run_id``: (None, empty) without a history."""
+    """The time key of the newest run other than ``run_id`` (``ran_at``: by when it ran,
+    never by id) and the labels of the cells with at least one record of ``run_id``:
+    (None, empty) without a history."""
     if not path.exists():
         return None, set()
     with history(path) as connection:
-        (newest,) = connection.execute("SELECT MAX(run_id) FROM records").fetchone()
+        (newest,) = connection.execute(
+            "SELECT MAX(ran_at) FROM cell_run_times WHERE run_id != ?", (run_id,)
+        ).fetchone()
         rows = connection.execute(
             "SELECT DISTINCT cell_label FROM records WHERE run_id = ?", (run_id,)
         )
@@ -387,20 +430,11 @@ def newest_records(path: Path, *, back: int = 0) -> list[Record]:
     if not path.exists():
         return []
     with history(path) as connection:
-        # Index lookups per cell (records_by_cell_run), not a pass over every row.
-        newest = connection.execute(
-            "SELECT cell_id, MAX(run_id) FROM records GROUP BY cell_id"
-        ).fetchall()
+        # Index lookups per cell (cell_run_times_by_time), not a pass over every row.
+        cells = connection.execute("SELECT DISTINCT cell_id FROM cell_run_times").fetchall()
         wanted = []
-        for cell_id, newest_run in newest:
-            run: str | None = newest_run
-            for _ in range(back):
-                if run is None:
-                    break
-                run = connection.execute(
-                    "SELECT MAX(run_id) FROM records WHERE cell_id = ? AND run_id < ?",
-                    (cell_id, run),
-                ).fetchone()[0]
+        for (cell_id,) in cells:
+            run = _newest_run(connection, cell_id, back=back)
             if run is not None:
                 wanted.append((cell_id, run))
         rows = [
@@ -422,7 +456,7 @@ def pass_rate_table(path: Path) -> dict[str, list[tuple[str, float]]]:
     with history(path) as connection:
         rows = connection.execute(
             "SELECT operation, run_id, CAST(passed AS REAL) / judged FROM pass_rates"
-            " ORDER BY operation, run_id"
+            f" ORDER BY operation, {_RUN_TIME.format(table='pass_rates')}, run_id"
         )
         table: dict[str, list[tuple[str, float]]] = {}
         for operation, run_id, rate in rows:

@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from ftmatrix.bisect.cells import BisectRequest
 from ftmatrix.bisect.search import BisectError, BisectFinding, BisectOutcome, Step, releases_between
 from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, explain
+from ftmatrix.versions import parse_version
 
 
 class ReleasesUnavailable(Exception):
@@ -313,8 +314,8 @@ def _one_pin_apart(
     if failing[axis] is None or passing[axis] is None:
         return None  # "not installed" has no releases to search between
     try:
-        Version(str(failing[axis]))
-        Version(str(passing[axis]))
+        parse_version(str(failing[axis]))
+        parse_version(str(passing[axis]))
     except InvalidVersion:
         return None
     return axis

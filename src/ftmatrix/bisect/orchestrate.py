@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from ftmatrix.bisect.auto import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.bisect.cells import BisectRequest, finding_document, run_bisect
@@ -28,6 +28,7 @@ from ftmatrix.pipeline import index_releases
 from ftmatrix.resolve import uv_binary
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.store import load_findings, merge_outputs, newest_records, save_finding
+from ftmatrix.versions import parse_version, shown, too_long
 
 Say = Callable[[str], None]
 
@@ -38,7 +39,13 @@ def parse_pins(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
     for text in texts:
         package, sep, version = text.partition("==")
         if not sep or not package or not version:
-            raise UsageError(f"--pins {text!r}: expected PKG==VERSION, such as trl==0.19.1")
+            raise UsageError(f"--pins {shown(text)}: expected PKG==VERSION, such as trl==0.19.1")
+        try:
+            parse_version(version)
+        except InvalidVersion:
+            raise UsageError(
+                f"--pins {shown(text)}: {shown(version)} is not a version{too_long(version)}"
+            ) from None
         pins.append((package, version))
     return tuple(pins)
 
@@ -48,9 +55,11 @@ def check_request(request: BisectRequest, matrix: Matrix, env: Mapping[str, str]
     UsageError before any cell is built."""
     for flag, text in (("--good", request.good), ("--bad", request.bad)):
         try:
-            Version(text)
+            parse_version(text)
         except InvalidVersion:
-            raise UsageError(f"bisect {flag} {text!r}: not a version, such as 0.19.1") from None
+            raise UsageError(
+                f"bisect {flag} {shown(text)}: not a version, such as 0.19.1{too_long(text)}"
+            ) from None
     classes = [h.name for h in matrix.hardware]
     if request.hardware is not None and request.hardware not in classes:
         raise UsageError(

@@ -328,7 +328,8 @@ class _Recorder:
             # As the supervisor records a process that died: how, and no exception.
             fields.update(message=reason, **_texts(failure.traceback, "traceback"))
         elif failure is not None:
-            message = redact(shorten(failure.message, MESSAGE_LIMIT), os.environ) or ""
+            # Masked before shortened: a secret across the cut would keep its two ends.
+            message = shorten(redact(failure.message, os.environ) or "", MESSAGE_LIMIT)
             frame = innermost_framework_frame(failure.filenames, failure.functions)
             # The signature follows the chain to its root, so a break seen through a
             # wrapper (trl's lazy import) and without one is one group.
@@ -338,7 +339,7 @@ class _Recorder:
             root_type = failure.root_type or failure.exception_type
             root_message = clean_paths(
                 unwrap_message(
-                    redact(shorten(failure.root_message, MESSAGE_LIMIT), os.environ) or ""
+                    shorten(redact(failure.root_message, os.environ) or "", MESSAGE_LIMIT)
                 )
             )
             fields.update(
@@ -423,7 +424,8 @@ class _CaseState:
 def _texts(text: str | None, name: str) -> dict[str, str | None]:
     """``name`` with the machine's paths replaced (and secrets redacted), and
     ``raw_<name>`` with the paths kept, where they differ."""
-    raw = redact(None if text is None else shorten(text), os.environ)
+    redacted = redact(text, os.environ)
+    raw = None if redacted is None else shorten(redacted)
     clean = None if raw is None else clean_paths(raw)
     return {name: clean, f"raw_{name}": raw if raw != clean else None}
 

@@ -16,9 +16,11 @@ import functools
 import glob
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -185,6 +187,16 @@ class Record:
                 raise ValueError(
                     f"field {name!r}: expected {wanted}, got {type(data[name]).__name__}"
                 )
+        if not is_run_id(data["run_id"]):
+            raise ValueError(f"field 'run_id': {data['run_id']!r} is not {RUN_ID_RULE}")
+        for name in ("started_at", "finished_at"):
+            try:
+                datetime.fromisoformat(data[name].replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(
+                    f"field {name!r}: {data[name]!r} is not an ISO-8601 time "
+                    "(such as '2026-11-25T03:00:00+00:00')"
+                ) from None
         values = {name: data[name] for name in FIELDS if name in data}
         values["status"] = Status.parse(str(data["status"]))
         values["runner_labels"] = tuple(data.get("runner_labels") or ())
@@ -434,9 +446,38 @@ def read_records(root: Path) -> ReadResult:
     return ReadResult(records=tuple(records), problems=tuple(problems))
 
 
+# A run id names a folder under records/ and work/: a plain name, never a path. Checked
+# wherever an id enters: the settings, a record read (merge, report, restore-history).
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+RUN_ID_RULE = (
+    "a folder name of letters, digits, '.', '_' and '-' "
+    "(at most 100, starting with a letter or digit, no '..')"
+)
+
+
+def is_run_id(text: str) -> bool:
+    """Is ``text`` a run id (:data:`RUN_ID_RULE`)?"""
+    return bool(RUN_ID.fullmatch(text)) and ".." not in text
+
+
+def ran_at(record: Record) -> str:
+    """When ``record`` ran, as a key that sorts by time: the UTC second it finished, then
+    '|1' where it was carried from an earlier run (the carrying run is the later one).
+    Never the run id's text: an id is any name (``ci-smoke``, a date of the future).
+    The history computes the same key in SQL (``ftmatrix.store``)."""
+    try:
+        finished = datetime.fromisoformat(record.finished_at.replace("Z", "+00:00"))
+        if finished.tzinfo is None:  # as SQLite reads it: UTC
+            finished = finished.replace(tzinfo=UTC)
+        when = finished.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    except (ValueError, TypeError, OverflowError):
+        when = ""
+    return f"{when}|{int(record.reused_from is not None)}"
+
+
 def newest_per(records: Iterable[Record], key: Callable[[Record], K]) -> dict[K, Record]:
-    """For each ``key(record)``, its newest record: of the newest run (run ids sort by
-    start time), and within a run the one that finished last; on a tie, the first seen.
+    """For each ``key(record)``, its newest record: the one that ran last (:func:`ran_at`),
+    on a tie of times the greater run id, then the first seen.
 
     The one reading of "newest" for every consumer of a history: the grid and the
     shards take the newest run per cell, constraints and autobisect the newest record
@@ -446,7 +487,7 @@ def newest_per(records: Iterable[Record], key: Callable[[Record], K]) -> dict[K,
     for record in records:
         at = key(record)
         held = newest.get(at)
-        if held is None or (record.run_id, record.finished_at) > (held.run_id, held.finished_at):
+        if held is None or (ran_at(record), record.run_id) > (ran_at(held), held.run_id):
             newest[at] = record
     return newest
 

@@ -5,25 +5,46 @@ parametrize id, a ``not_applicable()`` reason or a metric alike, so every string
 record is passed through :func:`redact_text` where records are written
 (:func:`redact_data`), and the lines a cell prints are too. Masked:
 
-- the values of environment variables whose names look secret (TOKEN, SECRET, KEY,
-  PASSWORD, PASSWD, CREDENTIAL, AUTH), six characters or longer;
+- the values of environment variables whose names look secret (:data:`SECRET_NAME`: TOKEN,
+  SECRET, KEY, PASS (PASSWORD, PASSPHRASE, ...), CREDENTIAL, AUTH, WEBHOOK, COOKIE, DSN,
+  PRIVATE, ``*_PAT``, ``*_PWD``), six characters or longer, in every form a tool prints
+  them (:func:`printed_forms`: as Python's ``repr()`` shows them, JSON-escaped,
+  URL-encoded, shell-quoted, HTML-escaped, and those forms of each other), and the ends
+  of a value a tool shortened around ``...`` (pytest's ``repr()`` of a long text);
+- the value assigned to a secret-looking name in the text itself (``DB_PASSPHRASE=...``,
+  ``"api_key": "..."``, ``Authorization: Bearer ...``), whatever the environment holds;
 - the userinfo of any URL (``https://user:pass@host`` -> ``https://<redacted>@host``),
   whatever the variable it came from is called;
 - the known token shapes of Hugging Face, GitHub, AWS, OpenAI and W&B.
 
+A lone surrogate (text no file can hold) is written as its escape, ``\\udc80``.
 Standard library only (runs inside cells). Every pattern is linear in the text's length.
 """
 
 from __future__ import annotations
 
+import functools
+import html
+import json
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+# Names by pattern, not a list: a word anywhere in the name (DB_PASSPHRASE,
+# SLACK_WEBHOOK_URL, GITLAB_PAT). PWD alone is the working folder, not a password.
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|KEY|PASS|CREDENTIAL|CREDS|AUTH|WEBHOOK|COOKIE|DSN|PRIVATE"
+    r"|(?:^|_)PAT(?:_|$)|_PWD(?:_|$)",
+    re.IGNORECASE,
+)
 # Short values are left alone: masking '1' or 'true' everywhere would garble messages
 # while protecting nothing.
 SHORTEST_SECRET = 6
+# The shortest end of a shortened value that is masked beside its ``...``.
+SHORTEST_FRAGMENT = 4
+ELLIPSES = ("...", "\u2026")
 
 # ://userinfo@ : whatever the scheme, and whatever stands before it.
 URL_USERINFO = re.compile(r"(://)[^\s/?#@'\"<>]+@")
@@ -37,8 +58,26 @@ TOKEN_SHAPES = re.compile(
     r"|sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}"  # OpenAI project and service keys
     r"|(?<![A-Za-z0-9_-])sk-[A-Za-z0-9]{32,}"  # OpenAI's older keys
 )
-# A W&B key is 40 hex digits, like a commit hash: masked where it is named.
-WANDB_KEY_ASSIGNED = re.compile(r"(WANDB_API_KEY\s*[=:]\s*['\"]?)[A-Za-z0-9_-]{20,}")
+# NAME=value, NAME: value, "name": "value", name='value' (a printed environment, a
+# config dump, a keyword argument, a query string), found from its "=" or ":" (a search
+# from every word would cost more than all the rest). Which names are secret is decided
+# by :func:`_secret_assignee`.
+SEPARATOR = re.compile(r"[=:]")
+VALUE_AFTER = re.compile(
+    r"(?::(?:[ \t]+|(?=['\"]))|=[ \t]*)['\"]?"  # ":" then a space or a quote: not "://"
+    r"([^\s'\"<>,;&)\]}]+)"
+)
+# Lower-case names are words of code and prose too ("pad_token", "key"): only these.
+LOWER_SECRET_NAME = re.compile(
+    r"(?:^|[_.-])(?:password|passwd|passphrase|secret|client_secret|api_?key|private_key"
+    r"|access_token|auth_token|refresh_token|api_token|hf_token|webhook_url|credentials?)$",
+    re.IGNORECASE,
+)
+AUTHORIZATION = re.compile(
+    r"((?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?:(?:basic|bearer|token|digest)\s+)?)"
+    r"[^\s'\"<>,;]+",
+    re.IGNORECASE,
+)
 
 
 def secret_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -51,29 +90,215 @@ def secret_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
     return sorted(found, key=lambda pair: -len(pair[1]))
 
 
+def _python_forms(text: str) -> Iterable[str]:
+    body = repr(text)[1:-1]
+    yield body
+    # repr() picks its quotes; printed in the other ones, the other quote is escaped.
+    yield body.replace("\\'", "'")
+    yield body.replace("'", "\\'").replace("\\\\'", "\\'")
+    yield body.replace('"', '\\"')
+    yield repr(text + "'\"")[1:-4]  # inside a repr that holds both quotes: \' escaped
+    yield repr(text.encode("utf-8", "backslashreplace"))[2:-1]
+
+
+def _json_forms(text: str) -> Iterable[str]:
+    yield json.dumps(text)[1:-1]
+    yield json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+def _url_forms(text: str) -> Iterable[str]:
+    for encoded in (quote(text, safe=""), quote(text), quote_plus(text)):
+        yield encoded
+        yield re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), encoded)
+
+
+def _shell_forms(text: str) -> Iterable[str]:
+    yield shlex.quote(text).removeprefix("'").removesuffix("'")
+    yield text.replace("'", "'\\''")  # set -x, bash's own quoting
+    yield re.sub(r"([^\w@%+=:,./-])", r"\\\1", text)  # printf %q
+
+
+def _html_forms(text: str) -> Iterable[str]:
+    yield html.escape(text)
+    yield html.escape(text, quote=False)
+    yield text.replace("'", "&#39;")
+
+
+_ESCAPES: tuple[Callable[[str], Iterable[str]], ...] = (
+    _python_forms,
+    _json_forms,
+    _url_forms,
+    _shell_forms,
+    _html_forms,
+)
+
+
+@functools.lru_cache(maxsize=256)
+def printed_forms(value: str) -> tuple[str, ...]:
+    """``value`` as tools print it, longest first: itself, and each escaping of it and of
+    its escapings (a ``repr()`` inside JSON doubles its backslashes twice)."""
+    forms = {value}
+    for _ in range(2):
+        forms |= {form for text in forms for escape in _ESCAPES for form in escape(text)}
+    return tuple(sorted((f for f in forms if len(f) >= SHORTEST_SECRET), key=lambda f: -len(f)))
+
+
 def redact_text(text: str, env: Mapping[str, str]) -> str:
     """``text`` with every secret masked (see the module's list)."""
-    return _masked(text, secret_values(env))
+    return _masked(text, _known(env))
 
 
 def redact_data(data: Any, env: Mapping[str, str]) -> Any:
     """``data`` (JSON-like: dicts, lists, strings) with every string and key redacted."""
     # The environment is scanned once for the whole of ``data``, not once per string: a
     # record holds a few hundred (every installed package's name and version).
-    return _masked_data(data, secret_values(env))
+    return _masked_data(data, _known(env))
 
 
-def _masked(text: str, secrets: list[tuple[str, str]]) -> str:
+def writable(text: str) -> str:
+    """``text`` with each lone surrogate as its escape: UTF-8 cannot hold one, and a case's
+    message with one (bytes decoded with ``surrogateescape``) must still be recorded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+# (mask, the value's printed forms longest first, the shortest form's length)
+_Secret = tuple[str, tuple[str, ...], int]
+
+
+def _known(env: Mapping[str, str]) -> list[_Secret]:
+    known = []
+    for name, value in secret_values(env):
+        forms = printed_forms(value)
+        known.append((f"<redacted:{name}>", forms, len(forms[-1])))
+    return known
+
+
+def _masked(text: str, secrets: list[_Secret]) -> str:
+    text = writable(text)
     # A URL's whole userinfo first: the user name goes with the password.
     text = URL_USERINFO.sub(r"\1<redacted>@", text)
-    for name, value in secrets:
-        if value in text:
-            text = text.replace(value, f"<redacted:{name}>")
-    text = WANDB_KEY_ASSIGNED.sub(r"\1<redacted>", text)
+    shortened = any(ellipsis in text for ellipsis in ELLIPSES)
+    for mask, forms, shortest in secrets:
+        if len(text) < shortest and not shortened:
+            continue  # most strings of a record: a package's name or version
+        for form in forms:
+            if len(form) <= len(text) and form in text:
+                text = text.replace(form, mask)
+        if shortened:
+            text = _shortened_ends_masked(text, forms, mask)
+    if "=" in text or ":" in text:  # most strings of a record have neither
+        if "uthorization" in text or "UTHORIZATION" in text:
+            text = AUTHORIZATION.sub(r"\1<redacted>", text)
+        text = _assigned_values_masked(text)
     return TOKEN_SHAPES.sub("<redacted>", text)
 
 
-def _masked_data(data: Any, secrets: list[tuple[str, str]]) -> Any:
+def _secret_assignee(name: str) -> bool:
+    if not name:
+        return False
+    if name.isupper():  # an environment variable's name: the environment's rule
+        return bool(SECRET_NAME.search(name))
+    return bool(LOWER_SECRET_NAME.search(name))
+
+
+def _name_before(text: str, at: int) -> str:
+    """The name that ends before ``text[at]`` (past blanks and a quote), or ''."""
+    end = at
+    while end > 0 and text[end - 1] in " \t":
+        end -= 1
+    if end > 0 and text[end - 1] in "'\"":
+        end -= 1
+    start = end
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+        start -= 1
+    if start > 0 and text[start - 1] in "/\\":
+        return ""  # the last part of a path ("/etc/passwd: ..."), not a name
+    name = text[start:end]
+    return name if name[:1].isascii() and name[:1].isalpha() else ""
+
+
+def _assigned_values_masked(text: str) -> str:
+    pieces: list[str] = []
+    end = 0
+    for separator in SEPARATOR.finditer(text):
+        at = separator.start()
+        if at < end:
+            continue
+        if not _secret_assignee(_name_before(text, at)):
+            continue
+        value = VALUE_AFTER.match(text, at)
+        if not value or len(value[1]) < SHORTEST_SECRET or value[1].startswith("<redacted"):
+            continue
+        pieces += [text[end : value.start(1)], "<redacted>"]
+        end = value.end(1)
+    return "".join(pieces) + text[end:] if pieces else text
+
+
+def _shortened_ends_masked(text: str, forms: tuple[str, ...], mask: str) -> str:
+    """``text`` with the head of a form that ends at an ellipsis, and the tail of one that
+    starts after it, masked: pytest shows a long text as its two ends around ``...``."""
+    spans: list[tuple[int, int]] = []
+    pieces = _fragments(forms)
+    for ellipsis in ELLIPSES:
+        at = text.find(ellipsis)
+        while at != -1:
+            after = at + len(ellipsis)
+            head_piece = text[at - SHORTEST_FRAGMENT : at] if at >= SHORTEST_FRAGMENT else ""
+            if head_piece not in pieces and text[after : after + SHORTEST_FRAGMENT] not in pieces:
+                at = text.find(ellipsis, after)
+                continue  # most ellipses: a tensor's, a path's
+            for form in forms:
+                head = _longest_head_ending_at(text, form, at)
+                if head:
+                    spans.append((at - head, at))
+                tail = _longest_tail_starting_at(text, form, after)
+                if tail:
+                    spans.append((after, after + tail))
+            at = text.find(ellipsis, after)
+    if not spans:
+        return text
+    kept, end = [], 0
+    for start, stop in sorted(spans):
+        if start < end:  # overlapping spans: extend the one already masked
+            end = max(end, stop)
+            continue
+        kept += [text[end:start], mask]
+        end = stop
+    return "".join(kept) + text[end:]
+
+
+@functools.lru_cache(maxsize=256)
+def _fragments(forms: tuple[str, ...]) -> frozenset[str]:
+    """Every piece of SHORTEST_FRAGMENT characters of the forms."""
+    size = SHORTEST_FRAGMENT
+    return frozenset(form[i : i + size] for form in forms for i in range(len(form) - size + 1))
+
+
+def _longest_head_ending_at(text: str, form: str, at: int) -> int:
+    """The longest length n >= SHORTEST_FRAGMENT with ``text[at-n:at] == form[:n]``; 0 if none."""
+    if at < SHORTEST_FRAGMENT or text[at - SHORTEST_FRAGMENT : at] not in form:
+        return 0  # the usual answer, found at C speed
+    for n in range(min(len(form) - 1, at), SHORTEST_FRAGMENT - 1, -1):
+        if text[at - 1] == form[n - 1] and text.startswith(form[:n], at - n):
+            return n
+    return 0
+
+
+def _longest_tail_starting_at(text: str, form: str, at: int) -> int:
+    """The longest length n >= SHORTEST_FRAGMENT with ``text[at:at+n] == form[-n:]``; 0 if none."""
+    if text[at : at + SHORTEST_FRAGMENT] not in form or len(text) - at < SHORTEST_FRAGMENT:
+        return 0
+    for n in range(min(len(form) - 1, len(text) - at), SHORTEST_FRAGMENT - 1, -1):
+        if text[at] == form[-n] and text.startswith(form[-n:], at):
+            return n
+    return 0
+
+
+def _masked_data(data: Any, secrets: list[_Secret]) -> Any:
     if isinstance(data, str):
         return _masked(data, secrets)
     if isinstance(data, dict):

@@ -64,21 +64,37 @@ def unwrap_message(message: str) -> str:
             return text
 
 
-# A machine's paths, most specific first. Installed packages keep their path inside
-# the environment; the standard library and the cases keep theirs below a name; any
-# other absolute (or ../-relative) path keeps its last part only.
+# A machine's paths, most specific first. A home folder loses its owner's name
+# (``/home/alice`` -> ``~``); installed packages keep their path inside the environment;
+# the standard library and the cases keep theirs below a name; any other absolute (or
+# ../-relative) path keeps its last part only. A path starts after a ``:`` too (each
+# entry of a PATH-like list) but never with ``//`` (a URL's host); it runs over a space
+# where the next word goes on with a ``/`` ("/home/a b/x.py"); ``file://`` URLs are paths.
 # Every pattern starts only where a run of path characters starts (the lookbehinds)
 # and has no nested repetition: each is tried once per run, so cleaning is linear in
 # the text's length (a megabyte message without a space included).
 _PATH_CHARS = r"[^\s'\"()<>\[\],:;]"
 _RUN_START = rf"(?<!{_PATH_CHARS})"
+_NAME_CHARS = r"[^/\\\s'\"()<>\[\],:;]"
+_FILE_URL = re.compile(r"\bfile://(?:localhost)?(?=/)", re.IGNORECASE)
 _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(
+            r"(?<![\w.-])(?:/(?:home|Users|export/home|var/home)/|[A-Za-z]:\\Users\\"
+            rf"|~(?=[A-Za-z_])){_NAME_CHARS}+(?: {_NAME_CHARS}+(?=[/\\]))*"
+        ),
+        "~",
+    ),
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/(?:site|dist)-packages/"), "<venv>/.../"),
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/lib/python\d+(?:\.\d+)?/"), "<python>/"),
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/cases/(?={_PATH_CHARS})"), "<cases>/"),
+    (re.compile(r"(?<![\w.-])[A-Za-z]:\\(?:[^\\\s'\"<>]+\\)+"), "<path>/"),
     (
         # Greedy up to the run's last slash that a path character follows.
-        re.compile(rf"(?<![\w:/.<>-])(?:/|(?:\.\./)+|~/){_PATH_CHARS}*/(?={_PATH_CHARS})"),
+        re.compile(
+            rf"(?<![\w/.<>-])(?:/(?!/)|(?:\.\./)+|~/)"
+            rf"(?:{_PATH_CHARS}| (?={_PATH_CHARS}*/))*/(?={_PATH_CHARS})"
+        ),
         "<path>/",
     ),
 )
@@ -88,8 +104,10 @@ def clean_paths(text: str) -> str:
     """``text`` with the running machine's paths replaced by placeholders.
 
     ``/tmp/x/.nox/matrix-.../lib/python3.11/site-packages/transformers/__init__.py``
-    becomes ``<venv>/.../transformers/__init__.py``; URLs are left alone.
+    becomes ``<venv>/.../transformers/__init__.py``; URLs other than ``file://`` are
+    left alone.
     """
+    text = _FILE_URL.sub("file:", text)
     for pattern, replacement in _CLEAN:
         text = pattern.sub(replacement, text)
     return text
@@ -121,7 +139,8 @@ def innermost_framework_frame(
 def compute_signature(exception_type: str, message: str, framework_frame: str | None) -> str:
     """A 12-character hash; equal for the same break whatever the sizes or devices."""
     key = "\n".join([exception_type, normalise_message(message), framework_frame or ""])
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
+    # A lone surrogate (a message built from undecodable bytes) hashes as its escape.
+    return hashlib.sha256(key.encode("utf-8", "backslashreplace")).hexdigest()[:12]
 
 
 # The test runner's own frames wrap every case; they never locate a break.

@@ -30,6 +30,7 @@ from ftmatrix.check.verdict import (
     describe_match,
     problem_lines,
 )
+from ftmatrix.download import download_timeout
 from ftmatrix.errors import UsageError, printable
 
 VERDICT_ORDER = ("broken", "flaky", "mixed", "pass", "n/a", "untested")
@@ -80,7 +81,7 @@ def add_check_parser(sub: Any) -> None:
     )
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.add_argument(
-        "--timeout", type=float, default=30.0, metavar="S", help="seconds to wait for a URL"
+        "--timeout", default="30", metavar="S", help="seconds to wait for a URL (default: 30)"
     )
 
 
@@ -88,8 +89,9 @@ def run_check(args: argparse.Namespace, extra: Sequence[str]) -> int:
     """Read the inputs, decide, print; the exit code of the verdicts (0 or 1)."""
     if extra:
         raise UsageError(f"check: unrecognized arguments: {' '.join(extra)}")
+    timeout = download_timeout(args.timeout)
     stack = read_stack(args)
-    results = read_results(args.results, timeout=args.timeout)
+    results = read_results(args.results, timeout=timeout)
     try:
         report = check_stack(
             stack,

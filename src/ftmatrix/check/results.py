@@ -15,10 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.version import InvalidVersion
+
 from ftmatrix.cell.records import Record
 from ftmatrix.constraints import ConstraintSet, derive_constraints
 from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError
+from ftmatrix.versions import parse_version, shown, too_long
 
 RESULTS_SCHEMA = 1  # what render_json writes
 
@@ -97,6 +100,9 @@ def parse_results(payload: Any, *, source: str) -> Results:
     if not isinstance(payload["records"], list):
         raise UsageError(f"{what}: 'records' is not a list")
     records = _parse_records(payload["records"], what)
+    runs = payload.get("runs") or []
+    if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
+        raise UsageError(f"{what}: 'runs' is not a list of run ids, got {shown(runs)}")
     known: dict[str, KnownIssueLink] = {}
     blame: dict[str, str] = {}
     for group in payload.get("failure_groups") or []:
@@ -116,7 +122,7 @@ def parse_results(payload: Any, *, source: str) -> Results:
     return results_of(
         records,
         source=source,
-        runs=[str(r) for r in payload.get("runs") or ()],
+        runs=runs,
         known=known,
         blame=blame,
     )
@@ -150,7 +156,9 @@ def _parse_records(items: list[Any], what: str) -> list[Record]:
         try:
             if not isinstance(item, dict):
                 raise ValueError("not an object")
-            records.append(Record.from_mapping(item))
+            record = Record.from_mapping(item)
+            _check_pins(record)
+            records.append(record)
         except ValueError as exc:
             raise UsageError(f"{what}: records[{i}]: {exc}") from None
         except (TypeError, KeyError, AttributeError, RecursionError) as exc:
@@ -160,3 +168,23 @@ def _parse_records(items: list[Any], what: str) -> list[Record]:
                 f"({type(exc).__name__}: {exc})"
             ) from None
     return records
+
+
+def _check_pins(record: Record) -> None:
+    """Every pin a version (or None: not installed), and the Python one: a record whose
+    pins cannot be read would be compared with nothing, and its break read as untested."""
+    for name, version in record.pins.items():
+        if version is None:
+            continue
+        if not isinstance(version, str):
+            raise ValueError(f"pins.{name}: {shown(version)} is not a version nor null")
+        try:
+            parse_version(version)
+        except InvalidVersion:
+            raise ValueError(
+                f"pins.{name}: {shown(version)} is not a version{too_long(version)}"
+            ) from None
+    try:
+        parse_version(record.python)
+    except InvalidVersion:
+        raise ValueError(f"python: {shown(record.python)} is not a Python version") from None

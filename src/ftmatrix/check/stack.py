@@ -22,9 +22,10 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from ftmatrix.errors import UsageError
+from ftmatrix.versions import parse_version, shown, too_long
 
 FREEZE_FORMAT = "name==version, name @ URL, -e ..., or a # comment"
 
@@ -251,15 +252,17 @@ def _version_from_url(url: str, name: str) -> str | None:
 
 def _checked_version(text: str, at: str, line: str) -> str:
     try:
-        Version(text)
+        parse_version(text)
     except InvalidVersion:
-        raise UsageError(f"{at}: {line!r}: {text!r} is not a version") from None
+        raise UsageError(
+            f"{at}: {shown(line)}: {shown(text)} is not a version{too_long(text)}"
+        ) from None
     return text
 
 
 def _python_series(text: str, at: str) -> str:
     try:
-        version = Version(text)
+        version = parse_version(text)
     except InvalidVersion:
-        raise UsageError(f"{at}: Python version {text!r} is not a version") from None
+        raise UsageError(f"{at}: Python version {shown(text)} is not a version") from None
     return f"{version.major}.{version.minor}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.records import WHOLE_CELL, Record, ran_at
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 
 
@@ -42,7 +42,8 @@ def changes_since_previous(records: Iterable[Record]) -> list[StatusChange]:
     for _, runs in sorted(history.items()):
         if len(runs) < 2:
             continue
-        previous, latest = (runs[r] for r in sorted(runs)[-2:])
+        # By when each ran, never by the run ids' text.
+        previous, latest = sorted(runs.values(), key=lambda r: (ran_at(r), r.run_id))[-2:]
         was_ok = previous.status is Status.PASS
         is_ok = latest.status is Status.PASS
         if was_ok and latest.status in PROBLEM_STATUSES:
@@ -55,13 +56,18 @@ def changes_since_previous(records: Iterable[Record]) -> list[StatusChange]:
 def pass_rates(records: Iterable[Record]) -> dict[str, list[tuple[str, float]]]:
     """For each operation, (run id, share of its judged cases that passed) per run."""
     counts: dict[str, dict[str, list[int]]] = {}
+    times: dict[str, str] = {}  # each run's newest record's time (as the history's)
     for record in records:
+        times[record.run_id] = max(times.get(record.run_id, ""), ran_at(record))
         if record.status in (Status.SKIP, Status.NOT_APPLICABLE) or record.case == WHOLE_CELL:
             continue
         tally = counts.setdefault(record.operation, {}).setdefault(record.run_id, [0, 0])
         tally[0] += record.status is Status.PASS
         tally[1] += 1
     return {
-        operation: [(run, passed / total) for run, (passed, total) in sorted(runs.items())]
+        operation: [
+            (run, passed / total)
+            for run, (passed, total) in sorted(runs.items(), key=lambda i: (times[i[0]], i[0]))
+        ]
         for operation, runs in sorted(counts.items())
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ftmatrix.cell.records import write_atomically
@@ -42,7 +43,8 @@ def cells_without_records(out_dir: Path) -> list[str]:
             f"{path}: not a plan written by `ftmatrix ci-matrix` "
             '({"run_id": "...", "cells": ["label", ...]})'
         ) from None
-    newest, have = run_coverage(out_dir / "history.sqlite", run_id)
-    if newest is not None and newest > run_id:
-        return []  # a later run came after the plan (run ids sort by time): a stale plan
+    other_ran_at, have = run_coverage(out_dir / "history.sqlite", run_id)
+    written = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    if other_ran_at is not None and other_ran_at > written:
+        return []  # another run ran after the plan was written: a stale plan
     return [label for label in labels if label not in have]

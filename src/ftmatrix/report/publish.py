@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.records import RUN_ID_RULE, Record, is_run_id
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError
@@ -110,6 +110,8 @@ def _parse_history(
                     and isinstance(run.get("data"), dict)
                 ):
                     raise ValueError("a cell run names its run_id, cell_id and data")
+                if not is_run_id(run["run_id"]):
+                    raise ValueError(f"cell run: run id {run['run_id']!r} is not {RUN_ID_RULE}")
                 cell_runs.append((run["run_id"], run["cell_id"], run["data"]))
             else:
                 raise ValueError('neither {"record": ...}, {"finding": ...} nor {"cell_run": ...}')

@@ -1,0 +1,231 @@
+"""Hostile values never end in a traceback: a property over matrix.yaml and results.json.
+
+Values a user (or a damaged file) can put anywhere: NaN, infinities, huge integers, huge
+version strings, lone surrogates, wrong types. `plan --no-resolve` and `check` read them
+and always answer as bad input does: exit 2 (3 for a matrix), one line per problem,
+never a traceback and never the exit 1 that check keeps for "your stack is known broken".
+In-process through `ftmatrix.cli.main`, so each example costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from ftmatrix.cli import main
+from ftmatrix.errors import ExitCode
+
+DATA = Path(__file__).parent / "data"
+HUGE_VERSION = "1" * 5000
+
+HOSTILE = st.one_of(
+    st.sampled_from(
+        [math.nan, math.inf, -math.inf, 10**400, -(10**400), 2**63, HUGE_VERSION,
+         "1." + HUGE_VERSION, "\ud800", "x\udcff", "", -1, 0, True, None, [], {}, 1e308]
+    ),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.text(max_size=8),
+)  # fmt: skip
+
+
+def run(argv: list[str], root: Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv, {"FTMATRIX_OUT": str(root / "out")}, root=root)
+    return code, out.getvalue(), err.getvalue()
+
+
+def yaml_value(value: Any) -> str:
+    """``value`` as YAML: floats as YAML writes them (.nan, .inf), text JSON-quoted."""
+    if isinstance(value, float) and math.isnan(value):
+        return ".nan"
+    if isinstance(value, float) and math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    if isinstance(value, str):
+        # JSON escapes a lone surrogate as \\udXXX, which YAML reads back as one.
+        return json.dumps(value)
+    return json.dumps(value)
+
+
+MATRIX_PLACES = [
+    "packages: {{six: [{v}]}}",
+    "packages: {{six: ['1.17.0']}}\npython: [{v}]",
+    "packages: {{six: ['1.17.0']}}\ntimeouts: {{case: {v}}}",
+    "packages: {{six: ['1.17.0']}}\ntimeouts: {{cell: {v}}}",
+    "packages: {{six: ['1.17.0']}}\nlimits: {{memory-gib: {v}}}",
+    "packages: {{six: ['1.17.0']}}\nlimits: {{workers: {v}}}",
+    "packages: {{six: {{latest: {v}}}}}",
+    "packages: {{six: {{range: {v}}}}}",
+    "packages: {{six: ['1.17.0']}}\nbisect: {{budget: {v}}}",
+    "packages: {{six: ['1.17.0']}}\nreuse: {{max-age-days: {v}}}",
+    "packages: {{six: ['1.17.0']}}\nhardware: {{cpu: {{gpus: {v}}}}}",
+    "packages: {{six: ['1.17.0']}}\nexclude: [{{six: {v}}}]",
+]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(place=st.sampled_from(MATRIX_PLACES), value=HOSTILE)
+@example(place=MATRIX_PLACES[2], value=math.nan)  # a case never killed
+@example(place=MATRIX_PLACES[4], value=math.inf)  # an OverflowError
+@example(place=MATRIX_PLACES[0], value=HUGE_VERSION)  # int() refuses 5,000 digits
+@example(place=MATRIX_PLACES[1], value="3." + HUGE_VERSION)
+def test_a_hostile_matrix_value_is_one_line_per_problem_never_a_traceback(
+    place: str, value: Any
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "matrix.yaml").write_text(place.format(v=yaml_value(value)), encoding="utf-8")
+        code, _, err = run(["plan", "--no-resolve"], root)
+    # A valid value plans (0); anything else is the matrix's error, every line a problem.
+    assert code in (ExitCode.OK, ExitCode.CONFIG, ExitCode.PLAN), (code, err[-2000:])
+    assert "Traceback" not in err
+    if code != ExitCode.OK:
+        assert all(line.startswith(("ftmatrix: ", "  - ")) for line in err.strip().splitlines()), (
+            err[-2000:]
+        )
+
+
+RESULTS = json.loads((DATA / "default_results.json").read_text(encoding="utf-8"))
+RESULTS["records"] = RESULTS["records"][:12]  # a few cells: each example stays quick
+RECORD_FIELDS = sorted(RESULTS["records"][0])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    where=st.sampled_from(["record", "pin", "pins", "top"]),
+    field=st.sampled_from(RECORD_FIELDS),
+    value=HOSTILE,
+)
+@example(where="top", field="case", value=math.nan)  # 'runs' of a wrong type
+@example(where="pin", field="case", value=HUGE_VERSION)
+@example(where="pin", field="case", value=3.1)  # a pin that is no text
+def test_a_hostile_results_value_is_exit_2_in_one_line(where: str, field: str, value: Any) -> None:
+    results = json.loads(json.dumps(RESULTS))
+    record = results["records"][0]
+    if where == "record":
+        record[field] = value
+    elif where == "pin":
+        record["pins"][sorted(record["pins"])[0]] = value
+    elif where == "pins":
+        record["pins"] = value
+    else:
+        results["runs"] = value
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "results.json").write_text(json.dumps(results), encoding="utf-8")
+        (root / "freeze.txt").write_text("trl==0.19.1\ntransformers==4.57.6\ntorch==2.13.0\n")
+        code, _, err = run(
+            [
+                "check",
+                "--results",
+                str(root / "results.json"),
+                "--freeze",
+                str(root / "freeze.txt"),
+            ],
+            root,
+        )
+    assert "Traceback" not in err
+    assert code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE), (code, err[-2000:])
+    if code == ExitCode.USAGE:
+        assert len(err.strip().splitlines()) == 1, err[-2000:]
+
+
+HUGE = "1." + "9" * 5000
+ROOT = Path(__file__).parent.parent
+
+
+def cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ftmatrix", *args], input=stdin, cwd=cwd,
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def nox(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
+        cwd=cwd, capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, **env},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "says"),
+    [
+        (["check", "--freeze", "-"], f"trl=={HUGE}\n",
+         "is not a version (5,002 characters; a version has at most 200)"),
+        (["check", "--freeze", "freeze.txt"], None,
+         "records[0]: pins.peft: '1.999999999999999999999999999999999999999999999999999999... "
+         "is not a version (5,002 characters; a version has at most 200)"),
+        (["bisect", "--case", "test_x.py::test_x", "--axis", "six", "--good", "1.0", "--bad", HUGE],
+         None, "bisect --bad '1.9999"),
+        (["bisect", "--case", "test_x.py::test_x", "--axis", "six", "--good", "1.0", "--bad", "2.0",
+          "--pins", f"attrs=={HUGE}"], None, "(5,002 characters; a version has at most 200)"),
+    ],
+)  # fmt: skip
+def test_a_version_of_5000_digits_is_bad_input_in_one_line(
+    tmp_path: Path, args: list[str], stdin: str | None, says: str
+) -> None:
+    results = json.loads(json.dumps(RESULTS))
+    if "freeze.txt" in args:  # the huge version in the results file instead
+        results["records"][0]["pins"]["peft"] = HUGE
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    (tmp_path / "freeze.txt").write_text("trl==0.19.1\n")
+    (tmp_path / "matrix.yaml").write_text('packages:\n  six: ["1.17.0"]\n')
+    if args[0] == "check":
+        args = [*args, "--results", "results.json"]
+    done = cli(*args, cwd=tmp_path, stdin=stdin)
+    assert done.returncode == ExitCode.USAGE, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert says in done.stderr
+
+
+def test_a_version_of_5000_digits_through_nox_bisect(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text('packages:\n  six: ["1.17.0"]\n')
+    done = nox(
+        "-s", "bisect", "--", "--case", "test_x.py::test_x", "--axis", "six",
+        "--good", "1.0", "--bad", HUGE,
+        cwd=tmp_path, env={"FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml")},
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "Traceback" not in output, output[-3000:]
+    assert "not a version, such as 0.19.1 (5,002 characters" in output
+
+
+BROKEN_CELL = "cpu-py3.11-torch2.13.0-tf5.23.0-trl0.19.1-peft0.17.1-nounsloth"
+
+
+@pytest.mark.parametrize(("pin", "code"), [("0.19.1", 1), (0.19, 2), ("zero.19", 2)])
+def test_a_known_break_whose_pins_cannot_be_read_is_never_untested(
+    tmp_path: Path, pin: Any, code: int
+) -> None:
+    """A record check cannot compare was skipped: the break read "untested", exit 0."""
+    full = json.loads((DATA / "default_results.json").read_text(encoding="utf-8"))
+    full["records"] = [r for r in full["records"] if r["cell_label"] == BROKEN_CELL]
+    for record in full["records"]:
+        record["pins"]["trl"] = pin
+    (tmp_path / "results.json").write_text(json.dumps(full))
+    stack = "peft==0.17.1\ntorch==2.13.0\ntransformers==5.23.0\ntrl==0.19.1\n"
+    done = cli(
+        "check", "--results", "results.json", "--freeze", "-", "--operation", "sft",
+        cwd=tmp_path, stdin=stack,
+    )  # fmt: skip
+    assert done.returncode == code, done.stdout[-2000:] + done.stderr[-2000:]
+    if code == 2:
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+        assert f"records[0]: pins.trl: {pin!r} is not a version" in done.stderr
+    else:
+        assert "summary: 1 broken (exit 1: broken sft on cpu)" in done.stdout
