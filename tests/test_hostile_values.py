@@ -82,6 +82,7 @@ MATRIX_PLACES = [
 @example(place=MATRIX_PLACES[4], value=math.inf)  # an OverflowError
 @example(place=MATRIX_PLACES[0], value=HUGE_VERSION)  # int() refuses 5,000 digits
 @example(place=MATRIX_PLACES[1], value="3." + HUGE_VERSION)
+@example(place=MATRIX_PLACES[-1], value=HUGE_VERSION)  # packaging int()s a rule's digits
 def test_a_hostile_matrix_value_is_one_line_per_problem_never_a_traceback(
     place: str, value: Any
 ) -> None:
