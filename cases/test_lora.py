@@ -9,11 +9,14 @@ the adapter folder, AutoPeftModelForCausalLM, merge_and_unload), each its own ca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _compat import family_param
+from _adapters import CHECKPOINTING_KNOBS
+from _knobs import knob_params
 from _tiny import FAMILIES
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -236,3 +239,73 @@ def run_adapter_path(
             "LoRA logits after loading the saved adapter back", logits, reference, 1e-4
         ),
     )
+
+
+@pytest.fixture(scope="session")
+def adapter_bases(
+    tmp_path_factory: pytest.TempPathFactory, tokenizer: Any
+) -> Callable[[Any], Path]:
+    """Each base an adapter setting needs (its head, its tie), saved once per session."""
+    from _adapters import save_base
+
+    saved: dict[tuple[str, bool], Path] = {}
+
+    def folder(shape: Any) -> Path:
+        key = (shape.head, shape.tied)
+        if key not in saved:
+            path = tmp_path_factory.mktemp(f"adapter-base-{shape.head}-tied-{shape.tied}")
+            saved[key] = save_base(path, tokenizer, shape)
+        return saved[key]
+
+    return folder
+
+
+def adapter_params() -> list[Any]:
+    """The adapter table covered pairwise, then the tied merges pairs do not reach."""
+    from _adapters import ADAPTER_KNOBS, PATH_NEEDS, tied_merges
+
+    settings = [param.values[0] for param in knob_params(ADAPTER_KNOBS)]
+    settings += [extra for extra in tied_merges() if extra not in settings]
+    return [
+        pytest.param(
+            setting,
+            id=setting.id,
+            marks=[pytest.mark.requires_packages(transformers=PATH_NEEDS[setting["path"]])]
+            if setting["path"] in PATH_NEEDS
+            else [],
+        )
+        for setting in settings
+    ]
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.requires_packages(peft=">=0.4")
+@pytest.mark.parametrize("setting", adapter_params())
+def test_adapter_roundtrip(
+    setting: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    adapter_bases: Callable[[Any], Path],
+    record_property: Any,
+) -> None:
+    from _adapters import adapter_shape, run_adapter_roundtrip
+
+    setting.require()
+    base_dir = adapter_bases(adapter_shape(setting))
+    run_adapter_roundtrip(setting, tokenizer, tmp_path, base_dir, record_property)
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.requires_packages(peft=">=0.4")
+@pytest.mark.parametrize("setting", knob_params(CHECKPOINTING_KNOBS))
+def test_lora_checkpointing_gradient(
+    setting: Any,
+    tokenizer: Any,
+    adapter_bases: Callable[[Any], Path],
+    record_property: Any,
+) -> None:
+    from _adapters import AdapterShape, run_checkpointing_gradient
+
+    setting.require()
+    base_dir = adapter_bases(AdapterShape("causal", False, (), ()))
+    run_checkpointing_gradient(setting, tokenizer, base_dir, record_property)
