@@ -39,7 +39,6 @@ ADAPTER_KNOBS = (
 )
 
 
-
 def tied_merges() -> list[Any]:
     """Where the tie meets the merge, every adapted side: pairs do not reach these triples
     (the head's LoRA merged into the weight the embeddings share, a saved copy of one side
@@ -48,7 +47,9 @@ def tied_merges() -> list[Any]:
 
     names = [knob.name for knob in ADAPTER_KNOBS]
     return [
-        Setting(ADAPTER_KNOBS, tuple(zip(names, (saved, "merge_save_reload", True, lora), strict=True)))
+        Setting(
+            ADAPTER_KNOBS, tuple(zip(names, (saved, "merge_save_reload", True, lora), strict=True))
+        )
         for saved in (None, "lm_head", "embed_tokens")
         for lora in (False, True)
     ]
@@ -187,26 +188,26 @@ LOADERS: dict[str, Callable[[Path, Path, Any], Any]] = {
 
 def check_tied_weights(where: str, model: Any) -> int:
     """A model whose configuration ties its head to its embeddings holds one weight for both
-    (values equal, one tensor); one that does not tie them may hold two. Returns 1 if tied."""
+    (one tensor: what a consumer of the configuration, a reload, a converter, assumes); one
+    that does not tie them may hold two. Returns 1 if tied."""
     from _contracts import ContractError, contract_message
 
     head = model.get_output_embeddings()
-    if head is None:  # a classifier: nothing to tie
-        return 0
+    if head is None or not getattr(model.config, "tie_word_embeddings", False):
+        return 0  # a classifier has no head to tie; an untied model may hold two weights
     embeddings, output = model.get_input_embeddings().weight, head.weight
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    if not tied:
-        return 0
-    if embeddings.shape != output.shape or not bool((embeddings == output).all()):
+    if embeddings.shape != output.shape or embeddings.data_ptr() != output.data_ptr():
         gap = (
-            float((embeddings - output).abs().max()) if embeddings.shape == output.shape else "n/a"
+            f"{float((embeddings - output).abs().max()):.3g}"
+            if embeddings.shape == output.shape
+            else "shapes differ"
         )
         raise ContractError(
             contract_message(
-                f"{where}: tie_word_embeddings=True but lm_head differs from embed_tokens "
+                f"{where}: tie_word_embeddings=True, lm_head against embed_tokens "
                 f"(largest gap {gap})",
-                "two weights",
-                "one weight",
+                "two tensors",
+                "one tensor",
                 0,
             )
         )
