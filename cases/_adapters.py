@@ -78,6 +78,14 @@ class AdapterShape:
         return transformers.AutoModelForCausalLM
 
     @property
+    def label(self) -> str:
+        """``LoRA on q_proj+...+lm_head; modules_to_save lm_head; tied``: in the messages, so a
+        known issue can name the setting it explains."""
+        saved = "+".join(self.saved) or "none"
+        tie = "tied" if self.tied else "untied"
+        return f"LoRA on {'+'.join(self.targets)}; modules_to_save {saved}; {tie}"
+
+    @property
     def task_type(self) -> str:
         return "SEQ_CLS" if self.head == "score" else "CAUSAL_LM"
 
@@ -271,7 +279,7 @@ def run_adapter_roundtrip(
             check.check(
                 "merged_logits",
                 check_tensors_close,
-                "logits of the merged adapter",
+                f"logits of the merged adapter ({shape.label})",
                 logits_of(merged, inputs),
                 reference,
                 1e-4,
@@ -287,7 +295,7 @@ def run_adapter_roundtrip(
         check.check(
             "roundtrip_logits",
             check_tensors_close,
-            f"logits after the saved adapter came back through {path}",
+            f"logits after the saved adapter came back through {path} ({shape.label})",
             logits_of(loaded, inputs),
             reference,
             1e-4,
