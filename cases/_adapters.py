@@ -40,18 +40,19 @@ ADAPTER_KNOBS = (
 
 
 def tied_merges() -> list[Any]:
-    """Where the tie meets the merge, every adapted side: pairs do not reach these triples
-    (the head's LoRA merged into the weight the embeddings share, a saved copy of one side
-    merged while the configuration still ties them)."""
+    """Where the tie meets the merge, each side adapted: pairs do not reach these triples.
+    LoRA on the head where nothing is saved whole (its update merged into the weight the
+    embeddings share), and each side saved whole (merged while the configuration still
+    ties them)."""
     from _knobs import Setting
 
     names = [knob.name for knob in ADAPTER_KNOBS]
     return [
         Setting(
-            ADAPTER_KNOBS, tuple(zip(names, (saved, "merge_save_reload", True, lora), strict=True))
+            ADAPTER_KNOBS,
+            tuple(zip(names, (saved, "merge_save_reload", True, saved is None), strict=True)),
         )
         for saved in (None, "lm_head", "embed_tokens")
-        for lora in (False, True)
     ]
 
 
@@ -266,9 +267,10 @@ def run_adapter_roundtrip(
 
     shape = adapter_shape(setting)
     inputs = model_inputs(tokenizer)
-    base_logits = logits_of(shape.auto_class.from_pretrained(base_dir), inputs)
     adapted = adapted_model(base_dir, shape)
     reference = logits_of(adapted, inputs)
+    with adapted.disable_adapter():
+        base_logits = logits_of(adapted, inputs)
     record_property("adapter_effect", float((reference - base_logits).abs().max()))
     adapted.save_pretrained(tmp_path / "adapter")
     path = setting["path"]
@@ -367,7 +369,8 @@ def run_checkpointing_gradient(
     saved = setting["modules_to_save"]
     shape = AdapterShape("causal", False, tuple(ATTENTION), (saved,) if saved else ())
     inputs = model_inputs(tokenizer)
-    reference = trainable_gradients(adapted_model(base_dir, shape), inputs)
+    plain = adapted_model(base_dir, shape)
+    reference = trainable_gradients(plain, inputs)
     kwargs = {"use_reentrant": setting["use_reentrant"]}
 
     def turn_on(model: Any) -> None:
@@ -376,9 +379,10 @@ def run_checkpointing_gradient(
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
-    before = setting["enabled"] == "before_adapter"
-    model = adapted_model(base_dir, shape, prepare=turn_on if before else None)
-    if not before:
+    if setting["enabled"] == "before_adapter":
+        model = adapted_model(base_dir, shape, prepare=turn_on)
+    else:  # the same adapted model, checkpointing turned on afterwards
+        model = plain
         turn_on(model)
     got = trainable_gradients(model, inputs)
     with contracts(record_property) as check:

@@ -243,6 +243,9 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         assert status == "fail", (case, status, message)
         assert re.search(pattern, message), (case, message)
     # Each contract's numbers land in the record's metrics.
+    roundtrip = records["test_adapter_roundtrip_contract[real-merge]"]["metrics"]
+    assert roundtrip["tied_weights_contract"] == "pass", roundtrip
+    assert roundtrip["merged_logits_contract"] == "pass", roundtrip
     assert records["test_grpo_contract[real]"]["metrics"]["logps_max_gap"] < 1e-4
     assert records["test_dpo_contract[real]"]["metrics"]["reference_logps_chosen"] < 0
     assert records["test_lora_fresh_adapter_contract[real]"]["metrics"]["max_fresh_diff"] == 0.0
@@ -253,9 +256,6 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
     assert records["test_grpo_contract[real]"]["metrics"]["logits_positions_checked"] > 0
     assert records["test_update_contract[real]"]["metrics"]["update_gap_batch 2 x 2"] < 1e-5
     assert records["test_resume_contract[real]"]["metrics"]["resume_gap"] < 1e-5
-    roundtrip = records["test_adapter_roundtrip_contract[real-merge]"]["metrics"]
-    assert roundtrip["tied_weights_contract"] == "pass", roundtrip
-    assert roundtrip["merged_logits_contract"] == "pass", roundtrip
     grpo = records["test_grpo_update_contract[real]"]["metrics"]
     assert grpo["update_gap_grpo, batch 2 x 2"] < 1e-5, grpo
     assert grpo["update_contract"] == "checked over 2 micro-batches", grpo
