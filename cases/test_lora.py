@@ -1,19 +1,26 @@
 """LoRA with peft: train, checkpoint, save and reload, merge, and every path an adapter travels.
 
-Contracts: merge, save and reload give the logits of the adapted model; a freshly
-initialised adapter (B = 0) leaves the logits exactly the base model's; an adapter
-saved by peft comes back with the adapted model's logits through each path users take
-(peft's PeftModel.from_pretrained, transformers' load_adapter and from_pretrained of
-the adapter folder, AutoPeftModelForCausalLM, merge_and_unload), each its own case.
+Contracts: a freshly initialised adapter (B = 0) leaves the logits exactly the base
+model's; an adapter saved by peft comes back with the adapted model's logits through
+each path users take, at the settings users train with (one knob table, cases/_adapters.py:
+``modules_to_save`` of the head, the embeddings or a classifier's ``score``, LoRA on the
+embeddings or the head, tied word embeddings; peft's PeftModel.from_pretrained,
+transformers' load_adapter and from_pretrained of the adapter folder, merge -> save ->
+reload; ``roundtrip_logits``, ``merged_logits``, ``tied_weights``), and through
+AutoPeftModelForCausalLM; gradient checkpointing leaves every trainable weight's
+gradient as it is without (``checkpointing_gradient``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _adapters import CHECKPOINTING_KNOBS
 from _compat import family_param
+from _knobs import knob_params
 from _tiny import FAMILIES
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -68,42 +75,6 @@ def test_lora_forward_backward(
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in trainable.values())
     frozen = [p for n, p in model.named_parameters() if not p.requires_grad]
     assert all(p.grad is None for p in frozen), "a frozen base weight received a gradient"
-
-
-@pytest.mark.operation("lora")
-@pytest.mark.requires_packages(peft=">=0.4")
-def test_lora_save_reload_and_merge(
-    tiny_model: Any, tokenizer: Any, tmp_path: Path, tiny_model_dir: Path, record_property: Any
-):
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    model = lora_model(tiny_model).eval()
-    inputs = batch(tokenizer)
-    with torch.no_grad():
-        reference = model(**inputs).logits
-    model.save_pretrained(tmp_path / "adapter")
-
-    fresh_base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    reloaded = PeftModel.from_pretrained(fresh_base, tmp_path / "adapter").eval()
-    with torch.no_grad():
-        reloaded_logits = reloaded(**inputs).logits
-    merged = reloaded.merge_and_unload().eval()
-    with torch.no_grad():
-        merged_logits = merged(**inputs).logits
-
-    from _contracts import check_tensors_close
-
-    record_property(
-        "max_reload_diff",
-        check_tensors_close("LoRA logits after save and reload", reloaded_logits, reference, 1e-5),
-    )
-    record_property(
-        "max_merge_diff",
-        check_tensors_close("LoRA logits after merge_and_unload", merged_logits, reference, 1e-4),
-    )
-    assert not any("lora_" in n for n, _ in merged.named_parameters())
 
 
 @pytest.mark.operation("lora")
@@ -170,7 +141,9 @@ def load_and_merge(adapter_dir: Path, base_dir: Path) -> Any:
 
 
 # Each path an adapter saved by peft travels back, with what it needs: transformers'
-# PEFT integration arrived in 4.34, AutoPeftModelForCausalLM in peft 0.6.
+# PEFT integration arrived in 4.34, AutoPeftModelForCausalLM in peft 0.6. The adapter
+# table (test_adapter_roundtrip) runs the first four at the settings users turn; this
+# case runs the paths it does not.
 ADAPTER_PATHS = {
     "peft-from-pretrained": (load_with_peft, {}),
     "transformers-load-adapter": (load_with_transformers_load_adapter, {"transformers": ">=4.34"}),
@@ -181,6 +154,12 @@ ADAPTER_PATHS = {
     "auto-peft-model": (load_with_auto_peft_model, {"peft": ">=0.6"}),
     "merge-and-unload": (load_and_merge, {}),
 }
+TABLE_PATHS = {
+    "peft-from-pretrained",
+    "transformers-load-adapter",
+    "transformers-from-pretrained-adapter-folder",
+    "merge-and-unload",
+}
 
 
 @pytest.mark.operation("lora")
@@ -190,6 +169,7 @@ ADAPTER_PATHS = {
     [
         pytest.param(name, marks=[pytest.mark.requires_packages(**needs)] if needs else [], id=name)
         for name, (_, needs) in ADAPTER_PATHS.items()
+        if name not in TABLE_PATHS
     ],
 )
 def test_lora_adapter_paths(
@@ -236,3 +216,73 @@ def run_adapter_path(
             "LoRA logits after loading the saved adapter back", logits, reference, 1e-4
         ),
     )
+
+
+@pytest.fixture(scope="session")
+def adapter_bases(
+    tmp_path_factory: pytest.TempPathFactory, tokenizer: Any
+) -> Callable[[Any], Path]:
+    """Each base an adapter setting needs (its head, its tie), saved once per session."""
+    from _adapters import save_base
+
+    saved: dict[tuple[str, bool], Path] = {}
+
+    def folder(shape: Any) -> Path:
+        key = (shape.head, shape.tied)
+        if key not in saved:
+            path = tmp_path_factory.mktemp(f"adapter-base-{shape.head}-tied-{shape.tied}")
+            saved[key] = save_base(path, tokenizer, shape)
+        return saved[key]
+
+    return folder
+
+
+def adapter_params() -> list[Any]:
+    """The adapter table covered pairwise, then the tied merges pairs do not reach."""
+    from _adapters import ADAPTER_KNOBS, PATH_NEEDS, tied_merges
+
+    settings = [param.values[0] for param in knob_params(ADAPTER_KNOBS)]
+    settings += [extra for extra in tied_merges() if extra not in settings]
+    return [
+        pytest.param(
+            setting,
+            id=setting.id,
+            marks=[pytest.mark.requires_packages(transformers=PATH_NEEDS[setting["path"]])]
+            if setting["path"] in PATH_NEEDS
+            else [],
+        )
+        for setting in settings
+    ]
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.requires_packages(peft=">=0.4")
+@pytest.mark.parametrize("setting", adapter_params())
+def test_adapter_roundtrip(
+    setting: Any,
+    tokenizer: Any,
+    tmp_path: Path,
+    adapter_bases: Callable[[Any], Path],
+    record_property: Any,
+) -> None:
+    from _adapters import adapter_shape, run_adapter_roundtrip
+
+    setting.require()
+    base_dir = adapter_bases(adapter_shape(setting))
+    run_adapter_roundtrip(setting, tokenizer, tmp_path, base_dir, record_property)
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.requires_packages(peft=">=0.4")
+@pytest.mark.parametrize("setting", knob_params(CHECKPOINTING_KNOBS))
+def test_lora_checkpointing_gradient(
+    setting: Any,
+    tokenizer: Any,
+    adapter_bases: Callable[[Any], Path],
+    record_property: Any,
+) -> None:
+    from _adapters import AdapterShape, run_checkpointing_gradient
+
+    setting.require()
+    base_dir = adapter_bases(AdapterShape("causal", False, (), ()))
+    run_checkpointing_gradient(setting, tokenizer, base_dir, record_property)

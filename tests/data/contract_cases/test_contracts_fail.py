@@ -334,3 +334,100 @@ def test_grpo_update_contract(
         batch=2,
         accumulation=2,
     )
+
+
+def adapter_setting(saved: str | None, path: str, tied: bool, lora_on_embeddings: bool) -> Any:
+    """One setting of the adapter knob table (cases/_adapters.py)."""
+    from _adapters import ADAPTER_KNOBS
+    from _knobs import Setting
+
+    names = [knob.name for knob in ADAPTER_KNOBS]
+    values = (saved, path, tied, lora_on_embeddings)
+    return Setting(ADAPTER_KNOBS, tuple(zip(names, values, strict=True)))
+
+
+def load_dropping_modules_to_save(adapter_dir: Path, base_dir: Path, auto_class: Any) -> Any:
+    """peft's loader, then the saved copies (``modules_to_save``) put back to the base's
+    weights: LoRA comes back, the trained head does not."""
+    import torch
+    from _adapters import load_with_peft
+
+    model = load_with_peft(adapter_dir, base_dir, auto_class)
+    with torch.no_grad():
+        for module in model.modules():
+            if hasattr(module, "original_module") and hasattr(module, "modules_to_save"):
+                for copy in module.modules_to_save.values():
+                    copy.load_state_dict(module.original_module.state_dict())
+    return model
+
+
+def merge_untying_the_head(model: Any) -> Any:
+    """peft's merge, then the head given a tensor of its own (same values) while the
+    configuration still ties it to the embeddings."""
+    import torch
+
+    merged = model.merge_and_unload()
+    head = merged.get_output_embeddings()
+    head.weight = torch.nn.Parameter(head.weight.detach().clone())
+    return merged
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.parametrize(
+    "broken", ["real", "real-merge", "drops-modules-to-save", "merge-unties", "merge-drops-lora"]
+)
+def test_adapter_roundtrip_contract(
+    broken: str, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from _adapters import LOADERS, adapter_shape, run_adapter_roundtrip, save_base
+
+    setting = {
+        "real": adapter_setting("lm_head", "peft", False, False),
+        "drops-modules-to-save": adapter_setting("lm_head", "peft", False, False),
+        "real-merge": adapter_setting(None, "merge_save_reload", True, False),
+        "merge-unties": adapter_setting(None, "merge_save_reload", True, False),
+        "merge-drops-lora": adapter_setting(None, "merge_save_reload", True, False),
+    }[broken]
+    merge = {"merge-unties": merge_untying_the_head, "merge-drops-lora": lambda m: m.unload()}
+    base_dir = save_base(tmp_path / "base", tokenizer, adapter_shape(setting))
+    run_adapter_roundtrip(
+        setting,
+        tokenizer,
+        tmp_path,
+        base_dir,
+        record_property,
+        loaders={**LOADERS, "peft": load_dropping_modules_to_save}
+        if broken == "drops-modules-to-save"
+        else None,
+        merge=merge.get(broken),
+    )
+
+
+def checkpointing_without_input_grads(model: Any, kwargs: dict[str, Any]) -> None:
+    """Gradient checkpointing enabled as transformers before 5.0 did on an adapted model:
+    no hook makes the embeddings' output require a gradient."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.get_base_model().disable_input_require_grads()
+
+
+@pytest.mark.operation("lora")
+@pytest.mark.parametrize("broken", ["real", "no-input-grads"])
+def test_checkpointing_gradient_contract(
+    broken: str, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from _adapters import CHECKPOINTING_KNOBS, AdapterShape, run_checkpointing_gradient, save_base
+    from _knobs import Setting
+
+    names = [knob.name for knob in CHECKPOINTING_KNOBS]
+    setting = Setting(
+        CHECKPOINTING_KNOBS,
+        tuple(zip(names, (True, "after_adapter", "lm_head"), strict=True)),
+    )
+    base_dir = save_base(tmp_path / "base", tokenizer, AdapterShape("causal", False, (), ()))
+    run_checkpointing_gradient(
+        setting,
+        tokenizer,
+        base_dir,
+        record_property,
+        enable=checkpointing_without_input_grads if broken == "no-input-grads" else None,
+    )
