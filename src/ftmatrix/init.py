@@ -37,6 +37,7 @@ HELPERS = (
     "_contracts.py",
     "_knobs.py",
     "_update.py",
+    "_adapters.py",
 )
 TRAINING = ("torch", "transformers", "trl", "datasets", "accelerate")
 # Operation family -> (its example case file, the distributions its cases need).
