@@ -284,11 +284,26 @@ def run_train_loss_options(
         setting["accumulation"],
         mean_token_loss(smoothing),
         record_property,
+        described=setting_described(setting),
     )
 
 
+def setting_described(setting: Setting, *, head: str = "causal LM") -> str:
+    """What a step's messages say of the setting: the head, the family, each knob turned
+    (a known issue's pattern can then require the knob its break needs)."""
+    turned = {"family": setting["family"], **setting.turned()}
+    turned.pop("accumulation", None)
+    return ", ".join([head, *(f"{name}={value}" for name, value in turned.items())])
+
+
 def check_accumulated_step(
-    trainer: Any, model: Any, accumulation: int, loss_of: Any, record_property: Any
+    trainer: Any,
+    model: Any,
+    accumulation: int,
+    loss_of: Any,
+    record_property: Any,
+    *,
+    described: str,
 ) -> None:
     """The contracts of one SGD step over UPDATE_ROWS against the reference ``loss_of``
     (:mod:`_update`'s ``mean_token_loss``, ``mean_row_loss``), each on its own:
@@ -298,7 +313,8 @@ def check_accumulated_step(
     - ``accumulation`` (k > 1): the same trainer's step over the whole batch at
       accumulation 1, from the same weights, is the same step (scale-free).
 
-    ``trainer(model, folder, micro_batch, steps)`` builds the trainer.
+    ``trainer(model, folder, micro_batch, steps)`` builds the trainer; ``described`` (the
+    head and the setting) follows the batch in every message.
     """
     import copy
 
@@ -314,14 +330,14 @@ def check_accumulated_step(
         step = check_update(
             accumulated,
             check,
-            label=f"batch {batch} x {accumulation}",
+            label=f"batch {batch} x {accumulation}, {described}",
             expected_after=expected_after,
         )
         if start is not None:
             whole = check_update(
                 trainer(start, "whole", batch * accumulation, 1),
                 check,
-                label=f"batch {batch * accumulation} x 1",
+                label=f"batch {batch * accumulation} x 1, {described}",
                 expected_after=expected_after,
             )
             check.check(
@@ -416,5 +432,10 @@ def run_train_classification(
         problem_type=problem_type,
     )
     check_accumulated_step(
-        trainer, model, setting["accumulation"], mean_row_loss(problem_type), record_property
+        trainer,
+        model,
+        setting["accumulation"],
+        mean_row_loss(problem_type),
+        record_property,
+        described=setting_described(setting, head="sequence classification"),
     )
