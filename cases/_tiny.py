@@ -130,3 +130,81 @@ def build_vllm_model(tokenizer: Any, *, family: str = "llama", seed: int = 0) ->
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
     return model.to(torch.bfloat16)
+
+
+# Families whose causal LM's forward took no loss keyword arguments (no ``**kwargs``, so no
+# ``num_items_in_batch``) until transformers 4.5x: the Trainer normalises their loss under
+# gradient accumulation on another path than Llama's. Their configurations spell the sizes
+# their own way (``sizes``: our name -> theirs) and default to dropout, which a step checked
+# against a reference cannot have. Kept out of FAMILIES, which every family-parametrized
+# case runs on: the Trainer's knob cases take them (``build_head_model``).
+@dataclass(frozen=True)
+class SizedFamily:
+    """A family whose configuration names its sizes its own way."""
+
+    name: str
+    config_class: str
+    sizes: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, Any], ...] = ()
+
+
+LOSS_KWARGS_FREE_FAMILIES = {
+    "gpt2": SizedFamily(
+        "gpt2",
+        "GPT2Config",
+        (
+            ("hidden_size", "n_embd"),
+            ("intermediate_size", "n_inner"),
+            ("num_hidden_layers", "n_layer"),
+            ("num_attention_heads", "n_head"),
+            ("max_position_embeddings", "n_positions"),
+        ),
+        (("resid_pdrop", 0.0), ("embd_pdrop", 0.0), ("attn_pdrop", 0.0)),
+    ),
+    "opt": SizedFamily(
+        "opt",
+        "OPTConfig",
+        (("intermediate_size", "ffn_dim"),),
+        (("dropout", 0.0), ("attention_dropout", 0.0), ("layerdrop", 0.0)),
+    ),
+}
+
+
+def build_head_model(
+    family: str,
+    tokenizer: Any,
+    *,
+    head: str = "AutoModelForCausalLM",
+    seed: int = 0,
+    hidden_size: int = 32,
+    **overrides: Any,
+) -> Any:
+    """A 2-layer model of ``family`` (of FAMILIES or LOSS_KWARGS_FREE_FAMILIES) with the
+    ``head`` transformers' auto class names (``AutoModelForSequenceClassification``, ...),
+    random weights; ``overrides`` replace its configuration (``num_labels=3``, ...)."""
+    import torch
+    import transformers
+
+    if family in FAMILIES:
+        built = build_model(family, tokenizer, seed=seed, hidden_size=hidden_size, **overrides)
+        config = built.config
+    else:
+        spec = LOSS_KWARGS_FREE_FAMILIES[family]
+        ours = {
+            "hidden_size": hidden_size,
+            "intermediate_size": 2 * hidden_size,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 128,
+        }
+        renamed = dict(spec.sizes)
+        config = getattr(transformers, spec.config_class)(
+            vocab_size=len(tokenizer),
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            **{renamed.get(name, name): value for name, value in ours.items()},
+            **{**dict(spec.extra), **overrides},
+        )
+    torch.manual_seed(seed)
+    return getattr(transformers, head).from_config(config)

@@ -200,7 +200,9 @@ def check_exact_update(trainer: Any, record_property: Any, *, label: str) -> dic
     return step
 
 
-def check_update(trainer: Any, check: Contracts, *, label: str) -> dict[str, Any]:
+def check_update(
+    trainer: Any, check: Contracts, *, label: str, expected_after: Any = None
+) -> dict[str, Any]:
     """Train ``trainer`` one step and check what the step did, each contract on its own:
 
     - ``optimizer_steps``: exactly one optimizer step was taken;
@@ -211,11 +213,13 @@ def check_update(trainer: Any, check: Contracts, *, label: str) -> dict[str, Any
     - ``update_scale``: the step is as long as the reference's.
 
     ``trainer`` is configured with :func:`sgd_step_values` (one step) over a dataset of
-    exactly one accumulated batch. Returns the trainer's step (each trained weight's change).
+    exactly one accumulated batch. ``expected_after(model, batches)`` is the reference step
+    (default :func:`expected_after_sgd_step`; a knob's own: :func:`expected_after_loss_step`).
+    Returns the trainer's step (each trained weight's change).
     """
     batches = step_batches(trainer)
     before = trained_weights(trainer.model)
-    expected = expected_after_sgd_step(trainer.model, batches)
+    expected = (expected_after or expected_after_sgd_step)(trainer.model, batches)
     trainer.train()
     check.check(
         "optimizer_steps",
@@ -465,3 +469,92 @@ def _grpo_reference_loss(
     else:
         raise ValueError(f"no reference for GRPO loss_type {loss_type!r}: {GRPO_LOSS_TYPES}")
     return loss
+
+
+def expected_after_loss_step(loss_of: Any) -> Any:
+    """``expected_after(model, batches)`` for :func:`check_update` under any loss: the weights
+    one SGD step (learning rate 1) from ``model``'s must give, each minus the gradient of
+    ``loss_of(forward, batches)`` (``forward`` calls the model at copies of its weights, as
+    :func:`expected_after_sgd_step` does; frozen weights are left out)."""
+
+    def expected_after(model: Any, batches: list[Any]) -> dict[str, Any]:
+        import torch
+
+        weights = {
+            name: p.detach().clone().requires_grad_(True)
+            for name, p in model.named_parameters()
+            if p.requires_grad
+        }
+
+        def forward(**inputs: Any) -> Any:
+            return torch.func.functional_call(model, weights, args=(), kwargs=inputs, strict=False)
+
+        loss_of(forward, batches).backward()
+        return {
+            name: (w - w.grad if w.grad is not None else w).detach() for name, w in weights.items()
+        }
+
+    return expected_after
+
+
+def model_inputs(batch: Any) -> dict[str, Any]:
+    """What a reference passes the model from a trainer's batch: the tokens and their mask."""
+    return {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
+
+
+def mean_token_loss(label_smoothing: float = 0.0) -> Any:
+    """``loss_of(forward, batches)``: the mean next-token cross-entropy over every label token
+    of the accumulated batch, with torch's label smoothing (``(1 - e) * -log p(label) + e *
+    the mean of -log p over the vocabulary``, what ``label_smoothing_factor`` means)."""
+
+    def loss_of(forward: Any, batches: list[Any]) -> Any:
+        import torch
+
+        total, count = None, 0
+        for batch in batches:
+            labels = batch["labels"] if "labels" in batch else batch["input_ids"]
+            logits = forward(**model_inputs(batch)).logits
+            predicting = logits[:, :-1, :].reshape(-1, logits.size(-1)).float()
+            targets = labels[:, 1:].reshape(-1)
+            terms = torch.nn.functional.cross_entropy(
+                predicting,
+                targets,
+                ignore_index=IGNORE,
+                reduction="sum",
+                label_smoothing=label_smoothing,
+            )
+            total = terms if total is None else total + terms
+            count += int((targets != IGNORE).sum())
+        if total is None or count == 0:
+            raise ContractError(contract_message("label tokens in the step's batches", 0, ">0", 0))
+        return total / count
+
+    return loss_of
+
+
+def mean_row_loss(problem_type: str) -> Any:
+    """``loss_of(forward, batches)`` of a sequence-classification head: the mean over every
+    row of the accumulated batch of its cross-entropy (``single_label_classification``) or
+    of the mean binary cross-entropy over its labels (``multi_label_classification``),
+    from the head's raw logits."""
+
+    def loss_of(forward: Any, batches: list[Any]) -> Any:
+        import torch
+
+        rows = []
+        for batch in batches:
+            logits = forward(**model_inputs(batch)).logits.float()
+            labels = batch["labels"]
+            if problem_type == "single_label_classification":
+                rows.append(torch.nn.functional.cross_entropy(logits, labels, reduction="none"))
+            else:
+                rows.append(
+                    torch.nn.functional.binary_cross_entropy_with_logits(
+                        logits, labels.float(), reduction="none"
+                    ).mean(-1)
+                )
+        if not rows:
+            raise ContractError(contract_message("rows in the step's batches", 0, ">0", 0))
+        return torch.cat(rows).mean()
+
+    return loss_of

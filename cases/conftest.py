@@ -6,8 +6,9 @@ import-time break of a framework becomes that case's record, not a collection er
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+@pytest.fixture(autouse=True)
+def long_lived_objects_frozen() -> Iterator[None]:
+    """Keep what is alive when a case starts out of the cyclic garbage collector's passes.
+
+    Every ``Trainer.train()`` ends in accelerate's ``free_memory``, a full ``gc.collect()``
+    over every object the process holds: with torch and transformers imported, some 400,000,
+    about a second of a tiny step's 1.2 (measured on 2 busy cores; 0.13 s frozen). What is
+    frozen here is collected first, so no garbage is kept; it is what the imports and the
+    session's fixtures hold, alive to the end anyway. Nothing a framework computes changes.
+    """
+    gc.collect()
+    gc.freeze()
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -256,8 +256,28 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         "checked through the model's boundary (trl 1.16.0: _get_per_token_logps_and_entropies("
     )
     assert records["test_grpo_contract[real]"]["metrics"]["logits_positions_checked"] > 0
-    assert records["test_update_contract[real]"]["metrics"]["update_gap_batch 2 x 2"] < 1e-5
+    assert records["test_update_contract[real]"]["metrics"]["exact_update_gap"] < 1e-5
     assert records["test_resume_contract[real]"]["metrics"]["resume_gap"] < 1e-5
     grpo = records["test_grpo_update_contract[real]"]["metrics"]
     assert grpo["update_gap_grpo, batch 2 x 2"] < 1e-5, grpo
     assert grpo["update_contract"] == "checked over 2 micro-batches", grpo
+    # The Trainer's loss options and sequence-classification heads: the contract a knob
+    # breaks is named, the scale-free accumulation among them where micro-batches differ.
+    for case in ("test_loss_options_contract[real]", "test_classification_contract[real]"):
+        assert outcome[case][0] == "pass", (case, outcome[case])
+    knob_failures = {
+        "test_loss_options_contract[smoothing-ignored]": r"^contracts broken: loss, exact_update, "
+        r"update_direction, update_scale\nloss: Trainer loss on the first batch: trainer [\d.]+ "
+        r"!= reference [\d.]+ \(tolerance 0\.0001\)",
+        "test_loss_options_contract[smoothing-per-micro-batch]": r"^contracts broken: exact_update, "
+        r"update_direction, update_scale, accumulation\n",
+        "test_classification_contract[sums-rows]": r"^contracts broken: loss, exact_update, "
+        r"update_scale\n(.*\n)*update_scale: length of the SGD step \(batch 4 x 1, sequence "
+        r"classification, family=llama, problem_type=multi_label_classification\) along minus the "
+        r"reference gradient: trainer 4 != reference 1",
+    }
+    for case, pattern in knob_failures.items():
+        status, message = outcome[case]
+        assert status == "fail", (case, status, message)
+        assert re.search(pattern, message), (case, message)
+    assert records["test_loss_options_contract[real]"]["metrics"]["accumulation_contract"] == "pass"

@@ -222,3 +222,51 @@ def test_bad_entries_are_all_reported_with_key_paths():
         "frame, packages",
         "k.yaml: [1].fixed-in.trl: 'soon' is not a version",
     )
+
+
+def knob_failure(contracts: str, described: str, transformers: str):
+    """A Trainer knob case's failure as cases/test_train.py words it (batch 2 x 2)."""
+    step = f"one SGD step (batch 2 x 2, {described})"
+    return failure(
+        "_contracts.ContractError",
+        f"contracts broken: {contracts}\n"
+        f"exact_update: weights after {step} against minus the reference gradient, "
+        "model.embed_tokens.weight at [12, 0] (largest gap 0.326): trainer 0.049522 != "
+        "reference 0.0420865 (tolerance 1e-05)\n"
+        f"update_scale: length of the SGD step (batch 2 x 2, {described}) along minus the "
+        "reference gradient: trainer 1.78415 != reference 1 (tolerance 0.0001)",
+        {"transformers": transformers},
+    )
+
+
+SMOOTHED = "causal LM, family=llama, label_smoothing_factor=0.1"
+ALL_FOUR = "exact_update, update_direction, update_scale, accumulation"
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        # One over-counting cell (4.57.6): each failure group has its own entry.
+        (knob_failure("exact_update, update_scale", "causal LM, family=gpt2", "4.57.6"),
+         "transformers-num-items-over-count"),
+        (knob_failure(ALL_FOUR, SMOOTHED, "4.57.6"), "transformers-label-smoothing-accumulation"),
+        (knob_failure("exact_update, update_scale, accumulation",
+                      "sequence classification, family=llama", "4.57.6"),
+         "transformers-classification-heads-accumulation"),
+        # Before 4.48.1 the heads and GPT-2 took the Trainer's other path.
+        (knob_failure(ALL_FOUR, "causal LM, family=gpt2", "4.47.0"),
+         "transformers-accumulation-no-loss-kwargs"),
+        (knob_failure("exact_update, update_scale, accumulation",
+                      "sequence classification, family=gpt2", "4.46.3"),
+         "transformers-accumulation-no-loss-kwargs"),
+        (knob_failure(ALL_FOUR, SMOOTHED, "4.47.0"), "transformers-label-smoothing-accumulation"),
+        (knob_failure(ALL_FOUR, "causal LM, family=gpt2", "4.38.2"),
+         "transformers-accumulation-per-micro-batch"),
+        # Fixed releases: a red there is new, shown unexplained.
+        (knob_failure(ALL_FOUR, SMOOTHED, "5.15.0"), None),
+        (knob_failure("exact_update, update_scale", "causal LM, family=gpt2", "5.23.0"), None),
+    ],
+)  # fmt: skip
+def test_each_trainer_knob_failure_group_has_its_own_entry(record, expected) -> None:
+    entry = explain(record, KNOWN)
+    assert (entry.id if entry else None) == expected

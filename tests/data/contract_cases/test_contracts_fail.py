@@ -431,3 +431,85 @@ def test_checkpointing_gradient_contract(
         record_property,
         enable=checkpointing_without_input_grads if broken == "no-input-grads" else None,
     )
+
+
+def knob_setting(knobs: Any, **values: Any) -> Any:
+    """The setting of ``knobs`` (a case's knob table) at ``values``, every other knob off."""
+    from _knobs import Setting
+
+    return Setting(tuple(knobs), tuple((k.name, values.get(k.name, k.off)) for k in knobs))
+
+
+def trainer_ignoring_label_smoothing() -> type:
+    """Trainer that drops ``label_smoothing_factor``: the plain cross-entropy trains."""
+    from transformers import Trainer
+
+    class IgnoresSmoothing(Trainer):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.label_smoother = None
+
+    return IgnoresSmoothing
+
+
+def trainer_smoothing_per_micro_batch() -> type:
+    """Trainer whose label smoother averages over each micro-batch and is not divided by the
+    accumulation steps (transformers#46731's shape, 4.46 to 5.14): k micro-batch means add up."""
+    from transformers import Trainer
+
+    class SmoothingPerMicroBatch(Trainer):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            smoother = self.label_smoother
+
+            def per_micro_batch(
+                outputs: Any, labels: Any, shift_labels: bool = False, **_: Any
+            ) -> Any:
+                return smoother(outputs, labels, shift_labels=shift_labels)
+
+            self.label_smoother = per_micro_batch
+
+    return SmoothingPerMicroBatch
+
+
+@pytest.mark.operation("train")
+@pytest.mark.parametrize("broken", ["real", "smoothing-ignored", "smoothing-per-micro-batch"])
+def test_loss_options_contract(
+    broken: str, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_train import TRAINER_KNOBS, run_train_loss_options
+
+    trainer_class = {
+        "real": lambda: None,
+        "smoothing-ignored": trainer_ignoring_label_smoothing,
+        "smoothing-per-micro-batch": trainer_smoothing_per_micro_batch,
+    }[broken]()
+    setting = knob_setting(TRAINER_KNOBS, accumulation=2, label_smoothing_factor=0.1)
+    run_train_loss_options(trainer_class, setting, tokenizer, tmp_path, record_property)
+
+
+def trainer_summing_rows() -> type:
+    """Trainer whose classification loss sums over the batch's rows instead of averaging."""
+    from transformers import Trainer
+
+    class SumsRows(Trainer):  # type: ignore[misc]
+        def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            rows = inputs["input_ids"].size(0)
+            loss = super().compute_loss(model, inputs, *args, **kwargs)
+            if isinstance(loss, tuple):
+                return (loss[0] * rows, *loss[1:])
+            return loss * rows
+
+    return SumsRows
+
+
+@pytest.mark.operation("train")
+@pytest.mark.parametrize("broken", ["real", "sums-rows"])
+def test_classification_contract(
+    broken: str, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_train import CLASSIFICATION_KNOBS, run_train_classification
+
+    trainer_class = None if broken == "real" else trainer_summing_rows()
+    setting = knob_setting(CLASSIFICATION_KNOBS, problem_type="multi_label_classification")
+    run_train_classification(trainer_class, setting, tokenizer, tmp_path, record_property)
