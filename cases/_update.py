@@ -465,3 +465,44 @@ def _grpo_reference_loss(
     else:
         raise ValueError(f"no reference for GRPO loss_type {loss_type!r}: {GRPO_LOSS_TYPES}")
     return loss
+
+
+def check_update_against(
+    trainer: Any, check: Contracts, reference: Any, *, label: str
+) -> dict[str, Any]:
+    """:func:`check_update` for a trainer whose loss is not the token cross-entropy: the
+    expected weights come from ``reference(trainer)`` (called before the step, on the
+    trainer's own model and data), and the same contracts are checked on its one step
+    (``optimizer_steps``, ``exact_update``, ``update_direction``, ``update_scale``)."""
+    before = trained_weights(trainer.model)
+    expected = reference(trainer)
+    trainer.train()
+    return check_step(trainer, check, before, expected, label=label)
+
+
+def check_step(
+    trainer: Any, check: Contracts, before: dict[str, Any], expected: dict[str, Any], *, label: str
+) -> dict[str, Any]:
+    """The step's contracts once ``trainer`` trained one step from ``before``, against the
+    ``expected`` weights; returns the trainer's step (each trained weight's change)."""
+    check.check(
+        "optimizer_steps",
+        check_close,
+        f"optimizer steps ({label})",
+        trainer.state.global_step,
+        1,
+        0,
+    )
+    check.check(
+        "exact_update",
+        check_weights_equal,
+        f"weights after one SGD step ({label}) against minus the reference gradient",
+        trainer.model,
+        expected,
+    )
+    after = trained_weights(trainer.model)
+    step = {name: after[name] - before[name] for name in before}
+    reference = {name: expected[name] - before[name] for name in before if name in expected}
+    check.check("update_direction", check_step_direction, label, step, reference)
+    check.check("update_scale", check_step_scale, label, step, reference)
+    return step
