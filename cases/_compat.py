@@ -137,7 +137,7 @@ def trainer_settings(
     return {"args": TrainingArguments(**training), **accepted}
 
 
-def sft_arguments(output_dir: str, *, max_length: int, **overrides: Any) -> dict[str, Any]:
+def sft_arguments(output_dir: str, *, max_length: int | None, **overrides: Any) -> dict[str, Any]:
     """SFTTrainer's keyword arguments for a couple of tiny steps, in the installed trl's API."""
     from trl import SFTTrainer
 

@@ -468,7 +468,7 @@ def _grpo_reference_loss(
 
 
 def check_update_against(
-    trainer: Any, check: Contracts, reference: Any, *, label: str
+    trainer: Any, check: Contracts, reference: Any, *, label: str, step_name: str = "SGD step"
 ) -> dict[str, Any]:
     """:func:`check_update` for a trainer whose loss is not the token cross-entropy: the
     expected weights come from ``reference(trainer)`` (called before the step, on the
@@ -477,14 +477,21 @@ def check_update_against(
     before = trained_weights(trainer.model)
     expected = reference(trainer)
     trainer.train()
-    return check_step(trainer, check, before, expected, label=label)
+    return check_step(trainer, check, before, expected, label=label, step_name=step_name)
 
 
 def check_step(
-    trainer: Any, check: Contracts, before: dict[str, Any], expected: dict[str, Any], *, label: str
+    trainer: Any,
+    check: Contracts,
+    before: dict[str, Any],
+    expected: dict[str, Any],
+    *,
+    label: str,
+    step_name: str = "SGD step",
 ) -> dict[str, Any]:
     """The step's contracts once ``trainer`` trained one step from ``before``, against the
-    ``expected`` weights; returns the trainer's step (each trained weight's change)."""
+    ``expected`` weights; returns the trainer's step (each trained weight's change).
+    ``step_name`` names it in the messages (``SGD step of DPO``)."""
     check.check(
         "optimizer_steps",
         check_close,
@@ -496,7 +503,7 @@ def check_step(
     check.check(
         "exact_update",
         check_weights_equal,
-        f"weights after one SGD step ({label}) against minus the reference gradient",
+        f"weights after one {step_name} ({label}) against minus the reference gradient",
         trainer.model,
         expected,
     )

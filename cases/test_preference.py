@@ -1,18 +1,18 @@
-"""Reward, ORPO, KTO and CPO: trl's other preference trainers, one plain SGD step under accumulation.
+"""Reward, ORPO, KTO and CPO: trl's other preference trainers, one SGD step under accumulation.
 
 Each of these trainers computes its own loss and hands it to transformers' Trainer, which
 divides it by the accumulation steps only where it believes the model did not normalise
 it already (``model_accepts_loss_kwargs``, ``loss_is_scaled_for_ga``): a release that
 gets this wrong moves the weights k times too far at accumulation k, silently (the same
-class as DPO's trl#2615). Over rows whose prompts differ in length (so batches pad):
+class as DPO's trl#2615). Over rows whose rejected completions differ in length (so
+batches pad):
 
 - ``accumulation``: one SGD step (learning rate 1) over 4 rows as 2 micro-batches of 2 equals
   the same trainer's step over the 4 rows at once, from the same weights (scale-free: it
   needs no reference loss, so it holds for every trainer here). The rows are chosen so that
   every loss here is the same mean over the batch whichever way it is cut (prompts
   and chosen completions of one length: ORPO's and CPO's NLL term is a token mean per
-  micro-batch;
-  KTO's KL estimate is zero before any step, the policy being the reference).
+  micro-batch; KTO's KL estimate is zero before any step, the policy being the reference).
 - RewardTrainer, also ``exact_update`` / ``update_direction`` / ``update_scale``: the step
   is minus the gradient of the Bradley-Terry loss ``-log sigmoid(r_chosen - r_rejected)``
   (plus ``center_rewards_coefficient * (r_chosen + r_rejected)^2``), the rewards read by our
@@ -40,7 +40,11 @@ from _knobs import Knob, knob_params
 # equal to the whole batch's mean only where they are of one length.
 PAIRS = [
     {"prompt": "what is two", "chosen": " plus two ?", "rejected": " five"},
-    {"prompt": "hello world good", "chosen": " morning and night", "rejected": " the lazy dog jumps"},
+    {
+        "prompt": "hello world good",
+        "chosen": " morning and night",
+        "rejected": " the lazy dog jumps",
+    },
     {"prompt": "one two three", "chosen": " four five six", "rejected": " nine ten"},
     {"prompt": "the quick brown", "chosen": " fox jumps over", "rejected": " a model learns to"},
 ]
@@ -161,7 +165,8 @@ def preference_trainer(
 
 def reward_sequences(row: dict[str, Any]) -> tuple[list[int], list[int]]:
     """(chosen ids, rejected ids) of a tokenized RewardTrainer row, by release: up to trl
-    0.2x ``input_ids_chosen`` / ``input_ids_rejected``, trl 1.x ``chosen_ids`` / ``rejected_ids``."""
+    0.2x ``input_ids_chosen`` / ``input_ids_rejected``, trl 1.x ``chosen_ids`` /
+    ``rejected_ids``."""
     for chosen, rejected in (
         ("chosen_ids", "rejected_ids"),
         ("input_ids_chosen", "input_ids_rejected"),

@@ -215,7 +215,9 @@ SFT_MASK_KNOBS = (
 def mask_rows(data: str) -> list[dict[str, Any]]:
     """The dataset rows of ``data``'s format."""
     if data == "prompt-completion":
-        return [{"prompt": f"user: {q} assistant:", "completion": f" {a}"} for q, a in QUESTION_ANSWERS]
+        return [
+            {"prompt": f"user: {q} assistant:", "completion": f" {a}"} for q, a in QUESTION_ANSWERS
+        ]
     if data == "conversational":
         return [
             {
@@ -352,7 +354,9 @@ def run_sft_mask(
     trainer = trainer_class(
         model=model,
         train_dataset=Dataset.from_list(mask_rows(data)),
-        **sft_arguments(str(tmp_path), max_length=None if unpacked_padding_free else 64, **settings),
+        **sft_arguments(
+            str(tmp_path), max_length=None if unpacked_padding_free else 64, **settings
+        ),
         **tokenizer_argument(trainer_class, tokenizer),
     )
     parts = trained_parts(data, completion_only, tokenizer)

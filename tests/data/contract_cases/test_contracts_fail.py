@@ -334,3 +334,62 @@ def test_grpo_update_contract(
         batch=2,
         accumulation=2,
     )
+
+
+def unscaled_under_accumulation(trainer_class: type) -> type:
+    """``trainer_class`` whose loss is not divided by the accumulation steps: at
+    accumulation k each step moves the weights k times too far (trl#2615's class)."""
+
+    class Unscaled(trainer_class):  # type: ignore[misc, valid-type]
+        def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
+            loss = super().compute_loss(*args, **kwargs)
+            if isinstance(loss, tuple):
+                return (loss[0] * self.args.gradient_accumulation_steps, *loss[1:])
+            return loss * self.args.gradient_accumulation_steps
+
+    return Unscaled
+
+
+@pytest.mark.operation("reward")
+@pytest.mark.parametrize("broken", ["real", "unscaled"])
+def test_reward_update_contract(
+    broken: str, tiny_model_dir: Path, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from _knobs import knob_params
+    from test_preference import REWARD_KNOBS, run_reward_update
+    from trl import RewardTrainer
+
+    setting = knob_params(REWARD_KNOBS)[0].values[0]
+    trainer_class = (
+        RewardTrainer if broken == "real" else unscaled_under_accumulation(RewardTrainer)
+    )
+    run_reward_update(trainer_class, setting, tiny_model_dir, tokenizer, tmp_path, record_property)
+
+
+@pytest.mark.operation("kto")
+@pytest.mark.parametrize("broken", ["real", "unscaled"])
+def test_preference_accumulation_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_preference import run_preference_accumulation
+    from trl import KTOTrainer
+
+    trainer_class = KTOTrainer if broken == "real" else unscaled_under_accumulation(KTOTrainer)
+    run_preference_accumulation(
+        trainer_class, "kto", tiny_model, tokenizer, tmp_path, record_property
+    )
+
+
+@pytest.mark.operation("sft")
+@pytest.mark.parametrize("broken", ["real", "prompt-in-labels"])
+def test_sft_mask_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from _knobs import knob_params
+    from test_sft import SFT_MASK_KNOBS, run_sft_mask
+    from trl import SFTTrainer
+
+    # Prompt-completion data, every other knob off: the prompt must be masked.
+    setting = knob_params(SFT_MASK_KNOBS)[0].values[0]
+    trainer_class = SFTTrainer if broken == "real" else sft_prompt_trained_on()
+    run_sft_mask(trainer_class, setting, tiny_model, tokenizer, tmp_path, record_property)
