@@ -513,3 +513,34 @@ def check_step(
     check.check("update_direction", check_step_direction, label, step, reference)
     check.check("update_scale", check_step_scale, label, step, reference)
     return step
+
+
+def expected_whole_batch_step(trainer: Any) -> dict[str, Any]:
+    """Minus the gradient of ``trainer``'s own loss over its whole accumulated batch at once:
+    the step (learning rate 1) its accumulation-1 run over the same rows takes.
+
+    For :func:`check_accumulation` without a second trainer: the trainer's own dataloader
+    collates the whole batch (its batch size times the accumulation steps), its own
+    ``compute_loss`` scores it, and the gradient is taken apart from ``.grad``. Called
+    before the step.
+    """
+    import torch
+
+    size = trainer._train_batch_size
+    trainer._train_batch_size = size * trainer.args.gradient_accumulation_steps
+    try:
+        batches = list(trainer.get_train_dataloader())
+    finally:
+        trainer._train_batch_size = size
+    if len(batches) != 1:
+        raise ContractError(contract_message("batches of the whole step", len(batches), 1, 0))
+    trainer.model.train()
+    named = [(n, p) for n, p in trainer.model.named_parameters() if p.requires_grad]
+    loss = trainer.compute_loss(trainer.model, trainer._prepare_inputs(batches[0]))
+    if isinstance(loss, tuple):
+        loss = loss[0]
+    grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
+    return {
+        name: (-grad if grad is not None else torch.zeros_like(p)).detach()
+        for (name, p), grad in zip(named, grads, strict=True)
+    }

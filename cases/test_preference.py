@@ -8,8 +8,9 @@ class as DPO's trl#2615). Over rows whose rejected completions differ in length 
 batches pad):
 
 - ``accumulation``: one SGD step (learning rate 1) over 4 rows as 2 micro-batches of 2 equals
-  the same trainer's step over the 4 rows at once, from the same weights (scale-free: it
-  needs no reference loss, so it holds for every trainer here). The rows are chosen so that
+  minus the gradient of the trainer's own loss over the 4 rows at once, the step it takes
+  at accumulation 1 (scale-free: it needs no reference loss, so it holds for every trainer
+  here; one trainer, its whole batch collated by its own dataloader). The rows are chosen so that
   every loss here is the same mean over the batch whichever way it is cut (prompts
   and chosen completions of one length: ORPO's and CPO's NLL term is a token mean per
   micro-batch; KTO's KL estimate is zero before any step, the policy being the reference).
@@ -24,7 +25,6 @@ from 1.0 where it moved) is ``n/a`` with where it was looked for.
 
 from __future__ import annotations
 
-import copy
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -227,44 +227,31 @@ def run_reward_update(
     tmp_path: Path,
     record_property: Any,
 ) -> None:
-    """The reward model's step against minus the reference gradient; with accumulation k,
-    also against the same trainer's step over the whole batch at accumulation 1."""
+    """The reward model's step at accumulation 2 against minus the reference gradient, and
+    against minus the gradient of the trainer's own loss over the whole batch at once."""
     from _contracts import contracts
-    from _update import check_accumulation, check_update_against
+    from _update import check_accumulation, check_update_against, expected_whole_batch_step
 
     setting.require()
-    accumulation = 2
     coefficient = setting["center_rewards_coefficient"]
     extra = {} if coefficient is None else {"center_rewards_coefficient": coefficient}
-    model = reward_model(model_dir)
-    start = copy.deepcopy(model)
-
-    def trainer(start_model: Any, folder: str, batch: int, steps: int) -> Any:
-        return preference_trainer(
-            "reward",
-            start_model,
-            tokenizer,
-            tmp_path / folder,
-            batch=batch,
-            accumulation=steps,
-            trainer_class=trainer_class,
-            **extra,
-        )
+    trainer = preference_trainer(
+        "reward",
+        reward_model(model_dir),
+        tokenizer,
+        tmp_path,
+        batch=2,
+        accumulation=2,
+        trainer_class=trainer_class,
+        **extra,
+    )
 
     def reference(trained: Any) -> dict[str, Any]:
         return expected_after_reward_step(trained.model, trained.train_dataset, coefficient)
 
-    batch = 4 // accumulation
+    whole = expected_whole_batch_step(trainer)
     with contracts(record_property) as check:
-        step = check_update_against(
-            trainer(model, "accumulated", batch, accumulation),
-            check,
-            reference,
-            label=f"reward, batch {batch} x {accumulation}",
-        )
-        whole = check_update_against(
-            trainer(start, "whole", 4, 1), check, reference, label="reward, batch 4 x 1"
-        )
+        step = check_update_against(trainer, check, reference, label="reward, batch 2 x 2")
         check.check("accumulation", check_accumulation, "accumulation 2 (reward)", step, whole)
 
 
@@ -296,42 +283,32 @@ def run_preference_accumulation(
     tmp_path: Path,
     record_property: Any,
 ) -> None:
-    """Accumulation 2 of 2 rows against the same trainer's step over the 4 rows at once."""
+    """Accumulation 2 of 2 rows against minus the gradient of the trainer's own loss over
+    the 4 rows at once (the step it takes at accumulation 1)."""
     from _contracts import check_close, contracts
-    from _update import check_accumulation, trained_weights
+    from _update import check_accumulation, expected_whole_batch_step, trained_weights
 
-    start = copy.deepcopy(model)
-    steps = {}
+    trainer = preference_trainer(
+        kind,
+        model,
+        tokenizer,
+        tmp_path,
+        batch=2,
+        accumulation=2,
+        trainer_class=trainer_class,
+    )
+    whole = expected_whole_batch_step(trainer)
+    before = trained_weights(trainer.model)
+    trainer.train()
+    after = trained_weights(trainer.model)
     with contracts(record_property) as check:
-        for label, trained_model, batch, accumulation in (
-            ("accumulated", model, 2, 2),
-            ("whole", start, 4, 1),
-        ):
-            trainer = preference_trainer(
-                kind,
-                trained_model,
-                tokenizer,
-                tmp_path / label,
-                batch=batch,
-                accumulation=accumulation,
-                trainer_class=trainer_class,
-            )
-            before = trained_weights(trainer.model)
-            trainer.train()
-            check.check(
-                "optimizer_steps",
-                check_close,
-                f"{kind} optimizer steps (batch {batch} x {accumulation})",
-                trainer.state.global_step,
-                1,
-                0,
-            )
-            after = trained_weights(trainer.model)
-            steps[label] = {name: after[name] - before[name] for name in before}
         check.check(
-            "accumulation",
-            check_accumulation,
-            f"accumulation 2 ({kind})",
-            steps["accumulated"],
-            steps["whole"],
+            "optimizer_steps",
+            check_close,
+            f"{kind} optimizer steps (batch 2 x 2)",
+            trainer.state.global_step,
+            1,
+            0,
         )
+        step = {name: after[name] - before[name] for name in before}
+        check.check("accumulation", check_accumulation, f"accumulation 2 ({kind})", step, whole)
