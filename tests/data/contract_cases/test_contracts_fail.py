@@ -337,15 +337,23 @@ def test_grpo_update_contract(
 
 
 def unscaled_under_accumulation(trainer_class: type) -> type:
-    """``trainer_class`` whose loss is not divided by the accumulation steps: at
-    accumulation k each step moves the weights k times too far (trl#2615's class)."""
+    """``trainer_class`` whose loss reaches backward undivided by the accumulation steps (as
+    transformers 4.46's Trainer and trl#2615's did): at accumulation k each step moves the
+    weights k times too far, while its loss on a batch stays right."""
 
     class Unscaled(trainer_class):  # type: ignore[misc, valid-type]
-        def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
-            loss = super().compute_loss(*args, **kwargs)
-            if isinstance(loss, tuple):
-                return (loss[0] * self.args.gradient_accumulation_steps, *loss[1:])
-            return loss * self.args.gradient_accumulation_steps
+        def training_step(self, *args: Any, **kwargs: Any) -> Any:
+            backward = self.accelerator.backward
+            steps = self.args.gradient_accumulation_steps
+
+            def undivided(loss: Any, **options: Any) -> Any:
+                return backward(loss * steps, **options)
+
+            self.accelerator.backward = undivided
+            try:
+                return super().training_step(*args, **kwargs)
+            finally:
+                del self.accelerator.backward
 
     return Unscaled
 
