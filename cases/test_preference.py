@@ -139,7 +139,13 @@ def preference_trainer(
     **settings: Any,
 ) -> Any:
     """``kind``'s trainer on its 4 rows (exactly one accumulated batch), plain SGD."""
-    from _compat import make_config, tiny_run_values, tokenizer_argument
+    from _compat import (
+        make_config,
+        reward_rows_untokenized,
+        tiny_run_values,
+        tokenized_reward_rows,
+        tokenizer_argument,
+    )
     from _update import sgd_step_values
     from datasets import Dataset
 
@@ -155,10 +161,13 @@ def preference_trainer(
         **dict(spec.settings),
         **settings,
     }
+    rows = spec.rows()
+    if kind == "reward" and not reward_rows_untokenized():
+        rows = tokenized_reward_rows(rows, tokenizer)
     return trainer_class(
         model=model,
         args=make_config(config_class, values),
-        train_dataset=Dataset.from_list(spec.rows()),
+        train_dataset=Dataset.from_list(rows),
         **tokenizer_argument(trainer_class, tokenizer),
     )
 
@@ -251,7 +260,13 @@ def run_reward_update(
 
     whole = expected_whole_batch_step(trainer)
     with contracts(record_property) as check:
-        step = check_update_against(trainer, check, reference, label="reward, batch 2 x 2")
+        step = check_update_against(
+            trainer,
+            check,
+            reference,
+            label="batch 2 x 2",
+            step_name="SGD step of reward modelling",
+        )
         check.check("accumulation", check_accumulation, "accumulation 2 (reward)", step, whole)
 
 

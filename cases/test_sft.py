@@ -278,9 +278,11 @@ def sequence_starts(batch: Any, row: int, eos_token_id: int) -> list[int]:
     return [0] + [i + 1 for i, token in enumerate(ids[:-1]) if token == eos_token_id]
 
 
-def check_sft_mask(batch: Any, parts: list[list[int]], tokenizer: Any) -> int:
+def check_sft_mask(batch: Any, parts: list[list[int]], tokenizer: Any, setting_id: str) -> int:
     """Every row of the batch is labelled as the data's boundaries say (the first token
-    of a packed sequence may be either); returns how many completions the rows hold."""
+    of a packed sequence may be either); returns how many completions the rows hold.
+    ``setting_id`` (the knobs' values) is in the message: which knob broke the mask is
+    what tells one upstream break from another."""
     from _contracts import check_labels
 
     input_ids = batch["input_ids"].tolist()
@@ -290,7 +292,7 @@ def check_sft_mask(batch: Any, parts: list[list[int]], tokenizer: Any) -> int:
         expected, found = expected_mask_labels(ids, parts, tokenizer.pad_token_id)
         held += found
         check_labels(
-            f"labels of batch row {row}",
+            f"labels of batch row {row} ({setting_id})",
             row_labels,
             expected,
             may_ignore=sequence_starts(batch, row, tokenizer.eos_token_id),
@@ -362,9 +364,16 @@ def run_sft_mask(
     parts = trained_parts(data, completion_only, tokenizer)
     with contracts(record_property) as check:
         held = sum(
-            check.check("mask", check_sft_mask, batch, parts, tokenizer) or 0
+            check.check("mask", check_sft_mask, batch, parts, tokenizer, setting.id) or 0
             for batch in trainer.get_train_dataloader()
         )
         if parts:
             # Every completion of the step's rows is learned, none dropped or cut.
-            check.check("mask", check_close, "completions learned in the step", held, len(parts), 0)
+            check.check(
+                "mask",
+                check_close,
+                f"completions learned in the step ({setting.id})",
+                held,
+                len(parts),
+                0,
+            )
