@@ -5,6 +5,11 @@ Contracts: the trainer's loss on a batch equals our own next-token cross-entropy
 token cross-entropy over the whole accumulated batch (accumulation 1 and 2); and the
 labels of a batch are -100 exactly where padding or a prompt is (every variant; with
 packing, the first token of a packed sequence may be either).
+
+The mask over the knobs users turn (``test_sft_mask``, ``SFT_MASK_KNOBS`` pairwise: the
+data's format, ``completion_only_loss``, ``packing``, ``padding_free``): every batch row's
+labels learn exactly each completion or assistant turn, found in the data's own text, and
+every completion of the step is learned (``mask``).
 """
 
 from __future__ import annotations
