@@ -137,7 +137,7 @@ def trainer_settings(
     return {"args": TrainingArguments(**training), **accepted}
 
 
-def sft_arguments(output_dir: str, *, max_length: int, **overrides: Any) -> dict[str, Any]:
+def sft_arguments(output_dir: str, *, max_length: int | None, **overrides: Any) -> dict[str, Any]:
     """SFTTrainer's keyword arguments for a couple of tiny steps, in the installed trl's API."""
     from trl import SFTTrainer
 
@@ -288,3 +288,33 @@ def grpo_loss_types() -> tuple[str, ...]:
         return ("grpo",)
     documented = GRPOConfig.__doc__ or ""
     return tuple(name for name in ("grpo", "bnpo", "dr_grpo", "dapo") if f'"{name}"' in documented)
+
+
+def reward_rows_untokenized() -> bool:
+    """Does this trl's RewardTrainer tokenize preference text itself? Before trl 0.12 it
+    trained only on rows already tokenized (``input_ids_chosen``, ``attention_mask_chosen``,
+    ``input_ids_rejected``, ``attention_mask_rejected``); 0.12 to 0.2x tokenize in a module
+    function ``_tokenize``, and 1.x names those columns no more."""
+    import inspect
+
+    from trl import RewardTrainer
+
+    module = inspect.getmodule(RewardTrainer)
+    source = inspect.getsource(module) if module is not None else ""
+    return "input_ids_chosen" not in source or hasattr(module, "_tokenize")
+
+
+def tokenized_reward_rows(rows: list[dict[str, str]], tokenizer: Any) -> list[dict[str, Any]]:
+    """Preference text rows tokenized as trl before 0.12 expects them."""
+    tokenized = []
+    for row in rows:
+        chosen, rejected = tokenizer(row["chosen"]), tokenizer(row["rejected"])
+        tokenized.append(
+            {
+                "input_ids_chosen": chosen["input_ids"],
+                "attention_mask_chosen": chosen["attention_mask"],
+                "input_ids_rejected": rejected["input_ids"],
+                "attention_mask_rejected": rejected["attention_mask"],
+            }
+        )
+    return tokenized

@@ -558,3 +558,82 @@ def mean_row_loss(problem_type: str) -> Any:
         return torch.cat(rows).mean()
 
     return loss_of
+
+
+def check_update_against(
+    trainer: Any, check: Contracts, reference: Any, *, label: str, step_name: str = "SGD step"
+) -> dict[str, Any]:
+    """:func:`check_update` for a trainer whose loss is not the token cross-entropy: the
+    expected weights come from ``reference(trainer)`` (called before the step, on the
+    trainer's own model and data), and the same contracts are checked on its one step
+    (``optimizer_steps``, ``exact_update``, ``update_direction``, ``update_scale``)."""
+    before = trained_weights(trainer.model)
+    expected = reference(trainer)
+    trainer.train()
+    return check_step(trainer, check, before, expected, label=label, step_name=step_name)
+
+
+def check_step(
+    trainer: Any,
+    check: Contracts,
+    before: dict[str, Any],
+    expected: dict[str, Any],
+    *,
+    label: str,
+    step_name: str = "SGD step",
+) -> dict[str, Any]:
+    """The step's contracts once ``trainer`` trained one step from ``before``, against the
+    ``expected`` weights; returns the trainer's step (each trained weight's change).
+    ``step_name`` names it in the messages (``SGD step of DPO``)."""
+    check.check(
+        "optimizer_steps",
+        check_close,
+        f"optimizer steps ({label})",
+        trainer.state.global_step,
+        1,
+        0,
+    )
+    check.check(
+        "exact_update",
+        check_weights_equal,
+        f"weights after one {step_name} ({label}) against minus the reference gradient",
+        trainer.model,
+        expected,
+    )
+    after = trained_weights(trainer.model)
+    step = {name: after[name] - before[name] for name in before}
+    reference = {name: expected[name] - before[name] for name in before if name in expected}
+    check.check("update_direction", check_step_direction, label, step, reference)
+    check.check("update_scale", check_step_scale, label, step, reference)
+    return step
+
+
+def expected_whole_batch_step(trainer: Any) -> dict[str, Any]:
+    """Minus the gradient of ``trainer``'s own loss over its whole accumulated batch at once:
+    the step (learning rate 1) its accumulation-1 run over the same rows takes.
+
+    For :func:`check_accumulation` without a second trainer: the trainer's own dataloader
+    collates the whole batch (its batch size times the accumulation steps), its own
+    ``compute_loss`` scores it, and the gradient is taken apart from ``.grad``. Called
+    before the step.
+    """
+    import torch
+
+    size = trainer._train_batch_size
+    trainer._train_batch_size = size * trainer.args.gradient_accumulation_steps
+    try:
+        batches = list(trainer.get_train_dataloader())
+    finally:
+        trainer._train_batch_size = size
+    if len(batches) != 1:
+        raise ContractError(contract_message("batches of the whole step", len(batches), 1, 0))
+    trainer.model.train()
+    named = [(n, p) for n, p in trainer.model.named_parameters() if p.requires_grad]
+    loss = trainer.compute_loss(trainer.model, trainer._prepare_inputs(batches[0]))
+    if isinstance(loss, tuple):
+        loss = loss[0]
+    grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
+    return {
+        name: (-grad if grad is not None else torch.zeros_like(p)).detach()
+        for (name, p), grad in zip(named, grads, strict=True)
+    }

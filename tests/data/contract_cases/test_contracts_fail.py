@@ -513,3 +513,70 @@ def test_classification_contract(
     trainer_class = None if broken == "real" else trainer_summing_rows()
     setting = knob_setting(CLASSIFICATION_KNOBS, problem_type="multi_label_classification")
     run_train_classification(trainer_class, setting, tokenizer, tmp_path, record_property)
+
+
+def unscaled_under_accumulation(trainer_class: type) -> type:
+    """``trainer_class`` whose loss reaches backward undivided by the accumulation steps (as
+    transformers 4.46's Trainer and trl#2615's did): at accumulation k each step moves the
+    weights k times too far, while its loss on a batch stays right."""
+
+    class Unscaled(trainer_class):  # type: ignore[misc, valid-type]
+        def training_step(self, *args: Any, **kwargs: Any) -> Any:
+            backward = self.accelerator.backward
+            steps = self.args.gradient_accumulation_steps
+
+            def undivided(loss: Any, **options: Any) -> Any:
+                return backward(loss * steps, **options)
+
+            self.accelerator.backward = undivided
+            try:
+                return super().training_step(*args, **kwargs)
+            finally:
+                del self.accelerator.backward
+
+    return Unscaled
+
+
+@pytest.mark.operation("reward")
+@pytest.mark.parametrize("broken", ["real", "unscaled"])
+def test_reward_update_contract(
+    broken: str, tiny_model_dir: Path, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from _knobs import knob_params
+    from test_preference import REWARD_KNOBS, run_reward_update
+    from trl import RewardTrainer
+
+    setting = knob_params(REWARD_KNOBS)[0].values[0]
+    trainer_class = (
+        RewardTrainer if broken == "real" else unscaled_under_accumulation(RewardTrainer)
+    )
+    run_reward_update(trainer_class, setting, tiny_model_dir, tokenizer, tmp_path, record_property)
+
+
+@pytest.mark.operation("kto")
+@pytest.mark.parametrize("broken", ["real", "unscaled"])
+def test_preference_accumulation_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from test_preference import run_preference_accumulation
+    from trl import KTOTrainer
+
+    trainer_class = KTOTrainer if broken == "real" else unscaled_under_accumulation(KTOTrainer)
+    run_preference_accumulation(
+        trainer_class, "kto", tiny_model, tokenizer, tmp_path, record_property
+    )
+
+
+@pytest.mark.operation("sft")
+@pytest.mark.parametrize("broken", ["real", "prompt-in-labels"])
+def test_sft_mask_contract(
+    broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
+) -> None:
+    from _knobs import knob_params
+    from test_sft import SFT_MASK_KNOBS, run_sft_mask
+    from trl import SFTTrainer
+
+    # Prompt-completion data, every other knob off: the prompt must be masked.
+    setting = knob_params(SFT_MASK_KNOBS)[0].values[0]
+    trainer_class = SFTTrainer if broken == "real" else sft_prompt_trained_on()
+    run_sft_mask(trainer_class, setting, tiny_model, tokenizer, tmp_path, record_property)
