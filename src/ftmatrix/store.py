@@ -84,6 +84,15 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_id, cell_id)
     );
     """,
+    # Known issues' range proofs (ftmatrix.proofs), every one kept; the newest is shown.
+    """
+    CREATE TABLE proofs (
+        entry TEXT NOT NULL,
+        proven_at TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (entry, proven_at)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -464,3 +473,21 @@ def load_findings(path: Path) -> list[dict[str, Any]]:
         return [
             json.loads(d) for (d,) in connection.execute("SELECT data FROM findings ORDER BY id")
         ]
+
+
+def save_proof(path: Path, proof: dict[str, Any], *, proven_at: str) -> None:
+    """Keep a known issue's range proof (``EntryProof.to_dict()``) in the history."""
+    with history(path) as connection, connection:
+        connection.execute(
+            "INSERT OR REPLACE INTO proofs VALUES (?, ?, ?)",
+            (proof["entry"], proven_at, json.dumps(proof, sort_keys=True)),
+        )
+
+
+def load_proofs(path: Path) -> dict[str, dict[str, Any]]:
+    """The newest proof of each known issue in the history (entry id -> proof)."""
+    if not path.exists():
+        return {}
+    with history(path) as connection:
+        rows = connection.execute("SELECT entry, data FROM proofs ORDER BY entry, proven_at")
+        return {entry: json.loads(data) for entry, data in rows}

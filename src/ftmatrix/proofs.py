@@ -1,0 +1,231 @@
+"""Proofs of known issues' ranges: the cells at an entry's boundaries, and what they showed.
+
+An entry's ``affected`` and ``fixed-in`` are claims. For each package whose range it
+states, the proof plans the cells at the boundaries (the release before the first
+affected one, where the range has a lower bound; the first and the last affected
+release; the first fixed one), the other packages held at ``proof.hold``, and judges each
+cell by the entry's own signature: an affected cell must show it, a good one must not.
+A cell that shows the opposite contradicts the entry and is named. Pure: the runner
+(:mod:`ftmatrix.prove`) runs the cells and the store keeps the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import Version
+
+from ftmatrix.cell.records import Record
+from ftmatrix.cell.status import Status
+from ftmatrix.known_issues import KnownIssue, cell_statuses
+
+FAILS, PASSES = "fails", "passes"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundaryCell:
+    """One cell a proof runs: the package moved to ``version``, what the entry claims there."""
+
+    package: str
+    version: str
+    claim: str  # FAILS (affected) or PASSES (before the range, or fixed)
+    pins: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellVerdict:
+    """What one boundary cell showed against the entry's claim there."""
+
+    cell: BoundaryCell
+    label: str
+    observed: str  # FAILS (the entry's signature fits), PASSES (its cases pass), or why not
+
+    @property
+    def agrees(self) -> bool:
+        return self.observed == self.cell.claim
+
+    @property
+    def contradicts(self) -> bool:
+        # Only a clear opposite contradicts: a cell that did not run, or failed some
+        # other way, proves nothing either way.
+        return self.observed in (FAILS, PASSES) and self.observed != self.cell.claim
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "package": self.cell.package,
+            "version": self.cell.version,
+            "claim": self.cell.claim,
+            "pins": dict(self.cell.pins),
+            "label": self.label,
+            "observed": self.observed,
+        }
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> CellVerdict:
+        cell = BoundaryCell(
+            package=str(data["package"]),
+            version=str(data["version"]),
+            claim=str(data["claim"]),
+            pins=dict(data.get("pins") or {}),
+        )
+        return cls(cell=cell, label=str(data["label"]), observed=str(data["observed"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryProof:
+    """A proof of one entry as the history keeps it."""
+
+    entry: str
+    date: str  # YYYY-MM-DD
+    ftmatrix_version: str
+    cells: tuple[CellVerdict, ...]
+
+    @property
+    def verdict(self) -> str:
+        """proven (every cell agrees), contradicted (a cell shows the opposite), or inconclusive."""
+        if any(c.contradicts for c in self.cells):
+            return "contradicted"
+        return "proven" if self.cells and all(c.agrees for c in self.cells) else "inconclusive"
+
+    @property
+    def contradicting(self) -> tuple[CellVerdict, ...]:
+        return tuple(c for c in self.cells if c.contradicts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry": self.entry,
+            "date": self.date,
+            "ftmatrix_version": self.ftmatrix_version,
+            "verdict": self.verdict,
+            "cells": [c.to_dict() for c in self.cells],
+        }
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> EntryProof:
+        return cls(
+            entry=str(data["entry"]),
+            date=str(data["date"]),
+            ftmatrix_version=str(data.get("ftmatrix_version") or ""),
+            cells=tuple(CellVerdict.from_mapping(c) for c in data.get("cells") or ()),
+        )
+
+
+class ProofPlanError(ValueError):
+    """An entry whose boundaries cannot be planned (said why, in one line)."""
+
+
+def unprovable_reason(entry: KnownIssue) -> str | None:
+    """Why ``entry`` cannot be proven on a CPU runner, or None where it can be planned."""
+    if entry.proof.hardware != "cpu":
+        return f"needs {_article(entry.proof.hardware)} {entry.proof.hardware} GPU"
+    if entry.proof.note:
+        return entry.proof.note
+    if not entry.proof.cases:
+        return "no cases named to prove it with (proof.cases)"
+    if not any(spec is not None for spec in entry.affected.values()):
+        return "no affected range established"
+    return None
+
+
+def plan_boundaries(
+    entry: KnownIssue, releases: Callable[[str], Sequence[str]]
+) -> tuple[BoundaryCell, ...]:
+    """The cells at ``entry``'s boundaries, for each package whose range it states.
+
+    ``releases(package)`` lists the package's releases; pre-releases are left out.
+    """
+    why = unprovable_reason(entry)
+    if why is not None:
+        raise ProofPlanError(f"{entry.id}: cannot be proven here: {why}")
+    cells: list[BoundaryCell] = []
+    for package, spec in entry.affected.items():
+        if spec is None:
+            continue
+        held = {k: v for k, v in entry.proof.hold.items() if k != package}
+        for other, other_spec in entry.affected.items():
+            if other == package or other_spec is None:
+                continue
+            version = held.get(other)
+            if version is None or not other_spec.contains(Version(version), prereleases=True):
+                raise ProofPlanError(
+                    f"{entry.id}: proof.hold.{other} must be an affected release "
+                    f"({other}{other_spec}) to move {package} alone"
+                )
+        ordered = sorted(Version(v) for v in releases(package) if not Version(v).is_prerelease)
+        inside = [v for v in ordered if spec.contains(v)]
+        if not inside:
+            raise ProofPlanError(f"{entry.id}: no release of {package} is in {package}{spec}")
+        first, last = inside[0], inside[-1]
+        wanted: list[tuple[Version, str]] = []
+        before = [v for v in ordered if v < first]
+        if before and _has_lower_bound(str(spec)):
+            wanted.append((before[-1], PASSES))
+        wanted += [(first, FAILS), (last, FAILS)]
+        if package in entry.fixed_in:
+            fixed_at = Version(entry.fixed_in[package])
+            last_before_fix = [v for v in inside if v < fixed_at]
+            if last_before_fix:
+                wanted[-1] = (last_before_fix[-1], FAILS)
+            wanted.append((fixed_at, PASSES))
+        seen: set[str] = set()
+        for version, claim in wanted:
+            if str(version) in seen:
+                continue
+            seen.add(str(version))
+            cells.append(
+                BoundaryCell(
+                    package=package,
+                    version=str(version),
+                    claim=claim,
+                    pins={**held, package: str(version)},
+                )
+            )
+    return tuple(cells)
+
+
+def observe(entry: KnownIssue, records: Sequence[Record]) -> str:
+    """What one cell's records of the entry's cases show: FAILS where the entry's signature
+    fits one of them, PASSES where all passed, else what they did instead."""
+    if not records:
+        return "no records (the cell did not run its cases)"
+    cells = cell_statuses(records)
+    if any(entry.matches(r, cells.get(r.cell_id, {})) for r in records):
+        return FAILS
+    statuses = sorted({r.status.value for r in records})
+    if statuses == [Status.PASS.value]:
+        return PASSES
+    if statuses == [Status.PASS.value, Status.FAIL.value] or Status.FAIL.value in statuses:
+        return "fails with another signature: " + ", ".join(statuses)
+    return "did not show it: " + ", ".join(statuses)
+
+
+def claim_text(entry: KnownIssue, proof: EntryProof | None) -> str:
+    """The range as the report and check say it: proven, contradicted, or only claimed."""
+    fixed = ", ".join(f"{p} {v}" for p, v in entry.fixed_in.items())
+    affected = ", ".join(f"{p}{s}" for p, s in entry.affected.items() if s is not None)
+    claim = f"fixed in {fixed}" if fixed else f"affects {affected or 'an unestablished range'}"
+    why = unprovable_reason(entry)
+    if proof is None:
+        return f"{claim} (claimed, not proven: {why or 'no proof run yet'})"
+    if proof.verdict == "contradicted":
+        shown = "; ".join(
+            f"{c.cell.package} {c.cell.version} {c.observed} in {c.label}"
+            for c in proof.contradicting
+        )
+        return f"{claim} (contradicted {proof.date}: {shown})"
+    seen = ", ".join(f"{c.cell.version} {c.observed}" for c in proof.cells if c.agrees)
+    if proof.verdict == "proven":
+        return f"{claim} (proven {proof.date}: {seen})"
+    return f"{claim} (not proven {proof.date}: " + (
+        "; ".join(f"{c.cell.version} {c.observed}" for c in proof.cells if not c.agrees) + ")"
+    )
+
+
+def _has_lower_bound(spec: str) -> bool:
+    return any(part.strip().startswith((">", "==", "~=")) for part in spec.split(","))
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aefhilmnorsx" else "a"
