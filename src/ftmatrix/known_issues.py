@@ -70,7 +70,7 @@ MATCH_KEYS = (
     "parametrizations",
 )
 CONTRACT_KEYS = ("fail", "pass")
-PROOF_KEYS = ("hardware", "cases", "hold", "note")
+PROOF_KEYS = ("hardware", "cases", "hold", "oldest", "note")
 SIBLING_STATUSES = ("pass", "fail")
 BROKEN_LINE = re.compile(r"^contracts broken: (.+)$", re.MULTILINE)
 CONTRACT_METRIC = "_contract"
@@ -83,6 +83,7 @@ class Proof:
     hardware: str = "cpu"
     cases: tuple[str, ...] = ()  # case ids under the cases folder, as matrix.yaml's cases:
     hold: Mapping[str, str | None] = field(default_factory=dict)
+    oldest: Mapping[str, str] = field(default_factory=dict)  # no older release is planned
     note: str | None = None  # why it cannot be proven here, where it cannot
 
 
@@ -93,9 +94,10 @@ class KnownIssue:
     id: str
     title: str
     package: str
-    upstream: str
+    upstream: str | None  # None: no report in the owning repository exists (see seen_in)
     fix: str | None = None
     seen_in: tuple[str, ...] = ()
+    repository: str | None = None  # the owning repository (ftmatrix.repositories)
     signatures: tuple[str, ...] = ()
     exception: re.Pattern[str] | None = None
     message: re.Pattern[str] | None = None
@@ -182,6 +184,14 @@ class KnownIssue:
                 return False
         return True
 
+    @property
+    def reported(self) -> str:
+        """Where to follow it: the owning report, or that none exists and where it was seen."""
+        if self.upstream:
+            return self.upstream
+        seen = f"; seen in {', '.join(self.seen_in)}" if self.seen_in else ""
+        return f"no report in {self.repository or self.package} found{seen}"
+
     def still_failing_after_fix(self, record: Record) -> list[str]:
         """Packages at or past their 'fixed in' release in a record this entry explains."""
         installed = {canonicalize_name(k): v for k, v in record.packages.items()}
@@ -198,6 +208,7 @@ class KnownIssue:
             "title": self.title,
             "package": self.package,
             "upstream": self.upstream,
+            "reported": self.reported,
             "fix": self.fix,
             "seen_in": list(self.seen_in),
             "affected": {k: None if v is None else str(v) for k, v in self.affected.items()},
@@ -322,9 +333,16 @@ def _parse_entry(
     elif entry_id in seen:
         problems.append(f"{at}.id: {entry_id!r} is used by an earlier entry")
     seen.add(entry_id)
-    for key in ("title", "package", "upstream"):
+    for key in ("title", "package"):
         if not isinstance(item.get(key), str) or not item[key]:
             problems.append(f"{at}.{key}: missing or not text")
+    if "upstream" not in item:
+        problems.append(
+            f"{at}.upstream: missing (the owning project's report; null only where none "
+            "exists, with the threads that do under seen-in)"
+        )
+    elif item["upstream"] is None and not item.get("seen-in"):
+        problems.append(f"{at}.upstream: null needs the threads that report it under seen-in")
     workaround = item.get("workaround")
     if workaround is not None and (not isinstance(workaround, str) or not workaround.strip()):
         problems.append(f"{at}.workaround: must be text (what to do instead), got {workaround!r}")
@@ -355,8 +373,9 @@ def _parse_entry(
         id=entry_id,
         title=str(item.get("title", "")),
         package=package,
-        upstream=str(item.get("upstream", "")),
+        upstream=item["upstream"] if isinstance(item.get("upstream"), str) else None,
         fix=item.get("fix") if isinstance(item.get("fix"), str) else None,
+        repository=table.get(package),
         seen_in=tuple(str(s) for s in item.get("seen-in") or ()),
         signatures=tuple(str(s) for s in match.get("signatures") or ()),
         exception=patterns.get("exception"),
@@ -392,6 +411,8 @@ def _check_links(
             f"repositories: (known: {', '.join(sorted(table))})"
         )
     upstream = item.get("upstream")
+    if upstream is not None and not isinstance(upstream, str):
+        problems.append(f"{at}.upstream: must be a URL or null, got {upstream!r}")
     if isinstance(upstream, str) and upstream:
         where = report_repository(upstream)
         if where is None:
@@ -536,8 +557,15 @@ def _proof(raw: Any, at: str, problems: list[str]) -> Proof:
             held[str(package)] = str(version)
         except InvalidVersion:
             problems.append(f"{at}.proof.hold.{package}: {version!r} is not a version or none")
+    oldest: dict[str, str] = {}
+    for package, version in (raw.get("oldest") or {}).items():
+        try:
+            oldest[str(package)] = str(Version(str(version)))
+        except InvalidVersion:
+            problems.append(f"{at}.proof.oldest.{package}: {version!r} is not a version")
     return Proof(
         hardware=str(raw.get("hardware") or "cpu"),
+        oldest=oldest,
         cases=_strings(raw.get("cases"), f"{at}.proof.cases", problems),
         hold=held,
         note=str(raw["note"]) if raw.get("note") else None,

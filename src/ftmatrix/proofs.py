@@ -15,13 +15,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, cell_statuses
 
-FAILS, PASSES = "fails", "passes"
+# What a cell shows of an entry: its signature (fails), its cases all passing (passes), or
+# its cases failing some other way (fails otherwise: not this entry, so not affected by it).
+FAILS, PASSES, OTHERWISE = "fails", "passes", "fails otherwise"
+_CLEAR = (PASSES, OTHERWISE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,13 +48,16 @@ class CellVerdict:
 
     @property
     def agrees(self) -> bool:
-        return self.observed == self.cell.claim
+        if self.cell.claim == FAILS:
+            return self.observed == FAILS
+        return self.observed in _CLEAR
 
     @property
     def contradicts(self) -> bool:
-        # Only a clear opposite contradicts: a cell that did not run, or failed some
-        # other way, proves nothing either way.
-        return self.observed in (FAILS, PASSES) and self.observed != self.cell.claim
+        # Only a clear opposite contradicts: a cell that did not run proves nothing.
+        if self.cell.claim == FAILS:
+            return self.observed in _CLEAR
+        return self.observed == FAILS
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,8 +125,13 @@ class ProofPlanError(ValueError):
 
 def unprovable_reason(entry: KnownIssue) -> str | None:
     """Why ``entry`` cannot be proven on a CPU runner, or None where it can be planned."""
-    if entry.proof.hardware != "cpu":
-        return f"needs {_article(entry.proof.hardware)} {entry.proof.hardware} GPU"
+    hardware = entry.proof.hardware
+    if hardware != "cpu":
+        return (
+            f"needs {hardware}"
+            if hardware.endswith("GPUs")
+            else (f"needs {_article(hardware)} {hardware} GPU")
+        )
     if entry.proof.note:
         return entry.proof.note
     if not entry.proof.cases:
@@ -143,62 +155,69 @@ def plan_boundaries(
     for package, spec in entry.affected.items():
         if spec is None:
             continue
-        held = {k: v for k, v in entry.proof.hold.items() if k != package}
-        for other, other_spec in entry.affected.items():
-            if other == package or other_spec is None:
-                continue
-            version = held.get(other)
-            if version is None or not other_spec.contains(Version(version), prereleases=True):
-                raise ProofPlanError(
-                    f"{entry.id}: proof.hold.{other} must be an affected release "
-                    f"({other}{other_spec}) to move {package} alone"
-                )
-        ordered = sorted(Version(v) for v in releases(package) if not Version(v).is_prerelease)
-        inside = [v for v in ordered if spec.contains(v)]
-        if not inside:
-            raise ProofPlanError(f"{entry.id}: no release of {package} is in {package}{spec}")
-        first, last = inside[0], inside[-1]
-        wanted: list[tuple[Version, str]] = []
-        before = [v for v in ordered if v < first]
-        if before and _has_lower_bound(str(spec)):
-            wanted.append((before[-1], PASSES))
-        wanted += [(first, FAILS), (last, FAILS)]
-        if package in entry.fixed_in:
-            fixed_at = Version(entry.fixed_in[package])
-            last_before_fix = [v for v in inside if v < fixed_at]
-            if last_before_fix:
-                wanted[-1] = (last_before_fix[-1], FAILS)
-            wanted.append((fixed_at, PASSES))
+        held = _held_for(entry, package)
         seen: set[str] = set()
-        for version, claim in wanted:
-            if str(version) in seen:
-                continue
-            seen.add(str(version))
-            cells.append(
-                BoundaryCell(
-                    package=package,
-                    version=str(version),
-                    claim=claim,
-                    pins={**held, package: str(version)},
+        for version, claim in _boundaries(entry, package, spec, releases(package)):
+            if str(version) not in seen:
+                seen.add(str(version))
+                pins = {**held, package: str(version)}
+                cells.append(
+                    BoundaryCell(package=package, version=str(version), claim=claim, pins=pins)
                 )
-            )
     return tuple(cells)
+
+
+def _held_for(entry: KnownIssue, package: str) -> dict[str, str | None]:
+    """proof.hold less ``package``; every other affected package must be held affected."""
+    held = {k: v for k, v in entry.proof.hold.items() if k != package}
+    for other, other_spec in entry.affected.items():
+        if other == package or other_spec is None:
+            continue
+        version = held.get(other)
+        if version is None or not other_spec.contains(Version(version), prereleases=True):
+            raise ProofPlanError(
+                f"{entry.id}: proof.hold.{other} must be an affected release "
+                f"({other}{other_spec}) to move {package} alone"
+            )
+    return held
+
+
+def _boundaries(
+    entry: KnownIssue, package: str, spec: SpecifierSet, listed: Sequence[str]
+) -> list[tuple[Version, str]]:
+    """(version, claim) at each boundary of ``package``'s range, oldest first."""
+    ordered = sorted(Version(v) for v in listed if not Version(v).is_prerelease)
+    floor = entry.proof.oldest.get(package)
+    if floor is not None:
+        ordered = [v for v in ordered if v >= Version(floor)]
+    inside = [v for v in ordered if spec.contains(v)]
+    if not inside:
+        raise ProofPlanError(f"{entry.id}: no release of {package} is in {package}{spec}")
+    wanted: list[tuple[Version, str]] = []
+    before = [v for v in ordered if v < inside[0]]
+    if before and _has_lower_bound(str(spec)):
+        wanted.append((before[-1], PASSES))
+    wanted += [(inside[0], FAILS), (inside[-1], FAILS)]
+    if package in entry.fixed_in:
+        fixed_at = Version(entry.fixed_in[package])
+        last_before_fix = [v for v in inside if v < fixed_at]
+        if last_before_fix:
+            wanted[-1] = (last_before_fix[-1], FAILS)
+        wanted.append((fixed_at, PASSES))
+    return wanted
 
 
 def observe(entry: KnownIssue, records: Sequence[Record]) -> str:
     """What one cell's records of the entry's cases show: FAILS where the entry's signature
-    fits one of them, PASSES where all passed, else what they did instead."""
-    if not records:
-        return "no records (the cell did not run its cases)"
+    fits one of them, PASSES where all passed, OTHERWISE where they failed another way."""
+    ran = [r for r in records if r.status is Status.PASS or r.status.is_break]
+    if not ran:
+        shown = ", ".join(sorted({r.status.value for r in records})) or "no records"
+        return f"did not run its cases ({shown})"
     cells = cell_statuses(records)
-    if any(entry.matches(r, cells.get(r.cell_id, {})) for r in records):
+    if any(entry.matches(r, cells.get(r.cell_id, {})) for r in ran):
         return FAILS
-    statuses = sorted({r.status.value for r in records})
-    if statuses == [Status.PASS.value]:
-        return PASSES
-    if statuses == [Status.PASS.value, Status.FAIL.value] or Status.FAIL.value in statuses:
-        return "fails with another signature: " + ", ".join(statuses)
-    return "did not show it: " + ", ".join(statuses)
+    return PASSES if all(r.status is Status.PASS for r in ran) else OTHERWISE
 
 
 def claim_text(entry: KnownIssue, proof: EntryProof | None) -> str:

@@ -184,7 +184,12 @@ def render_markdown(
             known = (
                 "known: "
                 + "; ".join(
-                    f"{_md_link(c.id, c.upstream)} ({_md(group.claims[c.id])})"
+                    (
+                        _md_link(c.id, c.upstream)
+                        if c.upstream
+                        else f"{_md(c.id)} ({_md(c.reported)})"
+                    )
+                    + f" ({_md(group.claims[c.id])})"
                     for c in group.causes
                 )
                 if group.causes
@@ -747,8 +752,8 @@ def _cause_html(cause: KnownIssue, proven: str) -> str:
     """One known issue beside a failure group: its owning report, its range, its workaround."""
     link = (
         f'<a href="{escape(cause.upstream)}">{escape(cause.id)}</a>'
-        if cause.upstream.startswith("https://")
-        else escape(cause.id)
+        if cause.upstream and cause.upstream.startswith("https://")
+        else f"{escape(cause.id)} ({escape(cause.reported)})"
     )
     text = f"known issue {link}: {escape(cause.title)} <span class=claim>{escape(proven)}</span>"
     if cause.workaround:
@@ -760,7 +765,7 @@ def _link(cause: KnownIssue, proven: Mapping[str, str]) -> KnownIssueLink:
     return KnownIssueLink(
         id=cause.id,
         title=cause.title,
-        upstream=cause.upstream,
+        upstream=cause.reported,
         workaround=cause.workaround,
         claim=proven[cause.id],
     )
