@@ -348,8 +348,8 @@ def test_a_fixed_release_inside_the_affected_range_is_refused():
 
 # Real records of test_train_exact_update (torch 2.13.0, tests/data/accumulation_records.jsonl):
 # 4.45.2 exact at accumulation 1, off at 2 (per micro-batch mean); 4.46.3 and 4.48.1 off at
-# both by the same factor (the over-count); 4.47.0 exact at 1 and off at 2 (the doubling);
-# 4.46.1 exact at both. Every failing record has the same error signature.
+# both by the same factor (the over-count); 4.47.0 and 4.48.0 exact at 1 and off at 2 (the
+# doubling); 4.46.1 exact at both. Every failing record has the same error signature.
 ACCUMULATION = [
     Record.from_mapping(json.loads(line))
     for line in (DATA / "accumulation_records.jsonl").read_text().splitlines()
@@ -374,6 +374,7 @@ def test_which_parametrisations_fail_together_picks_the_cause_not_the_message():
         ("4.46.3", "accumulation-1"): ["transformers-num-items-over-count"],
         ("4.46.3", "accumulation-2"): ["transformers-num-items-over-count"],
         ("4.47.0", "accumulation-2"): ["transformers-accumulation-loss-doubled"],
+        ("4.48.0", "accumulation-2"): ["transformers-accumulation-loss-doubled"],
         ("4.48.1", "accumulation-1"): ["transformers-num-items-over-count"],
         ("4.48.1", "accumulation-2"): ["transformers-num-items-over-count"],
     }
@@ -396,7 +397,7 @@ def test_the_report_groups_one_signature_by_its_causes(tmp_path: Path):
     }
     assert by_cause == {
         ("transformers-num-items-over-count",): {"tf4.46.3", "tf4.48.1"},
-        ("transformers-accumulation-loss-doubled",): {"tf4.47.0"},
+        ("transformers-accumulation-loss-doubled",): {"tf4.47.0", "tf4.48.0"},
         ("transformers-accumulation-per-micro-batch",): {"tf4.45.2"},
     }
     grid = build_grid(ACCUMULATION)

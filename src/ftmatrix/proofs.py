@@ -88,6 +88,7 @@ class EntryProof:
     date: str  # YYYY-MM-DD
     ftmatrix_version: str
     cells: tuple[CellVerdict, ...]
+    claim: str = ""  # the claim it was made for (claim_key): another claim needs a new proof
 
     @property
     def verdict(self) -> str:
@@ -105,6 +106,7 @@ class EntryProof:
             "entry": self.entry,
             "date": self.date,
             "ftmatrix_version": self.ftmatrix_version,
+            "claim": self.claim,
             "verdict": self.verdict,
             "cells": [c.to_dict() for c in self.cells],
         }
@@ -116,6 +118,7 @@ class EntryProof:
             date=str(data["date"]),
             ftmatrix_version=str(data.get("ftmatrix_version") or ""),
             cells=tuple(CellVerdict.from_mapping(c) for c in data.get("cells") or ()),
+            claim=str(data.get("claim") or ""),
         )
 
 
@@ -123,10 +126,17 @@ class ProofPlanError(ValueError):
     """An entry whose boundaries cannot be planned (said why, in one line)."""
 
 
-def unprovable_reason(entry: KnownIssue) -> str | None:
-    """Why ``entry`` cannot be proven on a CPU runner, or None where it can be planned."""
+def claim_key(entry: KnownIssue) -> str:
+    """The claim a proof is of: the entry's ranges and fixed releases, as text."""
+    affected = ",".join(f"{p}{s}" for p, s in sorted(entry.affected.items()) if s is not None)
+    fixed = ",".join(f"{p}=={v}" for p, v in sorted(entry.fixed_in.items()))
+    return f"affected {affected or '-'}; fixed {fixed or '-'}"
+
+
+def unprovable_reason(entry: KnownIssue, hardware_class: str = "cpu") -> str | None:
+    """Why ``entry`` cannot be proven by cells of ``hardware_class``, or None where it can."""
     hardware = entry.proof.hardware
-    if hardware != "cpu":
+    if hardware != hardware_class:
         return (
             f"needs {hardware}"
             if hardware.endswith("GPUs")
@@ -142,13 +152,13 @@ def unprovable_reason(entry: KnownIssue) -> str | None:
 
 
 def plan_boundaries(
-    entry: KnownIssue, releases: Callable[[str], Sequence[str]]
+    entry: KnownIssue, releases: Callable[[str], Sequence[str]], *, hardware: str = "cpu"
 ) -> tuple[BoundaryCell, ...]:
     """The cells at ``entry``'s boundaries, for each package whose range it states.
 
     ``releases(package)`` lists the package's releases; pre-releases are left out.
     """
-    why = unprovable_reason(entry)
+    why = unprovable_reason(entry, hardware)
     if why is not None:
         raise ProofPlanError(f"{entry.id}: cannot be proven here: {why}")
     cells: list[BoundaryCell] = []
@@ -220,12 +230,16 @@ def observe(entry: KnownIssue, records: Sequence[Record]) -> str:
     return PASSES if all(r.status is Status.PASS for r in ran) else OTHERWISE
 
 
-def claim_text(entry: KnownIssue, proof: EntryProof | None) -> str:
-    """The range as the report and check say it: proven, contradicted, or only claimed."""
+def claim_text(entry: KnownIssue, proof: EntryProof | None, *, hardware: str = "cpu") -> str:
+    """The range as the report and check say it: proven, contradicted, or only claimed.
+
+    A proof made for another claim than the entry's now counts as none."""
     fixed = ", ".join(f"{p} {v}" for p, v in entry.fixed_in.items())
     affected = ", ".join(f"{p}{s}" for p, s in entry.affected.items() if s is not None)
     claim = f"fixed in {fixed}" if fixed else f"affects {affected or 'an unestablished range'}"
-    why = unprovable_reason(entry)
+    why = unprovable_reason(entry, hardware)
+    if proof is not None and proof.claim and proof.claim != claim_key(entry):
+        proof = None
     if proof is None:
         return f"{claim} (claimed, not proven: {why or 'no proof run yet'})"
     if proof.verdict == "contradicted":

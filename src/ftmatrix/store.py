@@ -191,13 +191,19 @@ def merge_records(path: Path, sources: Sequence[Path]) -> MergeResult:
 
 
 def merge_outputs(out_dir: Path) -> MergeResult:
-    """Merge a reports folder's record files (``records/``) and bisect findings
-    (``bisect/*/finding.json``) into its history, ``history.sqlite``."""
+    """Merge a reports folder's record files (``records/``), bisect findings
+    (``bisect/*/finding.json``) and proofs (``proofs/*/proof.json``) into its history,
+    ``history.sqlite``."""
     store = out_dir / "history.sqlite"
     merged = merge_records(store, [out_dir / "records"])
     merge_cell_runs(store, out_dir / "records")
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
         save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
+    # Known issues' range proofs (ftmatrix known-issues prove) made in this folder or
+    # downloaded into it from another job.
+    for proof_file in sorted((out_dir / "proofs").glob("*/proof.json")):
+        proof = json.loads(proof_file.read_text(encoding="utf-8"))
+        save_proof(store, proof, proven_at=str(proof.pop("proven_at", proof.get("date"))))
     return merged
 
 
