@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ from ftmatrix.proofs import (
     PASSES,
     CellVerdict,
     EntryProof,
-    ProofPlanError,
+    NotProvable,
     claim_key,
     claim_text,
     observe,
@@ -70,7 +73,7 @@ def test_the_boundaries_are_the_edges_of_the_range_and_the_fix():
 
 def test_an_entry_this_hardware_cannot_run_is_only_claimed():
     gpu = KNOWN["unsloth-grpo-mistral-logits"]
-    with pytest.raises(ProofPlanError, match="needs an l4 GPU"):
+    with pytest.raises(NotProvable, match="needs an l4 GPU"):
         plan_boundaries(gpu, releases)
     assert claim_text(gpu, None) == (
         "fixed in unsloth 2025.3.1 (claimed, not proven: needs an l4 GPU)"
@@ -215,3 +218,46 @@ def test_stale_proofs_are_proven_again():
         "cells": [{"package": "transformers", "version": "5.10.1"}],
     }
     assert stale_entries([open_range], {"open": seen}, releases) == [open_range]
+
+
+def test_check_says_whether_the_fixed_release_is_proven(tmp_path: Path):
+    """A real ``ftmatrix check`` against a results.json whose report held a proof."""
+    cells = plan_boundaries(DOUBLED, releases)
+    observed = [OTHERWISE, FAILS, FAILS, OTHERWISE]
+    proof = EntryProof(
+        entry=DOUBLED.id,
+        date="2026-11-27",
+        ftmatrix_version="0.1.0",
+        cells=tuple(
+            CellVerdict(cell=c, label=c.version, observed=o)
+            for c, o in zip(cells, observed, strict=True)
+        ),
+        claim=claim_key(DOUBLED),
+    )
+    known = list(KNOWN.values())
+    groups = failure_groups(RECORDS, known, proofs={DOUBLED.id: proof})
+    results = tmp_path / "results.json"
+    results.write_text(render_json(build_grid(RECORDS), groups))
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "check", "--freeze", "-", "--results", str(results)]
+        + ["--operation", "train"],
+        input="torch==2.13.0+cpu\ntransformers==4.47.0\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")},
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 1, ran.stderr
+    lines = ran.stdout.splitlines()
+    at = lines.index(
+        "  known issue transformers-accumulation-loss-doubled: " + DOUBLED.title + " "
+        "https://github.com/huggingface/transformers/issues/35663"
+    )
+    assert lines[at + 1] == (
+        "    fixed in transformers 4.48.1 (proven 2026-11-27: 4.46.3 fails otherwise, 4.47.0 "
+        "fails, 4.48.0 fails, 4.48.1 fails otherwise)"
+    )
+    # The over-count's title, link and workaround are nowhere beside 4.47.0's reds.
+    assert "46204" not in ran.stdout and "transformers-num-items-over-count" not in ran.stdout

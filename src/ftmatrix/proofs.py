@@ -122,7 +122,7 @@ class EntryProof:
         )
 
 
-class ProofPlanError(ValueError):
+class NotProvable(ValueError):
     """An entry whose boundaries cannot be planned (said why, in one line)."""
 
 
@@ -160,7 +160,7 @@ def plan_boundaries(
     """
     why = unprovable_reason(entry, hardware)
     if why is not None:
-        raise ProofPlanError(f"{entry.id}: cannot be proven here: {why}")
+        raise NotProvable(f"{entry.id}: cannot be proven here: {why}")
     cells: list[BoundaryCell] = []
     for package, spec in entry.affected.items():
         if spec is None:
@@ -185,7 +185,7 @@ def _held_for(entry: KnownIssue, package: str) -> dict[str, str | None]:
             continue
         version = held.get(other)
         if version is None or not other_spec.contains(Version(version), prereleases=True):
-            raise ProofPlanError(
+            raise NotProvable(
                 f"{entry.id}: proof.hold.{other} must be an affected release "
                 f"({other}{other_spec}) to move {package} alone"
             )
@@ -202,7 +202,7 @@ def _boundaries(
         ordered = [v for v in ordered if v >= Version(floor)]
     inside = [v for v in ordered if spec.contains(v)]
     if not inside:
-        raise ProofPlanError(f"{entry.id}: no release of {package} is in {package}{spec}")
+        raise NotProvable(f"{entry.id}: no release of {package} is in {package}{spec}")
     wanted: list[tuple[Version, str]] = []
     before = [v for v in ordered if v < inside[0]]
     if before and _has_lower_bound(str(spec)):

@@ -32,7 +32,7 @@ from ftmatrix.proofs import (
     BoundaryCell,
     CellVerdict,
     EntryProof,
-    ProofPlanError,
+    NotProvable,
     claim_key,
     claim_text,
     observe,
@@ -106,7 +106,7 @@ def prove_entries(
             continue
         try:
             cells = plan_boundaries(entry, releases, hardware=setup.hardware.name)
-        except ProofPlanError as exc:
+        except NotProvable as exc:
             log(f"[ftmatrix] {exc}")
             continue
         new = [c for c in cells if _key(entry, c) not in ran]
