@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import DATA
 
 from ftmatrix.cell.records import Record
 from ftmatrix.check.results import parse_results
-from ftmatrix.known_issues import load_known_issues, parse_known_issues
+from ftmatrix.known_issues import MATCH_KEYS, load_known_issues, parse_known_issues
 from ftmatrix.proofs import (
     FAILS,
     OTHERWISE,
@@ -261,3 +262,27 @@ def test_check_says_whether_the_fixed_release_is_proven(tmp_path: Path):
     )
     # The over-count's title, link and workaround are nowhere beside 4.47.0's reds.
     assert "46204" not in ran.stdout and "transformers-num-items-over-count" not in ran.stdout
+
+
+def test_the_guide_shows_the_shipped_entry_and_what_prove_prints():
+    """docs/guides/known-issues.md: its example is the shipped entry, its table names every
+    match key, and the proof line is what a proof of those verdicts prints."""
+    guide = (Path(__file__).parent.parent / "docs" / "guides" / "known-issues.md").read_text()
+    example = guide.split("```yaml\n", 1)[1].split("```", 1)[0]
+    shipped = yaml.safe_load((Path(__file__).parent.parent / "known_issues.yaml").read_text())
+    assert yaml.safe_load(example) == [e for e in shipped if e["id"] == DOUBLED.id]
+    for key in MATCH_KEYS:
+        assert f"| `{key}`" in guide or f", `{key}`" in guide, key
+    cells = plan_boundaries(DOUBLED, releases)
+    proof = EntryProof(
+        entry=DOUBLED.id,
+        date="2026-11-27",
+        ftmatrix_version="0.1.0",
+        cells=tuple(
+            CellVerdict(cell=c, label=c.version, observed=o)
+            for c, o in zip(cells, [OTHERWISE, FAILS, FAILS, OTHERWISE], strict=True)
+        ),
+        claim=claim_key(DOUBLED),
+    )
+    assert f"[ftmatrix] {DOUBLED.id}: proven: {claim_text(DOUBLED, proof)}\n" in guide
+    assert f"    {claim_text(KNOWN['unsloth-grpo-mistral-logits'], None)}\n" in guide
