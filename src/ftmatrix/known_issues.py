@@ -70,7 +70,7 @@ MATCH_KEYS = (
     "parametrizations",
 )
 CONTRACT_KEYS = ("fail", "pass")
-PROOF_KEYS = ("hardware", "cases", "hold", "support", "oldest", "note")
+PROOF_KEYS = ("hardware", "cases", "hold", "support", "vary", "oldest", "note")
 SIBLING_STATUSES = ("pass", "fail")
 BROKEN_LINE = re.compile(r"^contracts broken: (.+)$", re.MULTILINE)
 CONTRACT_METRIC = "_contract"
@@ -84,6 +84,7 @@ class Proof:
     cases: tuple[str, ...] = ()  # case ids under the cases folder, as matrix.yaml's cases:
     hold: Mapping[str, str | None] = field(default_factory=dict)
     support: tuple[str, ...] = ()  # installed at what the resolver picks, as matrix.yaml's
+    vary: tuple[str, ...] = ()  # the packages whose boundaries are run (default: every range)
     oldest: Mapping[str, str] = field(default_factory=dict)  # no older release is planned
     note: str | None = None  # why it cannot be proven here, where it cannot
 
@@ -569,6 +570,7 @@ def _proof(raw: Any, at: str, problems: list[str]) -> Proof:
         oldest=oldest,
         cases=_strings(raw.get("cases"), f"{at}.proof.cases", problems),
         support=_strings(raw.get("support"), f"{at}.proof.support", problems),
+        vary=_strings(raw.get("vary"), f"{at}.proof.vary", problems),
         hold=held,
         note=str(raw["note"]) if raw.get("note") else None,
     )

@@ -163,7 +163,7 @@ def plan_boundaries(
         raise NotProvable(f"{entry.id}: cannot be proven here: {why}")
     cells: list[BoundaryCell] = []
     for package, spec in entry.affected.items():
-        if spec is None:
+        if spec is None or (entry.proof.vary and package not in entry.proof.vary):
             continue
         held = _held_for(entry, package)
         seen: set[str] = set()
