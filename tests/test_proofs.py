@@ -30,6 +30,7 @@ from ftmatrix.proofs import (
 from ftmatrix.prove import keep_proof, newest_proofs, stale_entries
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import build_grid
+from ftmatrix.report.publish import restore_history, write_site
 from ftmatrix.report.render import check_results, render_json
 from ftmatrix.store import load_proofs, merge_outputs
 
@@ -286,3 +287,23 @@ def test_the_guide_shows_the_shipped_entry_and_what_prove_prints():
     )
     assert f"[ftmatrix] {DOUBLED.id}: proven: {claim_text(DOUBLED, proof)}\n" in guide
     assert f"    {claim_text(KNOWN['unsloth-grpo-mistral-logits'], None)}\n" in guide
+
+
+def test_a_lost_history_gets_its_proofs_back_from_the_published_copy(tmp_path: Path):
+    """The nightly proves again only what is stale: the proofs travel in history.jsonl."""
+    cells = plan_boundaries(DOUBLED, releases)
+    proof = EntryProof(
+        entry=DOUBLED.id,
+        date="2026-11-27",
+        ftmatrix_version="0.1.0",
+        cells=tuple(CellVerdict(cell=c, label=c.version, observed=FAILS) for c in cells),
+        claim=claim_key(DOUBLED),
+    )
+    out = tmp_path / "out"
+    keep_proof(out, proof, proven_at="2026-11-27T04:00:00+00:00")
+    site = write_site(out)
+    lost = tmp_path / "lost" / "history.sqlite"
+    restore_history(str(site / "history.jsonl"), lost)
+    restored = load_proofs(lost)[DOUBLED.id]
+    assert EntryProof.from_mapping(restored) == proof
+    assert restored["proven_at"] == "2026-11-27T04:00:00+00:00"

@@ -486,7 +486,11 @@ def save_proof(path: Path, proof: dict[str, Any], *, proven_at: str) -> None:
     with history(path) as connection, connection:
         connection.execute(
             "INSERT OR REPLACE INTO proofs VALUES (?, ?, ?)",
-            (proof["entry"], proven_at, json.dumps(proof, sort_keys=True)),
+            (
+                proof["entry"],
+                proven_at,
+                json.dumps({**proof, "proven_at": proven_at}, sort_keys=True),
+            ),
         )
 
 
