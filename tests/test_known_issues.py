@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from conftest import DATA, make_record
+from packaging.specifiers import SpecifierSet
 
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.status import Status
@@ -385,6 +387,17 @@ def test_a_shape_no_entry_claims_is_unexplained_never_a_neighbours():
     # 1 passes, so the over-count does not fit: unexplained.
     without = [e for e in KNOWN if e.id != "transformers-accumulation-loss-doubled"]
     assert causes_by_release(ACCUMULATION, without)[("4.47.0", "accumulation-2")] == []
+    # Even with the over-count's range as it was claimed before (4.46.0 to 5.10.1, which
+    # holds 4.47.0 and 4.48.0), the shape keeps it off the doubling's reds.
+    wide = [
+        dataclasses.replace(e, packages={"transformers": SpecifierSet(">=4.46.0,<5.10.1")})
+        if e.id == "transformers-num-items-over-count"
+        else e
+        for e in without
+    ]
+    causes = causes_by_release(ACCUMULATION, wide)
+    assert causes[("4.47.0", "accumulation-2")] == causes[("4.48.0", "accumulation-2")] == []
+    assert causes[("4.46.3", "accumulation-1")] == ["transformers-num-items-over-count"]
     # A parametrisation that did not run cannot show the shape.
     alone = [r for r in ACCUMULATION if r.case.endswith("[accumulation-1]")]
     assert causes_by_release(alone)[("4.46.3", "accumulation-1")] == []
