@@ -248,11 +248,17 @@ def claim_text(entry: KnownIssue, proof: EntryProof | None, *, hardware: str = "
             for c in proof.contradicting
         )
         return f"{claim} (contradicted {proof.date}: {shown})"
-    seen = ", ".join(f"{c.cell.version} {c.observed}" for c in proof.cells if c.agrees)
+    # The package beside each version where the proof moved more than one.
+    named = len({c.cell.package for c in proof.cells}) > 1
+
+    def shown(c: CellVerdict) -> str:
+        return f"{c.cell.package} {c.cell.version}" if named else c.cell.version
+
+    seen = ", ".join(f"{shown(c)} {c.observed}" for c in proof.cells if c.agrees)
     if proof.verdict == "proven":
         return f"{claim} (proven {proof.date}: {seen})"
     return f"{claim} (not proven {proof.date}: " + (
-        "; ".join(f"{c.cell.version} {c.observed}" for c in proof.cells if not c.agrees) + ")"
+        "; ".join(f"{shown(c)} {c.observed}" for c in proof.cells if not c.agrees) + ")"
     )
 
 
