@@ -243,22 +243,22 @@ def claim_text(entry: KnownIssue, proof: EntryProof | None, *, hardware: str = "
     if proof is None:
         return f"{claim} (claimed, not proven: {why or 'no proof run yet'})"
     if proof.verdict == "contradicted":
-        shown = "; ".join(
+        against = "; ".join(
             f"{c.cell.package} {c.cell.version} {c.observed} in {c.label}"
             for c in proof.contradicting
         )
-        return f"{claim} (contradicted {proof.date}: {shown})"
+        return f"{claim} (contradicted {proof.date}: {against})"
     # The package beside each version where the proof moved more than one.
     named = len({c.cell.package for c in proof.cells}) > 1
 
-    def shown(c: CellVerdict) -> str:
+    def where(c: CellVerdict) -> str:
         return f"{c.cell.package} {c.cell.version}" if named else c.cell.version
 
-    seen = ", ".join(f"{shown(c)} {c.observed}" for c in proof.cells if c.agrees)
+    seen = ", ".join(f"{where(c)} {c.observed}" for c in proof.cells if c.agrees)
     if proof.verdict == "proven":
         return f"{claim} (proven {proof.date}: {seen})"
     return f"{claim} (not proven {proof.date}: " + (
-        "; ".join(f"{shown(c)} {c.observed}" for c in proof.cells if not c.agrees) + ")"
+        "; ".join(f"{where(c)} {c.observed}" for c in proof.cells if not c.agrees) + ")"
     )
 
 
