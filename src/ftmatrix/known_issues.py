@@ -114,16 +114,24 @@ class KnownIssue:
     workaround: str | None = None
     proof: Proof = field(default_factory=Proof)
 
-    def matches(self, record: Record, siblings: Mapping[str, Status] | None = None) -> bool:
+    def matches(
+        self,
+        record: Record,
+        siblings: Mapping[str, Status] | None = None,
+        *,
+        in_range: bool = True,
+    ) -> bool:
         """Does this entry explain ``record``'s failure? ``siblings``: the statuses of the
-        other cases of the record's cell (case id -> status), for the parametrisation rule."""
+        other cases of the record's cell (case id -> status), for the parametrisation rule.
+        ``in_range=False`` asks only whether the failure has the entry's shape, wherever the
+        packages are: how a proof tests the claimed range itself."""
         if not record.status.is_break:  # never our case's error, never a status without a run
             return False
         if record.signature and record.signature in self.signatures:
             return True
         return (
             self._patterns_match(record)
-            and self._packages_match(record)
+            and (not in_range or self._packages_match(record))
             and self._case_matches(record)
             and self._contracts_fit(record)
             and self._parametrizations_fit(record, siblings or {})
