@@ -101,7 +101,8 @@ def test_a_failure_already_bisected_or_known_is_not_bisected_again():
             {
                 "id": "trl-x",
                 "title": "t",
-                "upstream": "https://u",
+                "package": "trl",
+                "upstream": "https://github.com/huggingface/trl/issues/9",
                 "match": {"signatures": ["sig-c"]},
             }
         ],

@@ -314,6 +314,7 @@ def test_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
             "exception_type": "ImportError",
             "message": "peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have",
             "known_issue": "peft-hybridcache-removed",
+            "known_issues": ["peft-hybridcache-removed"],
         }
     ]
     (passing,) = verdict["nearest_passing"]

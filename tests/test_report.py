@@ -114,7 +114,8 @@ def test_failures_group_by_signature_and_link_known_issues():
             {
                 "id": "k1",
                 "title": "t",
-                "upstream": "https://github.com/o/r/issues/1",
+                "package": "trl",
+                "upstream": "https://github.com/huggingface/trl/issues/1",
                 "match": {"message": "boom", "packages": {"trl": ">=0"}},
                 "fixed-in": {"trl": "1.0.0"},
             }
@@ -137,14 +138,14 @@ def test_failures_group_by_signature_and_link_known_issues():
     )
     finding = {"case": "test_sft.py::test_sft", "axis": "trl", "first_bad": "0.19.0"}
     groups = failure_groups([*same, other, make_record()], known, [finding])
-    assert [(g.key, len(g.records)) for g in groups] == [("s1", 3), ("s2", 1)]
+    assert [(g.key, len(g.records)) for g in groups] == [("s1 ~ k1", 3), ("s2", 1)]
     assert groups[0].known is not None and groups[0].known.id == "k1"
     assert groups[0].late_fixes == ("trl 1.16.0 (fixed in 1.0.0)",)
     assert groups[0].first_bad == (finding,)
     assert groups[1].known is None
     page = render_html(build_grid([*same, other]), generated_at=NOW, groups=groups)
-    assert '<a href="https://github.com/o/r/issues/1">k1</a>' in page
-    assert "<strong class=new>new</strong>" in page
+    assert '<a href="https://github.com/huggingface/trl/issues/1">k1</a>' in page
+    assert "<strong class=new>unexplained</strong>" in page
 
 
 def test_changes_between_the_two_newest_runs_name_the_packages_that_moved():
@@ -587,6 +588,7 @@ def test_the_job_summary_shows_hostile_text_as_text():
     known = KnownIssue(
         id="k [x](javascript:alert(3))",
         title="t",
+        package="trl",
         upstream="javascript:alert(4)",
         message=re.compile("img"),
     )
@@ -614,8 +616,14 @@ def test_the_job_summary_shows_hostile_text_as_text():
 
 
 def test_a_known_issue_links_only_to_a_web_page(tmp_path: Path):
-    entry = {"id": "k", "title": "t", "upstream": "javascript:alert(1)", "match": {"message": "x"}}
-    with pytest.raises(ConfigError, match=r"k\.yaml.*upstream: 'javascript:alert\(1\)' is not an"):
+    entry = {
+        "id": "k",
+        "title": "t",
+        "package": "trl",
+        "upstream": "javascript:alert(1)",
+        "match": {"message": "x"},
+    }
+    with pytest.raises(ConfigError, match=r"k\.yaml.*upstream: 'javascript:alert\(1\)' is not a"):
         parse_known_issues([entry], source="k.yaml")
 
 

@@ -31,6 +31,7 @@ from ftmatrix.errors import ExitCode, FatalError, UsageError
 from ftmatrix.init import add_init_parser, run_init
 from ftmatrix.pipeline import Loaded, load, plan_for_python, report, resolve_cells, run_nox
 from ftmatrix.planview import plan_json, print_plan, show_plan
+from ftmatrix.prove import add_known_issues_parser, run_known_issues
 from ftmatrix.report.planned import PLAN_FILE, write_plan
 from ftmatrix.report.publish import restore_history
 from ftmatrix.settings import Settings
@@ -201,6 +202,11 @@ def _autobisect(args: argparse.Namespace, call: _Call) -> int:
     return ExitCode.OK
 
 
+def _known_issues(args: argparse.Namespace, call: _Call) -> int:
+    at = call.settings()
+    return run_known_issues(args, settings=at, matrix=call.matrix(at), env=call.env, now=call.now)
+
+
 def _wheelhouse(args: argparse.Namespace, call: _Call) -> int:
     """Plan the matrix for the runner's Python, then gather the wheels of its cells."""
     if not re.fullmatch(r"3\.\d+", args.python):
@@ -239,6 +245,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, _Call], int]] = {
     "ci-matrix": _ci_matrix,
     "plan": _plan,
     "run": _run,
+    "known-issues": _known_issues,
 }
 
 
@@ -325,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a job for every cell: reuse no earlier result (as FTMATRIX_REUSE=0)",
     )
     add_check_parser(sub)
+    add_known_issues_parser(sub)
     house = sub.add_parser(
         "wheelhouse",
         help="download every wheel the selected cells need, for an offline runner",

@@ -2,7 +2,7 @@
 
 ``from ftmatrix.sessions import *`` in a repository's noxfile.py gives it one
 ``matrix(LABEL)`` session per cell of its matrix.yaml and the chores (plan,
-report, bisect, autobisect, wheelhouse). nox registers a session when its
+report, bisect, autobisect, known-issues, wheelhouse). nox registers a session when its
 function is decorated, so importing this module is what adds them.
 
 Thin wiring only: every decision lives in the ``ftmatrix`` package. The cells come
@@ -51,7 +51,7 @@ from ftmatrix.runner import CellContext, run_cell, worker_count
 from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
 
-__all__ = ["autobisect", "bisect", "matrix", "plan", "report", "wheelhouse"]
+__all__ = ["autobisect", "bisect", "known_issues", "matrix", "plan", "report", "wheelhouse"]
 
 # Session.parallel (whether nox's parallel scheduler runs this session): 2026.10.20.
 nox.needs_version = ">=2026.10.20"
@@ -363,6 +363,16 @@ def autobisect(session: nox.Session) -> None:
     overrides the budget. Findings go to the history; `nox -s report` shows them.
     """
     run_cli(session, "autobisect")
+
+
+@nox.session(python=False, name="known-issues")
+def known_issues(session: nox.Session) -> None:
+    """Prove known_issues.yaml's ranges by the cells at each entry's boundaries.
+
+    ``nox -s known-issues -- prove [ID ...]`` (``--stale``: only missing or outdated proofs,
+    within the bisect budget). Proofs go to the history; ``nox -s report`` shows them.
+    """
+    run_cli(session, "known-issues")
 
 
 @nox.session(python=False)

@@ -113,6 +113,15 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO cell_run_times
     SELECT cell_id, run_id, {_RAN_AT} FROM records GROUP BY cell_id, run_id;
     """,
+    # Known issues' range proofs (ftmatrix.proofs), every one kept; the newest is shown.
+    """
+    CREATE TABLE proofs (
+        entry TEXT NOT NULL,
+        proven_at TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (entry, proven_at)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -211,13 +220,19 @@ def merge_records(path: Path, sources: Sequence[Path]) -> MergeResult:
 
 
 def merge_outputs(out_dir: Path) -> MergeResult:
-    """Merge a reports folder's record files (``records/``) and bisect findings
-    (``bisect/*/finding.json``) into its history, ``history.sqlite``."""
+    """Merge a reports folder's record files (``records/``), bisect findings
+    (``bisect/*/finding.json``) and proofs (``proofs/*/proof.json``) into its history,
+    ``history.sqlite``."""
     store = out_dir / "history.sqlite"
     merged = merge_records(store, [out_dir / "records"])
     merge_cell_runs(store, out_dir / "records")
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
         save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
+    # Known issues' range proofs (ftmatrix known-issues prove) made in this folder or
+    # downloaded into it from another job.
+    for proof_file in sorted((out_dir / "proofs").glob("*/proof.json")):
+        proof = json.loads(proof_file.read_text(encoding="utf-8"))
+        save_proof(store, proof, proven_at=str(proof.pop("proven_at", proof.get("date"))))
     return merged
 
 
@@ -498,3 +513,25 @@ def load_findings(path: Path) -> list[dict[str, Any]]:
         return [
             json.loads(d) for (d,) in connection.execute("SELECT data FROM findings ORDER BY id")
         ]
+
+
+def save_proof(path: Path, proof: dict[str, Any], *, proven_at: str) -> None:
+    """Keep a known issue's range proof (``EntryProof.to_dict()``) in the history."""
+    with history(path) as connection, connection:
+        connection.execute(
+            "INSERT OR REPLACE INTO proofs VALUES (?, ?, ?)",
+            (
+                proof["entry"],
+                proven_at,
+                json.dumps({**proof, "proven_at": proven_at}, sort_keys=True),
+            ),
+        )
+
+
+def load_proofs(path: Path) -> dict[str, dict[str, Any]]:
+    """The newest proof of each known issue in the history (entry id -> proof)."""
+    if not path.exists():
+        return {}
+    with history(path) as connection:
+        rows = connection.execute("SELECT entry, data FROM proofs ORDER BY entry, proven_at")
+        return {entry: json.loads(data) for entry, data in rows}

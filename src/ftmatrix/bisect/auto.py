@@ -28,7 +28,7 @@ from ftmatrix.bisect.cells import BisectRequest
 from ftmatrix.bisect.search import BisectError, BisectFinding, BisectOutcome, Step, releases_between
 from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
 from ftmatrix.cell.status import Status
-from ftmatrix.known_issues import KnownIssue, explain
+from ftmatrix.known_issues import KnownIssue, cell_statuses, explain
 from ftmatrix.versions import parse_version
 
 
@@ -163,6 +163,7 @@ def choose_bisects(
         if record.status is Status.PASS and not record.flaky:
             where = (record.hardware_class, record.python, record.case)
             passing.setdefault(where, []).append(record)
+    cells = cell_statuses(latest)
     groups: dict[str, list[Record]] = {}
     for record in sorted(breaks, key=lambda r: (r.cell_label, r.case)):
         key = record.signature or f"{record.status.value}|{record.case}"
@@ -181,17 +182,23 @@ def choose_bisects(
         what = f"{first.case} in {first.cell_label}" + (
             f" and {len(members) - 1} more" if len(members) > 1 else ""
         )
-        entry = next((e for r in members if (e := explain(r, known)) is not None), None)
-        if entry is not None:
-            left_out.append(LeftOut(what=what, kind="known", reason=f"known issue {entry.id}"))
+        # Only the members no entry's signature fits are new: one explained record of a
+        # signature explains none of the others.
+        explained = [e for r in members if (e := explain(r, known, cells)) is not None]
+        unexplained = [r for r in members if explain(r, known, cells) is None]
+        if not unexplained:
+            left_out.append(
+                LeftOut(what=what, kind="known", reason=f"known issue {explained[0].id}")
+            )
             continue
+        first = unexplained[0]
         done = next(
             (f for f in findings if first.signature and f.get("signature") == first.signature), None
         )
         if done is not None:
             left_out.append(LeftOut(what=what, kind="bisected", reason=_finding_text(done)))
             continue
-        options, why = _options(members, passing, findings, listing)
+        options, why = _options(unexplained, passing, findings, listing)
         if not options:
             left_out.append(LeftOut(what=what, kind=why[0], reason=why[1]))
             continue

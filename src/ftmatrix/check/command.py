@@ -219,6 +219,8 @@ def _verdict_text(verdict: StackVerdict, report: CheckReport) -> list[str]:
     for issue, labels in verdict.known_issues:
         where = "" if verdict.exact else f" (in {', '.join(labels[:SHOWN])})"
         lines.append(f"  known issue {issue.id}: {issue.title} {issue.upstream}{where}")
+        if issue.claim:
+            lines.append(f"    {issue.claim}")
         if issue.workaround:
             lines.append(f"    workaround: {issue.workaround}")
     lines += [

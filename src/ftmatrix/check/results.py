@@ -34,6 +34,7 @@ class KnownIssueLink:
     title: str
     upstream: str
     workaround: str | None = None
+    claim: str | None = None  # its range: "fixed in X (proven DATE: ...)" or "(claimed, ...)"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class KnownIssueLink:
             "title": self.title,
             "upstream": self.upstream,
             "workaround": self.workaround,
+            "claim": self.claim,
         }
 
 
@@ -51,15 +53,21 @@ class Results:
     source: str
     runs: tuple[str, ...]
     records: tuple[Record, ...]
-    known: Mapping[str, KnownIssueLink] = field(default_factory=dict)  # group key -> issue
+    # member_key(cell id, case) -> the known issues whose signature fits that record
+    known: Mapping[str, tuple[KnownIssueLink, ...]] = field(default_factory=dict)
     blame: Mapping[str, str] = field(default_factory=dict)  # group key -> who is to blame
     constraints: tuple[ConstraintSet, ...] = ()
 
-    def known_issue(self, record: Record) -> KnownIssueLink | None:
-        return self.known.get(group_key(record))
+    def known_issues(self, record: Record) -> tuple[KnownIssueLink, ...]:
+        return self.known.get(member_key(record.cell_id, record.case), ())
 
     def blamed(self, record: Record) -> str | None:
         return self.blame.get(group_key(record))
+
+
+def member_key(cell_id: str, case: str) -> str:
+    """A record's place among the groups' members: its cell and case."""
+    return f"{cell_id}::{case}"
 
 
 def group_key(record: Record) -> str:
@@ -103,22 +111,18 @@ def parse_results(payload: Any, *, source: str) -> Results:
     runs = payload.get("runs") or []
     if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
         raise UsageError(f"{what}: 'runs' is not a list of run ids, got {shown(runs)}")
-    known: dict[str, KnownIssueLink] = {}
+    known: dict[str, tuple[KnownIssueLink, ...]] = {}
     blame: dict[str, str] = {}
     for group in payload.get("failure_groups") or []:
         key = group.get("key") if isinstance(group, dict) else None
         if not isinstance(key, str):
             continue
-        issue = group.get("known_issue")
-        if isinstance(issue, dict) and issue.get("id"):
-            known[key] = KnownIssueLink(
-                id=str(issue["id"]),
-                title=str(issue.get("title") or ""),
-                upstream=str(issue.get("upstream") or ""),
-                workaround=issue.get("workaround"),
-            )
+        links = _links(group)
+        if links:
+            for member in _members(group, records):
+                known[member] = links
         if group.get("blame"):
-            blame[key] = str(group["blame"])
+            blame[key.split(" ~ ", 1)[0]] = str(group["blame"])
     return results_of(
         records,
         source=source,
@@ -128,12 +132,42 @@ def parse_results(payload: Any, *, source: str) -> Results:
     )
 
 
+def _links(group: Mapping[str, Any]) -> tuple[KnownIssueLink, ...]:
+    """A group's known issues (``known_issues``; an older report's single ``known_issue``)."""
+    issues = group.get("known_issues")
+    if not isinstance(issues, list):
+        issues = [group.get("known_issue")]
+    return tuple(
+        KnownIssueLink(
+            id=str(issue["id"]),
+            title=str(issue.get("title") or ""),
+            upstream=str(issue.get("upstream") or ""),
+            workaround=issue.get("workaround"),
+            claim=issue.get("claim") if isinstance(issue.get("claim"), str) else None,
+        )
+        for issue in issues
+        if isinstance(issue, dict) and issue.get("id")
+    )
+
+
+def _members(group: Mapping[str, Any], records: Sequence[Record]) -> list[str]:
+    """The member keys of a group: its ``members``, or (an older report) every record of
+    its signature."""
+    members = group.get("members")
+    if isinstance(members, list):
+        return [
+            member_key(str(m[0]), str(m[1])) for m in members if isinstance(m, list) and len(m) == 2
+        ]
+    key = group.get("key")
+    return [member_key(r.cell_id, r.case) for r in records if group_key(r) == key]
+
+
 def results_of(
     records: Sequence[Record],
     *,
     source: str,
     runs: Sequence[str] = (),
-    known: Mapping[str, KnownIssueLink] | None = None,
+    known: Mapping[str, tuple[KnownIssueLink, ...]] | None = None,
     blame: Mapping[str, str] | None = None,
 ) -> Results:
     """The results of a report's records, whether read from its results.json or held by

@@ -453,9 +453,9 @@ def match_issues(match: Match, results: Results) -> list[KnownIssueLink]:
     """The known issues the cell's problems are linked to, each once, in record order."""
     found: dict[str, KnownIssueLink] = {}
     for record in match.records:
-        issue = results.known_issue(record) if record.status in PROBLEM_STATUSES else None
-        if issue is not None:
-            found.setdefault(issue.id, issue)
+        if record.status in PROBLEM_STATUSES:
+            for issue in results.known_issues(record):
+                found.setdefault(issue.id, issue)
     return list(found.values())
 
 
@@ -619,14 +619,15 @@ def _value(version: str | None) -> str:
 
 
 def _case_dict(record: Record, results: Results) -> dict[str, Any]:
-    issue = results.known_issue(record) if record.status in PROBLEM_STATUSES else None
+    issues = results.known_issues(record) if record.status in PROBLEM_STATUSES else ()
     return {
         "case": record.case,
         "status": record.status.value,
         "flaky": record.flaky,
         "exception_type": record.root_exception_type or record.exception_type,
         "message": case_message(record, results) or None,
-        "known_issue": issue.id if issue else None,
+        "known_issue": issues[0].id if issues else None,
+        "known_issues": [i.id for i in issues],
     }
 
 

@@ -1,22 +1,28 @@
 """Failures grouped by cause: one group per signature (or whole-cell reason).
 
-Each group knows the known issue that explains it, if any (and the fixed releases
-that still fail), and the first-bad versions bisection found for its cases. Its
+Each group knows the known issues whose signature fits it (none: unexplained; several:
+causes that overlap in its cells), the fixed releases that still fail, and the first-bad
+versions bisection found for its cases. Records of one error signature that different
+entries explain (or none) are separate groups: no record borrows another's explanation. Its
 message is the root cause's (the innermost error, not a wrapper's), and it names the
 package to blame where the trace shows it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.signature import blame
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
-from ftmatrix.known_issues import KnownIssue
+from ftmatrix.known_issues import KnownIssue, cell_statuses, explain_all
 from ftmatrix.messages import root_message
+from ftmatrix.proofs import EntryProof, claim_text
+
+# Between a group's signature and the ids of the entries that explain it, in its key.
+CAUSE_SEPARATOR = " ~ "
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,10 +34,21 @@ class FailureGroup:
     exception_type: str | None
     message: str
     records: tuple[Record, ...]
-    known: KnownIssue | None
+    causes: tuple[KnownIssue, ...]
+    claims: Mapping[str, str]  # cause id -> its range, proven or only claimed
     late_fixes: tuple[str, ...]
     first_bad: tuple[dict[str, Any], ...]
     blame: str | None = None  # "peft 0.17.1 imports HybridCache, which transformers ..."
+
+    @property
+    def known(self) -> KnownIssue | None:
+        """The first known issue that explains the group; None: unexplained."""
+        return self.causes[0] if self.causes else None
+
+    @property
+    def signature_key(self) -> str:
+        """The error signature (or whole-cell reason) the group's records share."""
+        return self.key.split(CAUSE_SEPARATOR, 1)[0]
 
     @property
     def versions(self) -> dict[str, list[str]]:
@@ -47,19 +64,28 @@ def failure_groups(
     records: Iterable[Record],
     known: Sequence[KnownIssue] = (),
     findings: Sequence[dict[str, Any]] = (),
+    proofs: Mapping[str, EntryProof] | None = None,
 ) -> list[FailureGroup]:
     """Group the framework breaks among ``records`` by cause, largest group first."""
+    records = list(records)
+    cells = cell_statuses(records)
     buckets: dict[str, list[Record]] = {}
+    causes: dict[str, tuple[KnownIssue, ...]] = {}
     for record in records:
         if record.status not in PROBLEM_STATUSES:
             continue
+        entries = explain_all(record, known, cells)
         key = record.signature or f"{record.status.value}: {(record.reason or '')[:200]}"
+        if entries:
+            key += CAUSE_SEPARATOR + "+".join(e.id for e in entries)
         buckets.setdefault(key, []).append(record)
+        causes[key] = entries
     groups = []
     for key, members in buckets.items():
         first = members[0]
-        entry = next((e for e in known if e.matches(first)), None)
-        late = sorted({x for r in members if entry for x in entry.still_failing_after_fix(r)})
+        late = sorted(
+            {x for r in members for e in causes[key] for x in e.still_failing_after_fix(r)}
+        )
         cases = {r.case for r in members}
         groups.append(
             FailureGroup(
@@ -68,7 +94,8 @@ def failure_groups(
                 exception_type=first.root_exception_type or first.exception_type,
                 message=root_message(first),
                 records=tuple(sorted(members, key=lambda r: (r.cell_label, r.case))),
-                known=entry,
+                causes=causes[key],
+                claims={c.id: claim_text(c, (proofs or {}).get(c.id)) for c in causes[key]},
                 late_fixes=tuple(late),
                 first_bad=tuple(f for f in findings if f.get("case") in cases),
                 blame=_blame(members),

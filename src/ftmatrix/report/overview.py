@@ -91,9 +91,9 @@ def render_headline(
             f'<li><a href="#group={group_id(g)}" data-group="{group_id(g)}">'
             f"{len(g.records)} &times; {escape(_cause_text(g))}</a>"
             + (
-                f" <span class=known>known: {escape(g.known.id)}</span>"
-                if g.known
-                else " <strong class=new>new</strong>"
+                f" <span class=known>known: {escape(', '.join(c.id for c in g.causes))}</span>"
+                if g.causes
+                else " <strong class=new>unexplained</strong>"
             )
             + "</li>"
             for g in groups[:3]

@@ -19,7 +19,15 @@ from ftmatrix.cell.records import RUN_ID_RULE, Record, is_run_id
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError
-from ftmatrix.store import load_cell_runs, load_findings, load_history, restore, save_finding
+from ftmatrix.store import (
+    load_cell_runs,
+    load_findings,
+    load_history,
+    load_proofs,
+    restore,
+    save_finding,
+    save_proof,
+)
 
 SITE = "site"
 HISTORY_FILE = "history.jsonl"
@@ -59,6 +67,9 @@ def published_history(store: Path) -> Iterator[dict[str, Any]]:
         yield {"record": record.published().to_dict()}
     for finding in load_findings(store):
         yield {"finding": clean_paths_in(finding)}
+    # Each known issue's newest range proof: the nightly proves again only what is stale.
+    for proof in load_proofs(store).values():
+        yield {"proof": clean_paths_in(proof)}
     # What each cell's run was run with: without it, no restored cell is ever reused.
     for run_id, cell_id, data in load_cell_runs(store):
         yield {"cell_run": {"run_id": run_id, "cell_id": cell_id, "data": clean_paths_in(data)}}
@@ -70,14 +81,37 @@ def restore_history(source: str, store: Path, *, timeout: float = 120) -> tuple[
     one keeps its raw text. :class:`ftmatrix.download.NotFound` where nothing is published."""
     what = f"restore-history {source}"
     text = read_text(source, what, timeout=timeout, kind=f"a {HISTORY_FILE}")
-    records, findings, cell_runs = _parse_history(text, what)
+    records, findings, cell_runs, proofs = _parse_history(text, what)
     added = restore(store, records, cell_runs)
+    held = load_proofs(store)
+    for proof in proofs:  # a proof the history has (or a newer one) is kept as it is
+        kept = held.get(str(proof["entry"]))
+        if kept is None or str(kept.get("proven_at")) < str(proof["proven_at"]):
+            save_proof(store, proof, proven_at=str(proof["proven_at"]))
     return added, sum(save_finding(store, finding) for finding in findings)
+
+
+def _cell_run(run: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """A history line's cell run, checked: its run id, cell id and data."""
+    if not (
+        isinstance(run.get("run_id"), str)
+        and isinstance(run.get("cell_id"), str)
+        and isinstance(run.get("data"), dict)
+    ):
+        raise ValueError("a cell run names its run_id, cell_id and data")
+    if not is_run_id(run["run_id"]):
+        raise ValueError(f"cell run: run id {run['run_id']!r} is not {RUN_ID_RULE}")
+    return run["run_id"], run["cell_id"], run["data"]
 
 
 def _parse_history(
     text: str, what: str
-) -> tuple[list[Record], list[dict[str, Any]], list[tuple[str, str, dict[str, Any]]]]:
+) -> tuple[
+    list[Record],
+    list[dict[str, Any]],
+    list[tuple[str, str, dict[str, Any]]],
+    list[dict[str, Any]],
+]:
     lines = text.splitlines()
     try:
         header = json.loads(lines[0]) if lines else None
@@ -92,6 +126,7 @@ def _parse_history(
     records: list[Record] = []
     findings: list[dict[str, Any]] = []
     cell_runs: list[tuple[str, str, dict[str, Any]]] = []
+    proofs: list[dict[str, Any]] = []
     for number, line in enumerate(lines[1:], start=2):
         try:
             item = json.loads(line)
@@ -103,19 +138,18 @@ def _parse_history(
                     raise ValueError("a finding names its case and axis")
                 findings.append(finding)
             elif isinstance(item, dict) and isinstance(item.get("cell_run"), dict):
-                run = item["cell_run"]
-                if not (
-                    isinstance(run.get("run_id"), str)
-                    and isinstance(run.get("cell_id"), str)
-                    and isinstance(run.get("data"), dict)
-                ):
-                    raise ValueError("a cell run names its run_id, cell_id and data")
-                if not is_run_id(run["run_id"]):
-                    raise ValueError(f"cell run: run id {run['run_id']!r} is not {RUN_ID_RULE}")
-                cell_runs.append((run["run_id"], run["cell_id"], run["data"]))
+                cell_runs.append(_cell_run(item["cell_run"]))
+            elif isinstance(item, dict) and isinstance(item.get("proof"), dict):
+                proof = item["proof"]
+                if not {"entry", "proven_at", "cells"} <= proof.keys():
+                    raise ValueError("a proof names its entry, proven_at and cells")
+                proofs.append(proof)
             else:
-                raise ValueError('neither {"record": ...}, {"finding": ...} nor {"cell_run": ...}')
+                raise ValueError(
+                    'neither {"record": ...}, {"finding": ...}, {"cell_run": ...} nor '
+                    '{"proof": ...}'
+                )
         except (json.JSONDecodeError, RecursionError, ValueError, TypeError) as exc:
             reason = "not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)
             raise UsageError(f"{what}: line {number}: {reason}; nothing was restored") from None
-    return records, findings, cell_runs
+    return records, findings, cell_runs, proofs

@@ -25,11 +25,12 @@ from typing import Any
 from ftmatrix.cell.records import WHOLE_CELL, Record, write_atomically
 from ftmatrix.cell.signature import clean_paths, clean_paths_in
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
-from ftmatrix.check.results import KnownIssueLink, Results, results_of
+from ftmatrix.check.results import KnownIssueLink, Results, member_key, results_of
 from ftmatrix.check.verdict import lookup_table
 from ftmatrix.constraints import write_constraints
-from ftmatrix.known_issues import load_known_issues
+from ftmatrix.known_issues import KnownIssue, load_known_issues
 from ftmatrix.messages import conflict_summary, headline
+from ftmatrix.proofs import EntryProof
 from ftmatrix.report.changes import StatusChange, changes_since_previous
 from ftmatrix.report.failures import FailureGroup, failure_groups
 from ftmatrix.report.grid import (
@@ -51,7 +52,7 @@ from ftmatrix.report.grid import (
 )
 from ftmatrix.report.installability import FINDING_WORDS, read_installability
 from ftmatrix.report.overview import group_id, render_compatibility, render_headline, render_hud
-from ftmatrix.store import load_findings, newest_records, pass_rate_table
+from ftmatrix.store import load_findings, load_proofs, newest_records, pass_rate_table
 
 STATUS_COLOURS = {
     # Colour-blind-safe pairs (Okabe-Ito based); the status text is always shown too.
@@ -181,9 +182,18 @@ def render_markdown(
         for group in groups:
             first = headline(group.message)
             known = (
-                "known: " + _md_link(group.known.id, group.known.upstream)
-                if group.known
-                else "**new**"
+                "known: "
+                + "; ".join(
+                    (
+                        _md_link(c.id, c.upstream)
+                        if c.upstream
+                        else f"{_md(c.id)} ({_md(c.reported)})"
+                    )
+                    + f" ({_md(group.claims[c.id])})"
+                    for c in group.causes
+                )
+                if group.causes
+                else "**unexplained**"
             )
             lines.append(
                 f"- {len(group.records)} x {group.status.value} {known}: {_md(first[:200])}"
@@ -232,7 +242,9 @@ def render_json(
                 "cells": [r.cell_label for r in g.records],
                 "cases": sorted({r.case for r in g.records}),
                 "versions": g.versions,
-                "known_issue": g.known.to_dict() if g.known else None,
+                "known_issue": _cause(g.known, g.claims) if g.known else None,
+                "known_issues": [_cause(c, g.claims) for c in g.causes],
+                "members": [[r.cell_id, r.case] for r in g.records],
                 "fixed_release_still_fails": list(g.late_fixes),
                 "first_bad": list(g.first_bad),
             }
@@ -283,7 +295,8 @@ def render_report(
     grid = build_grid(plain)
     known = load_known_issues(known_issues) if known_issues else ()
     findings = [clean_paths_in(f) for f in load_findings(store)]  # published too
-    groups = failure_groups(grid.records, known, findings)
+    proofs = {k: EntryProof.from_mapping(v) for k, v in load_proofs(store).items()}
+    groups = failure_groups(grid.records, known, findings, proofs)
     changes = changes_since_previous(
         [
             r
@@ -676,17 +689,12 @@ def _groups(groups: Sequence[FailureGroup]) -> str:
     sections = []
     for group in groups:
         first = headline(group.message)
-        if group.known:
-            link = (
-                f'<a href="{escape(group.known.upstream)}">{escape(group.known.id)}</a>'
-                if group.known.upstream.startswith("https://")
-                else escape(group.known.id)
-            )
-            known = f"known issue {link}: {escape(group.known.title)}"
-            if group.known.workaround:
-                known += f" <em>Workaround: {escape(group.known.workaround)}</em>"
+        if group.causes:
+            known = "".join(_cause_html(c, group.claims[c.id]) for c in group.causes)
         else:
-            known = "<strong class=new>new</strong>: no known issue explains it"
+            known = (
+                "<p><strong class=new>unexplained</strong>: no known issue's signature fits it</p>"
+            )
         late = (
             f"<p class=late>Still failing after its fix: {escape(', '.join(group.late_fixes))}</p>"
             if group.late_fixes
@@ -710,12 +718,39 @@ def _groups(groups: Sequence[FailureGroup]) -> str:
             f"{len(group.records)} x "
             f"<code>{escape(group.exception_type or '')}</code> {escape(first[:300])}</h3>"
             + (f"<p class=blame>{escape(group.blame)}</p>" if group.blame else "")
-            + f"<p>{known}</p>{late}<p class=versions>Versions: {versions}</p>"
+            + f"{known}{late}<p class=versions>Versions: {versions}</p>"
             + (f"<ul class=first-bad>{bad}</ul>" if bad else "")
             + f"<details><summary>{len(group.records)} cells</summary><ul>{cells}</ul></details>"
             "</section>"
         )
     return "<h2>Failures by cause</h2>" + "".join(sections)
+
+
+def _cause_html(cause: KnownIssue, proven: str) -> str:
+    """One known issue beside a failure group: its owning report, its range, its workaround."""
+    link = (
+        f'<a href="{escape(cause.upstream)}">{escape(cause.id)}</a>'
+        if cause.upstream and cause.upstream.startswith("https://")
+        else f"{escape(cause.id)} ({escape(cause.reported)})"
+    )
+    text = f"known issue {link}: {escape(cause.title)} <span class=claim>{escape(proven)}</span>"
+    if cause.workaround:
+        text += f" <em>Workaround: {escape(cause.workaround)}</em>"
+    return f"<p class=cause>{text}</p>"
+
+
+def _link(cause: KnownIssue, proven: Mapping[str, str]) -> KnownIssueLink:
+    return KnownIssueLink(
+        id=cause.id,
+        title=cause.title,
+        upstream=cause.reported,
+        workaround=cause.workaround,
+        claim=proven[cause.id],
+    )
+
+
+def _cause(cause: KnownIssue, proven: Mapping[str, str]) -> dict[str, Any]:
+    return {**cause.to_dict(), "claim": proven[cause.id]}
 
 
 def _trend(trend: dict[str, list[tuple[str, float]]]) -> str:
@@ -748,16 +783,12 @@ def check_results(grid: Grid, groups: Sequence[FailureGroup]) -> Results:
         source="results.json",
         runs=grid.runs,
         known={
-            g.key: KnownIssueLink(
-                id=g.known.id,
-                title=g.known.title,
-                upstream=g.known.upstream,
-                workaround=g.known.workaround,
-            )
+            member_key(r.cell_id, r.case): tuple(_link(c, g.claims) for c in g.causes)
             for g in groups
-            if g.known
+            for r in g.records
+            if g.causes
         },
-        blame={g.key: g.blame for g in groups if g.blame},
+        blame={g.signature_key: g.blame for g in groups if g.blame},
     )
 
 

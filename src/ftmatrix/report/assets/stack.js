@@ -422,6 +422,7 @@
       var issue = found.issue;
       var where = v.exact ? "" : " (in " + found.labels.slice(0, SHOWN).join(", ") + ")";
       lines.push("  known issue " + issue.id + ": " + issue.title + " " + issue.upstream + where);
+      if (issue.claim) { lines.push("    " + issue.claim); }
       if (issue.workaround) { lines.push("    workaround: " + issue.workaround); }
     });
     v.constraints.forEach(function (c) { lines.push(c.line); });
