@@ -29,7 +29,7 @@ from ftmatrix.download import NotFound
 from ftmatrix.errors import ExitCode, FatalError, UsageError
 from ftmatrix.init import add_init_parser, run_init
 from ftmatrix.pipeline import Loaded, load, plan_for_python, report, resolve_cells, run_nox
-from ftmatrix.planview import plan_json, print_plan, show_plan
+from ftmatrix.planview import interpreters_of, plan_json, print_plan, show_plan
 from ftmatrix.report.planned import PLAN_FILE, write_plan
 from ftmatrix.report.publish import restore_history
 from ftmatrix.settings import Settings
@@ -128,7 +128,7 @@ def _plan(args: argparse.Namespace, call: _Call) -> int:
 def _run(args: argparse.Namespace, call: _Call) -> int:
     loaded = call.load(select=args.select)
     extra = call.extra[1:] if call.extra[:1] == ["--"] else call.extra
-    print_plan(loaded, sys.stdout)
+    print_plan(loaded, sys.stdout, interpreters=interpreters_of(loaded, call.env))
     return ExitCode.OK if run_nox(loaded, call.env, extra, root=call.root) == 0 else ExitCode.FAILED
 
 

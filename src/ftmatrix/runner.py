@@ -142,6 +142,25 @@ def run_cell(
             progress.cell_finished()
 
 
+def record_cell_cannot_start(
+    cell: Cell, ctx: CellContext, reason: str, *, log: Log = print
+) -> list[Record]:
+    """The one record of a cell whose environment cannot even be made (no interpreter for
+    its Python here): an ``install-error``, not done, so a later run tries it again."""
+    with owning_cell(record_path(ctx.out_dir, ctx.run_id, cell.id), cell.label, ctx.run_id):
+        run = _CellRun(
+            cell=cell,
+            ctx=ctx,
+            files=_CellFiles(record_path(ctx.out_dir, ctx.run_id, cell.id), cell.id),
+            log=log,
+            started=_now(),
+            fingerprint=probe_hardware(ctx.env),
+        )
+        run.files.clear()
+        run.say(f"install-error: {reason}")
+        return run.whole_cell(Status.INSTALL_ERROR, reason=reason, done=False)
+
+
 @contextlib.contextmanager
 def owning_cell(records: Path, label: str, run_id: str) -> Iterator[None]:
     """Hold the cell's files in run ``run_id`` for this process, or refuse: RunBusyError.
@@ -600,6 +619,11 @@ def pytest_command(
         "--ftmatrix-record",
         str(record_file),
         "--rootdir",
+        str(cases_dir),
+        # Only the cases folder's own conftest.py files: one in a folder above it (a shared
+        # /tmp, a parent checkout) is code nobody asked to run in the cell. pytest loads
+        # conftests up to the ini file's folder, and with no ini (os.devnull) from the root.
+        "--confcutdir",
         str(cases_dir),
         # Our own repository's pytest settings must not leak into a user's cases.
         "-c",

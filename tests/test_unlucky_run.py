@@ -1,0 +1,114 @@
+"""An unlucky run: what a cell meets on the way (a Python the machine lacks, code above the
+cases folder, a case that kills the process watching it, damaged records, a report made
+while the run goes on), through real nox, uv and pytest, by both entry points.
+
+Slow tier: real venvs (six only, from uv's cache) and real subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.interpreters import find_interpreters
+from ftmatrix.runner import current_python
+
+ROOT = Path(__file__).parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def absent_python() -> str | None:
+    """A Python version a matrix accepts that this machine has no interpreter for."""
+    candidates = [f"3.{minor}" for minor in range(9, 16)]
+    found = find_interpreters(candidates, os.environ)
+    return next((v for v in candidates if found[v].path is None), None)
+
+
+def run(entry: str, folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``ftmatrix run`` or ``nox -s matrix`` over ``folder``'s matrix.yaml and cases/."""
+    variables = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(folder / "matrix.yaml"),
+        "FTMATRIX_CASES": str(folder / "cases"),
+        "FTMATRIX_OUT": str(folder / "out"),
+        **env,
+    }
+    if entry == "cli":
+        command = [sys.executable, "-m", "ftmatrix", "run", *args]
+    else:
+        command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+        command += ["--envdir", str(folder / ".nox"), "-s", "matrix", *args]
+    return subprocess.run(
+        command, env=variables, cwd=folder, capture_output=True, text=True, check=False, timeout=600
+    )
+
+
+def records_of(out: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted((out / "records").rglob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def write_matrix(folder: Path, pythons: list[str], case_seconds: int = 60) -> None:
+    (folder / "matrix.yaml").write_text(
+        f"python: {json.dumps(pythons)}\n"
+        'packages:\n  six: ["1.17.0"]\n'
+        f"timeouts: {{case: {case_seconds}, cell: 300}}\n"
+    )
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_cases_never_runs(
+    tmp_path: Path, entry: str
+) -> None:
+    missing = absent_python()
+    if missing is None:
+        pytest.skip("this machine has an interpreter for every Python 3.9 to 3.15")
+    # A conftest.py above the cases folder (a shared /tmp, a parent checkout): it would
+    # leave a file behind and end the cell's pytest if it ran.
+    (tmp_path / "conftest.py").write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('ABOVE_RAN').write_text('ran')\n"
+        "raise SystemExit('a conftest.py above the cases folder ran')\n"
+    )
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "conftest.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('OWN_RAN').write_text('ran')\n"
+    )
+    (cases / "test_a.py").write_text("def test_ok():\n    assert True\n")
+    write_matrix(tmp_path, [current_python(), missing])
+
+    planned = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "plan", "--json"],
+        env={**os.environ, "FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml")},
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    plan = json.loads(planned.stdout)
+    assert plan["interpreters"]["found"][missing] is None
+    assert plan["interpreters"]["found"][current_python()]
+
+    ran = run(entry, tmp_path)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert f"no Python {missing} on this machine" in output
+    assert "Failed to download" not in output  # no interpreter is ever downloaded
+    by_python = {r["python"]: r for r in records_of(tmp_path / "out")}
+    assert by_python[current_python()]["status"] == "pass"
+    stuck = by_python[missing]
+    assert (stuck["status"], stuck["case"]) == ("install-error", "*")
+    assert f"no Python {missing} on this machine" in stuck["reason"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "1 pass, 1 install-error" in summary
+    assert not (tmp_path / "ABOVE_RAN").exists()
+    assert (cases / "OWN_RAN").exists()
