@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,137 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
     assert "1 pass, 1 install-error" in summary
     assert not (tmp_path / "ABOVE_RAN").exists()
     assert (cases / "OWN_RAN").exists()
+
+
+PARENT_KILLERS = """
+import os
+import signal
+
+
+def test_a_kills_its_parent():
+    os.kill(os.getppid(), signal.SIGKILL)
+
+
+def test_b_terminates_its_parent():
+    os.kill(os.getppid(), signal.SIGTERM)
+
+
+def test_c_healthy():
+    assert True
+"""
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_case_that_kills_its_parent_is_a_crash_and_the_run_goes_on(
+    tmp_path: Path, entry: str
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_parents.py").write_text(PARENT_KILLERS)
+    write_matrix(tmp_path, [current_python()])
+    run_id = {"FTMATRIX_RUN_ID": "20261127T000000Z"}
+
+    ran = run(entry, tmp_path, **run_id)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0, output[-4000:]
+    found = {r["case"].split("::")[-1]: r for r in records_of(tmp_path / "out")}
+    assert {case: r["status"] for case, r in found.items()} == {
+        "test_a_kills_its_parent": "crash",
+        "test_b_terminates_its_parent": "crash",
+        "test_c_healthy": "pass",
+    }
+    assert found["test_a_kills_its_parent"]["message"] == (
+        "the process died during the case: signal SIGKILL"
+    )
+    assert found["test_b_terminates_its_parent"]["message"] == (
+        "the process died during the case: signal SIGTERM"
+    )
+    assert "1 pass, 2 crash" in (tmp_path / "out" / "summary.md").read_text()
+
+    resumed = run(entry, tmp_path, **run_id, FTMATRIX_RESUME="1")
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    assert "nothing to resume" in resumed.stdout + resumed.stderr
+
+
+WAITS_FOR_THE_TEST = """
+import os
+import time
+from pathlib import Path
+
+
+def test_a_done():
+    assert True
+
+
+def test_b_waits():
+    go = Path(os.environ["FTMATRIX_TEST_STATE"]) / "go"
+    deadline = time.monotonic() + 120
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+"""
+
+
+def report_now(folder: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """``ftmatrix report`` from another terminal, as a user would run it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report", "--out", str(folder / "out")],
+        env=env, cwd=folder, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return ran, json.loads((folder / "out" / "results.json").read_text())
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_report_built_while_the_run_goes_on_says_it_is_in_progress(
+    tmp_path: Path, entry: str
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_wait.py").write_text(WAITS_FOR_THE_TEST)
+    write_matrix(tmp_path, [current_python()])
+    state = tmp_path / "state"
+    state.mkdir()
+    run_id = "20261127T010000Z"
+    if entry == "cli":
+        command = [sys.executable, "-m", "ftmatrix", "run"]
+    else:
+        command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+        command += ["--envdir", str(tmp_path / ".nox"), "-s", "matrix"]
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml"),
+        "FTMATRIX_CASES": str(tmp_path / "cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+        "FTMATRIX_RUN_ID": run_id,
+        "FTMATRIX_TEST_STATE": str(state),
+    }
+    running = subprocess.Popen(
+        command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not any(
+            "test_b_waits" in p.read_text(errors="replace")
+            for p in (tmp_path / "out").rglob("*.jsonl.current")
+        ):
+            assert running.poll() is None and time.monotonic() < deadline, "test_b never started"
+            time.sleep(0.2)
+        ran, results = report_now(tmp_path)
+        assert ran.returncode == 0, ran.stderr
+        ((progress),) = results["in_progress"]
+        assert progress["run_id"] == run_id
+        assert progress["running"] == [f"cpu-py{current_python()}-six1.17.0"]
+        summary = (tmp_path / "out" / "summary.md").read_text()
+        assert f"**run {run_id} is in progress: this report is partial" in summary
+        assert (
+            "is in progress: this report is partial"
+            in (tmp_path / "out" / "index.html").read_text()
+        )
+    finally:
+        (state / "go").touch()
+        output, _ = running.communicate(timeout=240)
+    assert running.returncode == 0, output[-4000:]
+    # The report the run built itself at its end is whole, not 'in progress'.
+    assert "in progress" not in (tmp_path / "out" / "summary.md").read_text()
+    ran, results = report_now(tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert results["in_progress"] == []
+    assert "in progress" not in (tmp_path / "out" / "summary.md").read_text()

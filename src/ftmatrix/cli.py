@@ -133,15 +133,19 @@ def _run(args: argparse.Namespace, call: _Call) -> int:
 
 
 def _report(args: argparse.Namespace, call: _Call) -> int:
-    written, missing = report(call.settings(), now=call.now)
+    written, missing, unreadable = report(call.settings(), now=call.now, env=call.env)
     print(written)
     if missing:  # the report is written and shows them; the night still failed
         sys.stderr.write(
             f"ftmatrix: {len(missing)} planned cell(s) produced no records, so no verdict "
             f"(see {PLAN_FILE}): " + ", ".join(missing) + "\n"
         )
-        return ExitCode.FAILED
-    return ExitCode.OK
+    if unreadable:  # shown in the report too; the lines stay where they are
+        sys.stderr.write(
+            f"ftmatrix: {len(unreadable)} record line(s) could not be read (a resumed run "
+            "keeps them apart and runs their cases again): " + "; ".join(unreadable) + "\n"
+        )
+    return ExitCode.FAILED if missing or unreadable else ExitCode.OK
 
 
 def _restore_history(args: argparse.Namespace, call: _Call) -> int:

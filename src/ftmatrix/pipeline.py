@@ -45,6 +45,7 @@ from ftmatrix.resolve import (
     with_test_runners,
 )
 from ftmatrix.reuse import Decision, EarlierRun, cases_key, earlier_runs, plan_decisions
+from ftmatrix.run_progress import IN_RUN_VARIABLE, note_planned, run_going_on, runs_in_progress
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
@@ -320,10 +321,14 @@ def plan_for_python(
     return matrix, cells
 
 
-def report(settings: Settings, *, now: datetime) -> tuple[str, list[str]]:
+def report(
+    settings: Settings, *, now: datetime, env: Mapping[str, str] | None = None
+) -> tuple[str, list[str], list[str]]:
     """The last stage: the run's records merged into the history, the report rendered from
-    it and the site to publish written. What was written, and the planned cells that
-    produced no records (the report shows them; the night still failed)."""
+    it and the site to publish written. What was written, the planned cells that produced
+    no records and the record lines that could not be read (the report shows both; the
+    night still failed). A run still going on (``env`` tells the run that builds its own
+    report) is said to be in progress."""
     with one_report_at_a_time(settings.out):
         merged = merge_outputs(settings.out)
         missing = cells_without_records(settings.out)
@@ -333,13 +338,14 @@ def report(settings: Settings, *, now: datetime) -> tuple[str, list[str]]:
             problems=merged.problems,
             known_issues=known_issues_file(settings),
             missing=missing,
+            in_progress=runs_in_progress(settings.out / "records", env or {}),
         )
         site = write_site(settings.out)
     written = (
         f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
         f"{len(grid.rows)} cells); to publish: {site}"
     )
-    return written, missing
+    return written, missing, list(merged.problems)
 
 
 # What a repository's noxfile imports to have the matrix sessions (ftmatrix init writes it).
@@ -367,6 +373,7 @@ def run_nox(
     child_env = {
         **env,
         "FTMATRIX_RUN_ID": settings.run_id,
+        IN_RUN_VARIABLE: settings.run_id,
         "FTMATRIX_MATRIX": str(settings.matrix.resolve()),
         "FTMATRIX_CASES": str(settings.cases.resolve()),
         "FTMATRIX_OUT": str(settings.out.resolve()),
@@ -374,7 +381,12 @@ def run_nox(
     if loaded.matrix.install.system_packages:
         # The host is this interpreter, whichever Python the nox found on PATH runs on.
         child_env.setdefault(HOST_PYTHON_VARIABLE, sys.executable)
-    return subprocess.run(command, env=child_env, check=False).returncode
+    # The run's cells, and its lock for as long as it lasts: a report built meanwhile says
+    # which cells have not finished.
+    run_folder = settings.out / "records" / settings.run_id
+    note_planned(run_folder, {cell.id: cell.label for cell in loaded.selected})
+    with run_going_on(run_folder):
+        return subprocess.run(command, env=child_env, check=False).returncode
 
 
 def _noxfile(folder: Path) -> Path:

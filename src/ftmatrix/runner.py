@@ -43,9 +43,11 @@ from ftmatrix.cell.records import (
     CellRecordFile,
     Record,
     collected_cases_path,
+    compact_records,
     current_case_path,
     isolated_cases_path,
     operation_from_path,
+    quarantine_path,
     record_path,
     redact,
     write_atomically,
@@ -208,6 +210,13 @@ def _run_cell(
     run.say(f"cell {cell.id}, run {ctx.run_id}")
     if not ctx.resume:
         run.files.clear()
+    elif damaged := compact_records(run.files.records):
+        # Lines that cannot be read (torn, damaged): kept apart, and their cases run again.
+        run.say(
+            f"{damaged} unreadable record line(s) moved to "
+            f"{quarantine_path(run.files.records)}; the cases without a record run again"
+        )
+        run.files.done.unlink(missing_ok=True)
 
     # 1. This machine: it can stand for the cell's hardware class, or the cell is a skip.
     gap = hardware_class_gap(ctx.hardware_class, run.fingerprint)

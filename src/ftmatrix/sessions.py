@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import nox
 
@@ -38,6 +38,7 @@ from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
 from ftmatrix.progress import Progress
+from ftmatrix.run_progress import IN_RUN_VARIABLE, hold_run, note_planned
 from ftmatrix.runner import (
     CellContext,
     current_python,
@@ -110,6 +111,8 @@ if LISTED.loaded is not None:
     # Children that nox starts for parallel sessions (-j) load this file again:
     # they must join this run, not start their own.
     os.environ["FTMATRIX_RUN_ID"] = LISTED.loaded.settings.run_id
+    # The report this nox builds (its last cell, or the report session) is of its own run.
+    os.environ[IN_RUN_VARIABLE] = LISTED.loaded.settings.run_id
 PROGRESS = Progress(
     len(LISTED.loaded.selected) if LISTED.loaded else 0, sys.stdout, live=sys.stdout.isatty()
 )
@@ -204,6 +207,9 @@ def run_matrix_cell(
         threads=context.torch_threads_each(),
     )
     run_folder = record_path(loaded.settings.out, loaded.settings.run_id, cell.id).parent
+    if not HELD_RUNS:  # from this nox's first cell to its end: the run goes on
+        HELD_RUNS.append(hold_run(run_folder))
+    note_planned(run_folder, {cell.id: cell.label})
     with cell_running(run_folder) as end:
         if cannot_start is not None:  # no venv was made (no interpreter): recorded, counted
             records = record_cell_cannot_start(cell, context, cannot_start, log=session.log)
@@ -228,6 +234,11 @@ def run_matrix_cell(
         session.error(f"{cell.label}: no verdict: {problem}")
     if not session.parallel:
         session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
+
+
+# The run's lock, held by this process once it ran a cell (run_progress): a report built
+# meanwhile, between two cells of `nox -j 1`, says the run is in progress.
+HELD_RUNS: list[IO[str]] = []
 
 
 def cell_context(

@@ -33,9 +33,11 @@ from ftmatrix.cell.records import (
     Record,
     case_starts_path,
     collected_cases_path,
+    compact_records,
     current_case_path,
     first_tries_path,
     isolated_cases_path,
+    quarantine_path,
     read_records,
     redact,
     worker_case_paths,
@@ -56,6 +58,21 @@ PYTEST_EXIT_CODES = {0, 1, 2, 3, 4, 5}
 PYTEST_NORMAL_ENDS = {0, 1, 5}
 # Tells the plugin that this pytest runs one case alone, where an isolated case may run.
 ALONE_ARG = "--ftmatrix-alone"
+# The keeper: the cases' pytest's parent, between it and the supervisor. A case that kills
+# its parent (os.getppid()) kills the keeper, never the supervisor (the nox session, and
+# with it the whole run): the keeper's death takes its pytest with it (the death signal it
+# asked for), and the supervisor records the case as it records any process death. The
+# keeper ends as its pytest ended: its exit code, or the signal that killed it.
+KEEPER = """
+import ctypes, os, signal, subprocess, sys
+libc = ctypes.CDLL(None)
+child = subprocess.Popen(sys.argv[1:], preexec_fn=lambda: libc.prctl(1, signal.SIGKILL))
+code = child.wait()
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,8 +197,19 @@ def run_cases(
             _record_unrun(record_file, collected, make_record, limits)
             break
 
-    _note_leftovers(record_file, ended, log)
+    _compact(record_file, ended, log)
     return CellRecordFile(record_file).records
+
+
+def _compact(record_file: Path, ended: Sequence[Leftover], log: Log) -> None:
+    """The leftovers noted on their cases' records; then one line a case (a case recorded
+    twice kept both lines), durably: the runner marks the cell done next. What cannot be
+    read is kept apart, and said."""
+    _note_leftovers(record_file, ended, log)
+    damaged = compact_records(record_file)
+    if damaged:
+        kept = quarantine_path(record_file)
+        log(f"[ftmatrix] {damaged} unreadable record line(s) moved to {kept}")
 
 
 class _Verdicts:
@@ -312,7 +340,7 @@ def _attempt(
     become_subreaper()
     ours_before = _children_of(os.getpid(), _process_table())
     process = subprocess.Popen(
-        list(command),
+        [sys.executable, "-I", "-S", "-c", KEEPER, *command],
         env=dict(env),
         cwd=cwd,
         stdout=subprocess.PIPE,
