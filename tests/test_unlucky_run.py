@@ -247,3 +247,35 @@ def test_a_report_built_while_the_run_goes_on_says_it_is_in_progress(
     assert ran.returncode == 0, ran.stderr
     assert results["in_progress"] == []
     assert "in progress" not in (tmp_path / "out" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_torn_record_is_quarantined_on_resume_and_its_case_runs_again(
+    tmp_path: Path, entry: str
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_two.py").write_text(
+        "def test_a():\n    assert True\n\n\ndef test_b():\n    assert True\n"
+    )
+    write_matrix(tmp_path, [current_python()])
+    run_id = {"FTMATRIX_RUN_ID": "20261127T020000Z"}
+    first = run(entry, tmp_path, **run_id)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    (path,) = (tmp_path / "out" / "records").rglob("*.jsonl")
+    whole = path.read_bytes()
+    torn = whole[: len(whole) - 100]  # the last record's write never finished
+    path.write_bytes(torn)
+    lost = json.loads(whole.splitlines()[-1])["case"]
+
+    resumed = run(entry, tmp_path, **run_id, FTMATRIX_RESUME="1")
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-4000:]
+    assert "1 unreadable record line(s) moved to" in output
+    assert "nothing to resume" not in output
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {"test_a": "pass", "test_b": "pass"}
+    quarantined = path.with_name(path.name + ".quarantine").read_bytes()
+    assert quarantined == torn.splitlines()[-1] + b"\n"  # the bytes as found
+    assert lost.split("::")[-1] in found
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "kept apart (quarantined)" in results["unreadable_records"][0]
