@@ -279,3 +279,99 @@ def test_a_torn_record_is_quarantined_on_resume_and_its_case_runs_again(
     assert lost.split("::")[-1] in found
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert "kept apart (quarantined)" in results["unreadable_records"][0]
+
+
+def _small_disk(folder: Path) -> str | None:
+    """Mount a 48 MB tmpfs on ``folder``; why it cannot be done here, or None."""
+    folder.mkdir()
+    if os.geteuid() != 0:
+        return "mounting a small filesystem needs root"
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(folder)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return None if made.returncode == 0 else f"no tmpfs here: {made.stderr.strip()}"
+
+
+FILLS_THE_DISK = """
+from pathlib import Path
+
+
+def fill(path):
+    for size in (2**16, 2**12, 1):  # to the last byte
+        try:
+            with open(path, "ab", buffering=0) as ballast:
+                while True:
+                    ballast.write(b"x" * size)
+        except OSError:  # No space left on device
+            pass
+
+
+def test_a_healthy():
+    assert True
+
+
+def test_b_fills_the_disk_where_it_runs():
+    fill("ballast")  # in the case's working folder, which the runner removes after the cases
+    # A record of many pages (a long message and traceback): a page the disk has not got.
+    assert False, "the disk is full " * 2000
+
+
+def test_c_healthy():
+    assert True
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    out = tmp_path / "out"
+    why = _small_disk(out)
+    if why is not None:
+        pytest.skip(why)
+    yield out
+    subprocess.run(["umount", "-l", str(out)], check=False)
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
+    tmp_path: Path, entry: str, small_disk: Path
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_disk.py").write_text(FILLS_THE_DISK)
+    write_matrix(tmp_path, [current_python()])
+    run_id = {"FTMATRIX_RUN_ID": "20261127T030000Z"}
+
+    # The case fills the disk in its own working folder: every record is kept all the same.
+    ran = run(entry, tmp_path, **run_id)
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-4000:]
+    assert "cannot be written" in output  # the plugin said so once
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(small_disk)}
+    assert found == {
+        "test_a_healthy": "pass",
+        "test_b_fills_the_disk_where_it_runs": "fail",
+        "test_c_healthy": "pass",
+    }, output[-4000:]
+    assert ran.returncode == 0, output[-4000:]
+
+    # A disk that stays full: one line, no traceback, what was written is whole; once
+    # space is back, a resume records every case.
+    (tmp_path / "cases" / "test_disk.py").write_text(
+        FILLS_THE_DISK.replace('fill("ballast")', f'fill("{small_disk}/ballast")')
+    )
+    run_id = {"FTMATRIX_RUN_ID": "20261127T040000Z"}
+    full = run(entry, tmp_path, **run_id)
+    output = full.stdout + full.stderr
+    assert "Traceback" not in output, output[-4000:]
+    assert full.returncode == 1, output[-4000:]
+    assert f"the output folder {small_disk} is full (No space left on device" in output
+    assert "FTMATRIX_RESUME=1 FTMATRIX_RUN_ID=20261127T040000Z" in output
+    (small_disk / "ballast").unlink()
+    (tmp_path / "cases" / "test_disk.py").write_text(
+        FILLS_THE_DISK.replace('fill("ballast")', "pass")
+    )
+    resumed = run(entry, tmp_path, **run_id, FTMATRIX_RESUME="1")
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-4000:]
+    newest = [r for r in records_of(small_disk) if r["run_id"] == "20261127T040000Z"]
+    assert sorted(r["case"].split("::")[-1] for r in newest) == sorted(found)

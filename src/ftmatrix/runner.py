@@ -20,6 +20,7 @@ history is not installed nor run: that run's records are carried into this one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -54,7 +55,7 @@ from ftmatrix.cell.records import (
 )
 from ftmatrix.cell.status import Status
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
-from ftmatrix.errors import RunBusyError
+from ftmatrix.errors import OutputFullError, RunBusyError
 from ftmatrix.gpu_pool import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
@@ -139,6 +140,15 @@ def run_cell(
     try:
         with owning_cell(record_path(ctx.out_dir, ctx.run_id, cell.id), cell.label, ctx.run_id):
             return _run_cell(cell, venv_python, ctx, log=log, progress=progress)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise OutputFullError(
+            f"{cell.label}: the output folder {ctx.out_dir} is full ({exc.strerror}: "
+            f"{exc.filename or 'a record'}). The records written are whole; free space, then "
+            f"resume with FTMATRIX_RESUME=1 FTMATRIX_RUN_ID={ctx.run_id}: the cases without a "
+            "record run again"
+        ) from None
     finally:
         if progress:
             progress.cell_finished()
@@ -210,7 +220,7 @@ def _run_cell(
     run.say(f"cell {cell.id}, run {ctx.run_id}")
     if not ctx.resume:
         run.files.clear()
-    elif damaged := compact_records(run.files.records):
+    elif damaged := len(compact_records(run.files.records).damaged):
         # Lines that cannot be read (torn, damaged): kept apart, and their cases run again.
         run.say(
             f"{damaged} unreadable record line(s) moved to "
@@ -552,6 +562,8 @@ def _run_cases(
                 **lease_env(devices),
             },
             cwd=workdir,
+            # What the cases wrote where they ran may be what filled the disk.
+            free_space=functools.partial(shutil.rmtree, workdir, ignore_errors=True),
             limits=CaseLimits(
                 case_seconds=ctx.timeouts.case,
                 cell_seconds=ctx.timeouts.cell,

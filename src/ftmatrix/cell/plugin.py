@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Generator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ from ftmatrix.cell.outcome import Failure, case_status
 from ftmatrix.cell.processes import die_with_parent
 from ftmatrix.cell.records import (
     RUNNING_CASE_VARIABLE,
+    UNWRITTEN_RECORD,
     CellRecordFile,
     Record,
     case_starts_path,
@@ -47,6 +49,7 @@ from ftmatrix.cell.records import (
     current_case_path,
     isolated_cases_path,
     operation_from_path,
+    record_line,
     redact,
     shorten,
     write_atomically,
@@ -225,6 +228,8 @@ class _Recorder:
         self.pending: dict[str, _CaseState] = {}
         self.selected: list[str] = []
         self.controller = False
+        self.unwritten: list[Record] = []  # records a full disk refused, in order
+        self.refused = False  # said once
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.controller = session.config.pluginmanager.has_plugin("dsession")
@@ -294,11 +299,13 @@ class _Recorder:
     ) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        state = self.pending.setdefault(item.nodeid, _CaseState(item))
+        state = self.pending.get(item.nodeid)
+        if state is None:  # its first phase (built once: it reads markers and the clock)
+            state = self.pending[item.nodeid] = _CaseState(item)
         state.observe(call, report)
         if call.when == "teardown":
             del self.pending[item.nodeid]
-            self.file.add(self._record(state))
+            self._keep(self._record(state))
             self.current.unlink(missing_ok=True)
             os.environ.pop(RUNNING_CASE_VARIABLE, None)
 
@@ -306,7 +313,7 @@ class _Recorder:
         # In pytest-xdist's controller the workers' reports arrive too: they record them.
         if report.failed and not self.controller:
             now = _now()
-            self.file.add(
+            self._keep(
                 self._base_record(
                     case=report.nodeid or "<collection>",
                     operation=operation_from_path(report.nodeid),
@@ -319,6 +326,31 @@ class _Recorder:
                     traceback=redact(str(report.longreprtext), os.environ),
                 )
             )
+
+    def _keep(self, record: Record) -> None:
+        """Write ``record``, and any the disk refused before (a full disk); what still
+        cannot be written waits for the next record and the session's end."""
+        waiting, self.unwritten = [*self.unwritten, record], []
+        for each in waiting:
+            try:
+                self.file.add(each)
+            except OSError as exc:
+                self.unwritten.append(each)
+                if not self.refused:
+                    self.refused = True
+                    sys.stderr.write(
+                        f"ftmatrix: the record of {each.case} cannot be written ({exc}); "
+                        "it is kept and written once the disk takes it\n"
+                    )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.unwritten:
+            return
+        self._keep(self.unwritten.pop())  # a last try, of all of them in order
+        # Still refused: handed to the supervisor on the cell's output, to write once it can.
+        for record in self.unwritten:  # each on a line of its own, after pytest's dots
+            sys.stdout.write("\n" + UNWRITTEN_RECORD + record_line(record))
+        sys.stdout.flush()
 
     def _record(self, state: _CaseState) -> Record:
         status, reason, failure = state.verdict()

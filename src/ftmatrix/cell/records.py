@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -308,6 +309,8 @@ class Scan:
     records: tuple[Record, ...]
     problems: tuple[str, ...]  # "<file>:<line>: skipped: <why>", one per damaged line
     damaged: tuple[bytes, ...]  # those lines' bytes, as found
+    lines: tuple[bytes, ...] = ()  # each record's line, as written (redacted then)
+    superseded: int = 0  # lines of a case that a later line recorded again
 
 
 def scan_records(path: Path) -> Scan:
@@ -318,7 +321,8 @@ def scan_records(path: Path) -> Scan:
         data = path.read_bytes()
     except FileNotFoundError:
         return Scan(records=(), problems=(), damaged=())
-    latest: dict[str, Record] = {}
+    latest: dict[str, tuple[Record, bytes]] = {}
+    superseded = 0
     problems: list[str] = []
     damaged: list[bytes] = []
     lines = data.split(b"\n")
@@ -336,9 +340,15 @@ def scan_records(path: Path) -> Scan:
             problems.append(f"{path}:{number}: skipped: {exc}")
             damaged.append(raw)
             continue
-        latest.pop(record.case, None)
-        latest[record.case] = record
-    return Scan(records=tuple(latest.values()), problems=tuple(problems), damaged=tuple(damaged))
+        superseded += latest.pop(record.case, None) is not None
+        latest[record.case] = (record, raw)
+    return Scan(
+        records=tuple(record for record, _ in latest.values()),
+        problems=tuple(problems),
+        damaged=tuple(damaged),
+        lines=tuple(line for _, line in latest.values()),
+        superseded=superseded,
+    )
 
 
 def quarantine_path(record_file: Path) -> Path:
@@ -346,12 +356,12 @@ def quarantine_path(record_file: Path) -> Path:
     return record_file.with_name(record_file.name + ".quarantine")
 
 
-def compact_records(record_file: Path) -> int:
+def compact_records(record_file: Path) -> Scan:
     """Rewrite ``record_file`` with one line per case, its last record, and move its
-    unreadable lines to its quarantine file (appended, bytes as found); how many lines
-    moved. Once per cell (its cases done, or on resume), so readers of the file see one
-    record a case. The cases a moved line held have no record now: a resumed run runs
-    them again."""
+    unreadable lines to its quarantine file (appended, bytes as found); what it read (the
+    records kept, the lines moved). Once per cell (its cases done, or on resume), so
+    readers of the file see one record a case. The cases a moved line held have no record
+    now: a resumed run runs them again."""
     with _locked(record_file):
         scan = scan_records(record_file)
         if scan.damaged:
@@ -359,9 +369,13 @@ def compact_records(record_file: Path) -> int:
                 kept.write(b"".join(line + b"\n" for line in scan.damaged))
                 kept.flush()
                 os.fsync(kept.fileno())
-        if record_file.exists():
-            write_atomically(record_file, "".join(_line(r) for r in scan.records))
-    return len(scan.damaged)
+        if scan.damaged or scan.superseded:
+            # The lines kept as written: they were redacted then, and need no second pass.
+            text = b"".join(line + b"\n" for line in scan.lines).decode("utf-8")
+            write_atomically(record_file, text)
+        else:
+            sync_file(record_file)
+    return scan
 
 
 # A record is on disk (fsync) at most this long after it was written: every record's own
@@ -566,11 +580,47 @@ def shorten(text: str, limit: int = TEXT_LIMIT) -> str:
     return f"{text[:head]}\n[... {cut:,} characters cut ...]\n{text[-tail:]}"
 
 
+# What the results plugin prints before a record it could not write (a full disk), the
+# record's line after it: the supervisor, reading the cell's output, writes it once it can.
+UNWRITTEN_RECORD = "[ftmatrix-unwritten-record] "
+
+
+def record_line(record: Record) -> str:
+    """``record`` as its file holds it: one line of JSON, every secret masked."""
+    return _line(record)
+
+
 def _line(record: Record) -> str:
     # The one place every record passes before it is written: every string of it
-    # (case ids, reasons, messages, metrics, their names) redacted by value.
-    data = redact_data(record.to_dict(), os.environ)
+    # (case ids, reasons, messages, metrics, their names) redacted by value. What every
+    # record of a cell repeats (its packages, hardware, pins) is redacted once per value:
+    # it was most of a trivial case's recording.
+    data = record.to_dict()
+    env = dict(os.environ)  # read once: os.environ decodes every variable it is asked for
+    repeated = {name: data.pop(name) for name in _REPEATED_FIELDS}
+    # The field names are ours (FIELDS); every value is redacted.
+    data = dict(zip(data, redact_data(list(data.values()), env), strict=True))
+    key = tuple(sorted(_per_case_unset(env).items()))
+    for name, value in repeated.items():
+        data[name] = _redacted_once(json.dumps(value, sort_keys=True, default=str), key)
     return json.dumps(data, sort_keys=True, default=str) + "\n"
+
+
+# The fields each record of a cell holds alike.
+_REPEATED_FIELDS = ("packages", "host_packages", "hardware", "pins", "runner_labels")
+# Variables that name the running case (set anew for each): no secret, and kept out of
+# the key of what is redacted once, which they would change with every case.
+_PER_CASE_VARIABLES = frozenset({"PYTEST_CURRENT_TEST", "FTMATRIX_RUNNING_CASE"})
+
+
+def _per_case_unset(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in _PER_CASE_VARIABLES}
+
+
+@functools.lru_cache(maxsize=64)
+def _redacted_once(value: str, environment: tuple[tuple[str, str], ...]) -> Any:
+    """``value`` (JSON text) parsed and redacted for ``environment``; never mutated."""
+    return redact_data(json.loads(value), dict(environment))
 
 
 def redact(text: str | None, env: Mapping[str, str]) -> str | None:
