@@ -28,7 +28,7 @@ from ftmatrix.config import Matrix, load_matrix
 from ftmatrix.download import NotFound
 from ftmatrix.errors import ExitCode, FatalError, UsageError
 from ftmatrix.init import add_init_parser, run_init
-from ftmatrix.pipeline import Loaded, load, plan_for_python, report, resolve_cells, run_nox
+from ftmatrix.pipeline import Loaded, load, plan_for_python, report, resolve_cells, run_cells
 from ftmatrix.planview import interpreters_of, plan_json, print_plan, show_plan
 from ftmatrix.report.planned import PLAN_FILE, write_plan
 from ftmatrix.report.publish import restore_history
@@ -129,7 +129,13 @@ def _run(args: argparse.Namespace, call: _Call) -> int:
     loaded = call.load(select=args.select)
     extra = call.extra[1:] if call.extra[:1] == ["--"] else call.extra
     print_plan(loaded, sys.stdout, interpreters=interpreters_of(loaded, call.env))
-    return ExitCode.OK if run_nox(loaded, call.env, extra, root=call.root) == 0 else ExitCode.FAILED
+    ran, unrecorded = run_cells(loaded, call.env, extra, root=call.root, now=call.now)
+    if unrecorded:  # shown in the report too
+        sys.stderr.write(
+            f"ftmatrix: {len(unrecorded)} cell(s) of run {loaded.settings.run_id} produced no "
+            "records, so no verdict: " + ", ".join(unrecorded) + "\n"
+        )
+    return ExitCode.OK if ran == 0 and not unrecorded else ExitCode.FAILED
 
 
 def _report(args: argparse.Namespace, call: _Call) -> int:
@@ -138,7 +144,7 @@ def _report(args: argparse.Namespace, call: _Call) -> int:
     if missing:  # the report is written and shows them; the night still failed
         sys.stderr.write(
             f"ftmatrix: {len(missing)} planned cell(s) produced no records, so no verdict "
-            f"(see {PLAN_FILE}): " + ", ".join(missing) + "\n"
+            f"(see {PLAN_FILE}, or records/<run-id>/planned.json): " + ", ".join(missing) + "\n"
         )
     if unreadable:  # shown in the report too; the lines stay where they are
         sys.stderr.write(

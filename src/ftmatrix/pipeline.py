@@ -45,7 +45,13 @@ from ftmatrix.resolve import (
     with_test_runners,
 )
 from ftmatrix.reuse import Decision, EarlierRun, cases_key, earlier_runs, plan_decisions
-from ftmatrix.run_progress import IN_RUN_VARIABLE, note_planned, run_going_on, runs_in_progress
+from ftmatrix.run_progress import (
+    IN_RUN_VARIABLE,
+    note_planned,
+    planned_without_records,
+    run_going_on,
+    runs_in_progress,
+)
 from ftmatrix.selectors import check_released, resolve_selectors
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
@@ -332,6 +338,12 @@ def report(
     with one_report_at_a_time(settings.out):
         merged = merge_outputs(settings.out)
         missing = cells_without_records(settings.out)
+        # A run of this machine's own (`ftmatrix run`, `nox -s matrix`): its cells too.
+        missing += [
+            label
+            for label in planned_without_records(settings.out / "records", env or {})
+            if label not in missing
+        ]
         grid = render_report(
             settings.out,
             now=now,
@@ -387,6 +399,24 @@ def run_nox(
     note_planned(run_folder, {cell.id: cell.label for cell in loaded.selected})
     with run_going_on(run_folder):
         return subprocess.run(command, env=child_env, check=False).returncode
+
+
+def run_cells(
+    loaded: Loaded,
+    env: Mapping[str, str],
+    extra: Sequence[str],
+    *,
+    root: Path | None = None,
+    now: datetime,
+) -> tuple[int, list[str]]:
+    """:func:`run_nox`, then the cells it planned that ended without a record (a session
+    nox skipped or lost, which the report built inside the run could not know): the
+    report is built again to show them. nox's exit code, and those cells."""
+    code = run_nox(loaded, env, extra, root=root)
+    unrecorded = planned_without_records(loaded.settings.out / "records", env)
+    if unrecorded:
+        report(loaded.settings, now=now, env=env)
+    return code, unrecorded
 
 
 def _noxfile(folder: Path) -> Path:

@@ -140,3 +140,25 @@ def _held(lock_file: Path) -> bool:
             return True
         fcntl.flock(handle, fcntl.LOCK_UN)
         return False
+
+
+def planned_without_records(records_root: Path, env: Mapping[str, str]) -> list[str]:
+    """The cells the newest run planned (``planned.json``) that ended without a record:
+    a session nox skipped or that failed before its cell wrote one. [] while that run
+    goes on (the report says it is in progress instead), and in a report the run builds
+    itself (``env``'s IN_RUN_VARIABLE: cells of it may still wait their turn; ``ftmatrix
+    run`` asks again once its nox has ended)."""
+    runs = (
+        [p.parent for p in records_root.glob(f"*/{PLANNED_FILE}")] if records_root.is_dir() else []
+    )
+    if not runs:
+        return []
+    newest = max(runs, key=lambda folder: (folder / PLANNED_FILE).stat().st_mtime)
+    if newest.name == env.get(IN_RUN_VARIABLE) or any(
+        run.run_id == newest.name for run in runs_in_progress(records_root, env)
+    ):
+        return []
+    recorded = {p.name.removesuffix(".jsonl") for p in newest.glob("*.jsonl")}
+    return sorted(
+        label for cell_id, label in planned_cells(newest).items() if cell_id not in recorded
+    )
