@@ -144,7 +144,7 @@ def _report(args: argparse.Namespace, call: _Call) -> int:
     if missing:  # the report is written and shows them; the night still failed
         sys.stderr.write(
             f"ftmatrix: {len(missing)} planned cell(s) produced no records, so no verdict "
-            f"(see {PLAN_FILE}, or records/<run-id>/planned.json): " + ", ".join(missing) + "\n"
+            f"(see {PLAN_FILE}): " + ", ".join(missing) + "\n"
         )
     if unreadable:  # shown in the report too; the lines stay where they are
         sys.stderr.write(
