@@ -93,7 +93,10 @@ def show_plan(
         if resolutions is not None and loaded.reuse_days
         else None
     )
-    print_plan(loaded, out, resolutions, decisions, interpreters_of(loaded, env))
+    # Which interpreters the cells have here, with the resolved plan (the quick one,
+    # --no-resolve, asks nothing of the machine).
+    interpreters = interpreters_of(loaded, env) if resolve else None
+    print_plan(loaded, out, resolutions, decisions, interpreters)
 
 
 def installability_json(plan: Plan) -> dict[str, Any]:
