@@ -68,7 +68,10 @@ ALONE_ARG = "--ftmatrix-alone"
 KEEPER = """
 import ctypes, os, signal, subprocess, sys
 libc = ctypes.CDLL(None)
-child = subprocess.Popen(sys.argv[1:], preexec_fn=lambda: libc.prctl(1, signal.SIGKILL))
+env = {**os.environ, "FTMATRIX_KEEPER": str(os.getpid())}
+child = subprocess.Popen(
+    sys.argv[1:], env=env, preexec_fn=lambda: libc.prctl(1, signal.SIGKILL)
+)
 code = child.wait()
 if code < 0:
     signal.signal(-code, signal.SIG_DFL)

@@ -40,6 +40,7 @@ from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
 from ftmatrix.cell.outcome import Failure, case_status
 from ftmatrix.cell.processes import die_with_parent
 from ftmatrix.cell.records import (
+    KEEPER_VARIABLE,
     RUNNING_CASE_VARIABLE,
     UNWRITTEN_RECORD,
     CellRecordFile,
@@ -305,6 +306,11 @@ class _Recorder:
         state.observe(call, report)
         if call.when == "teardown":
             del self.pending[item.nodeid]
+            if _keeper_dying():
+                # The case ended the process watching it (its parent): this process dies
+                # with it in a moment. Waited for here, with the case's note in place, so
+                # the supervisor records this case as the crash, never the next one.
+                _wait_for_the_end()
             self._keep(self._record(state))
             self.current.unlink(missing_ok=True)
             os.environ.pop(RUNNING_CASE_VARIABLE, None)
@@ -507,6 +513,40 @@ def _worker_exit_status(node: Any) -> int | None:
         return int(popen.wait(timeout=5))
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+# Signals that end a process unless it handles them (the keeper handles none).
+_FATAL_SIGNALS = (1, 2, 3, 6, 9, 11, 13, 14, 15)
+
+
+def _keeper_dying() -> bool:
+    """Has the supervisor's keeper, this pytest's parent, been sent its death (or died)?
+
+    A signal is pending on its target as soon as kill() returns, before the target runs
+    again to die: reading it here is not a race with the case that sent it.
+    """
+    keeper = os.environ.get(KEEPER_VARIABLE)
+    if not keeper or not keeper.isdigit():
+        return False
+    if os.getppid() != int(keeper):
+        return True
+    try:
+        status = Path(f"/proc/{keeper}/status").read_text()
+    except OSError:
+        return True
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if fields.get("State", "").strip()[:1] in ("Z", "X"):
+        return True
+    pending = int(fields.get("SigPnd", "0"), 16) | int(fields.get("ShdPnd", "0"), 16)
+    return any(pending & (1 << (number - 1)) for number in _FATAL_SIGNALS)
+
+
+def _wait_for_the_end() -> None:
+    """Wait to be killed with the keeper (its death signal); leave if it never comes."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(137)
 
 
 def _operation(item: pytest.Item) -> str:

@@ -468,6 +468,10 @@ def worker_case_paths(record_file: Path) -> list[Path]:
     return sorted(record_file.parent.glob(glob.escape(record_file.name) + ".current.*"))
 
 
+# Set by the supervisor's keeper (ftmatrix.supervise.KEEPER) for the cases' pytest: the
+# keeper's pid, the parent a case might end.
+KEEPER_VARIABLE = "FTMATRIX_KEEPER"
+
 # Set in the cases' pytest process to the running case's id while it runs: every process a
 # case starts inherits it, so the supervisor can tell exactly which case started a process
 # it had to end (start times alone are 10 ms coarse, and the next case starts sooner).
