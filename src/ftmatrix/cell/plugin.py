@@ -526,8 +526,8 @@ def _keeper_dying() -> bool:
     again to die: reading it here is not a race with the case that sent it.
     """
     keeper = os.environ.get(KEEPER_VARIABLE)
-    if not keeper or not keeper.isdigit():
-        return False
+    if not keeper or not keeper.isdigit() or os.environ.get("PYTEST_XDIST_WORKER"):
+        return False  # a worker's parent is pytest-xdist's controller, not the keeper
     if os.getppid() != int(keeper):
         return True
     try:
