@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,15 +26,15 @@ from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.ci import bisect_jobs, carry_reused, ci_matrix
 from ftmatrix.config import Matrix, load_matrix
 from ftmatrix.download import NotFound, download_timeout
-from ftmatrix.errors import ExitCode, FatalError, UsageError
+from ftmatrix.errors import ExitCode, FatalError
 from ftmatrix.init import add_init_parser, run_init
-from ftmatrix.pipeline import Loaded, load, plan_for_python, report, resolve_cells, run_nox
-from ftmatrix.planview import plan_json, print_plan, show_plan
+from ftmatrix.pipeline import Loaded, load, report, resolve_cells, run_cells
+from ftmatrix.planview import interpreters_of, plan_json, print_plan, show_plan
 from ftmatrix.prove import add_known_issues_parser, run_known_issues
 from ftmatrix.report.planned import PLAN_FILE, write_plan
 from ftmatrix.report.publish import restore_history
 from ftmatrix.settings import Settings
-from ftmatrix.wheelhouse import Target, build_wheelhouse, summary_line
+from ftmatrix.wheelhouse import run_wheelhouse
 
 # Loaded, load and resolve_cells live in ftmatrix.pipeline; scripts import them from here too.
 __all__ = ["ExitCode", "Loaded", "build_parser", "dispatch", "load", "main", "resolve_cells"]
@@ -130,20 +129,26 @@ def _plan(args: argparse.Namespace, call: _Call) -> int:
 def _run(args: argparse.Namespace, call: _Call) -> int:
     loaded = call.load(select=args.select)
     extra = call.extra[1:] if call.extra[:1] == ["--"] else call.extra
-    print_plan(loaded, sys.stdout)
-    return ExitCode.OK if run_nox(loaded, call.env, extra, root=call.root) == 0 else ExitCode.FAILED
+    print_plan(loaded, sys.stdout, interpreters=interpreters_of(loaded, call.env))
+    ran, unrecorded = run_cells(loaded, call.env, extra, root=call.root, now=call.now)
+    run = loaded.settings.run_id  # each below is shown in the report too
+    _warn(unrecorded, f"cell(s) of run {run} produced no records, so no verdict")
+    return ExitCode.OK if ran == 0 and not unrecorded else ExitCode.FAILED
 
 
 def _report(args: argparse.Namespace, call: _Call) -> int:
-    written, missing = report(call.settings(), now=call.now)
+    written, missing, unreadable = report(call.settings(), now=call.now, env=call.env)
     print(written)
-    if missing:  # the report is written and shows them; the night still failed
-        sys.stderr.write(
-            f"ftmatrix: {len(missing)} planned cell(s) produced no records, so no verdict "
-            f"(see {PLAN_FILE}): " + ", ".join(missing) + "\n"
-        )
-        return ExitCode.FAILED
-    return ExitCode.OK
+    # The report is written and shows them; the night still failed.
+    _warn(missing, f"planned cell(s) produced no records, so no verdict (see {PLAN_FILE})")
+    what = "record line(s) could not be read (a resumed run keeps them apart and runs again)"
+    _warn(unreadable, what, "; ")
+    return ExitCode.FAILED if missing or unreadable else ExitCode.OK
+
+
+def _warn(items: Sequence[str], what: str, separator: str = ", ") -> None:
+    if items:
+        sys.stderr.write(f"ftmatrix: {len(items)} {what}: {separator.join(items)}\n")
 
 
 def _restore_history(args: argparse.Namespace, call: _Call) -> int:
@@ -208,30 +213,7 @@ def _known_issues(args: argparse.Namespace, call: _Call) -> int:
 
 
 def _wheelhouse(args: argparse.Namespace, call: _Call) -> int:
-    """Plan the matrix for the runner's Python, then gather the wheels of its cells."""
-    if not re.fullmatch(r"3\.\d+", args.python):
-        raise UsageError(f"--python {args.python!r}: expected a version such as 3.12")
-    target = Target(python=args.python, platform=args.platform)
-    target.uv_platform  # noqa: B018 -- an unknown platform is an error before any work
-    # Cells with no python of their own run on the runner's, as they will there.
-    matrix, cells = plan_for_python(
-        call.env, root=call.root, now=call.now, python=args.python, select=args.select
-    )
-    print(
-        f"{len(cells)} cells selected; resolving each for Python {args.python} on {args.platform}"
-    )
-    summary = build_wheelhouse(
-        cells,
-        matrix.install,
-        call.env,
-        target,
-        Path(args.folder),
-        limits=matrix.limits,
-        host_freeze=Path(args.host_packages) if args.host_packages else None,
-        describe={"matrix": matrix.source, "profile": matrix.profile},
-    )
-    print(summary_line(summary))
-    return ExitCode.OK
+    return run_wheelhouse(args, call.env, root=call.root, now=call.now)
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace, _Call], int]] = {

@@ -35,6 +35,7 @@ class ExitCode(enum.IntEnum):
     HOST = 10
     BUSY = 11
     HISTORY = 12
+    OUTPUT_FULL = 13
 
 
 # Terminal control characters (an escape sequence can rewrite what a terminal shows)
@@ -140,6 +141,14 @@ class HistoryError(FatalError):
     return_code = ExitCode.HISTORY
 
 
+class OutputFullError(FatalError):
+    """The output folder's disk is full (or its quota spent) while a cell writes its files:
+    what was written is whole; free space and resume the run, and the cases without a
+    record run again."""
+
+    return_code = ExitCode.OUTPUT_FULL
+
+
 # The table the docs show (Reference, Exit codes): each fatal error, the exit code it ends a
 # command with.
 FATAL_ERRORS: tuple[type[FatalError], ...] = (
@@ -154,6 +163,7 @@ FATAL_ERRORS: tuple[type[FatalError], ...] = (
     HostError,
     RunBusyError,
     HistoryError,
+    OutputFullError,
 )
 
 

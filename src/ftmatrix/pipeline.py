@@ -45,6 +45,13 @@ from ftmatrix.resolve import (
 )
 from ftmatrix.retry import retried_each
 from ftmatrix.reuse import Decision, EarlierRun, cases_key, earlier_runs, plan_decisions
+from ftmatrix.run_progress import (
+    IN_RUN_VARIABLE,
+    note_planned,
+    planned_without_records,
+    run_going_on,
+    runs_in_progress,
+)
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 from ftmatrix.sharing import one_report_at_a_time
@@ -312,26 +319,37 @@ def plan_for_python(
     return matrix, cells
 
 
-def report(settings: Settings, *, now: datetime) -> tuple[str, list[str]]:
+def report(
+    settings: Settings, *, now: datetime, env: Mapping[str, str] | None = None
+) -> tuple[str, list[str], list[str]]:
     """The last stage: the run's records merged into the history, the report rendered from
-    it and the site to publish written. What was written, and the planned cells that
-    produced no records (the report shows them; the night still failed)."""
+    it and the site to publish written. What was written, the planned cells that produced
+    no records and the record lines that could not be read (the report shows both; the
+    night still failed). A run still going on (``env`` tells the run that builds its own
+    report) is said to be in progress."""
     with one_report_at_a_time(settings.out):
         merged = merge_outputs(settings.out)
         missing = cells_without_records(settings.out)
+        # A run of this machine's own (`ftmatrix run`, `nox -s matrix`): its cells too.
+        missing += [
+            label
+            for label in planned_without_records(settings.out / "records", env or {})
+            if label not in missing
+        ]
         grid = render_report(
             settings.out,
             now=now,
             problems=merged.problems,
             known_issues=known_issues_file(settings),
             missing=missing,
+            in_progress=runs_in_progress(settings.out / "records", env or {}),
         )
         site = write_site(settings.out)
     written = (
         f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
         f"{len(grid.rows)} cells); to publish: {site}"
     )
-    return written, missing
+    return written, missing, list(merged.problems)
 
 
 # What a repository's noxfile imports to have the matrix sessions (ftmatrix init writes it).
@@ -359,6 +377,7 @@ def run_nox(
     child_env = {
         **env,
         "FTMATRIX_RUN_ID": settings.run_id,
+        IN_RUN_VARIABLE: settings.run_id,
         "FTMATRIX_MATRIX": str(settings.matrix.resolve()),
         "FTMATRIX_CASES": str(settings.cases.resolve()),
         "FTMATRIX_OUT": str(settings.out.resolve()),
@@ -366,7 +385,30 @@ def run_nox(
     if loaded.matrix.install.system_packages:
         # The host is this interpreter, whichever Python the nox found on PATH runs on.
         child_env.setdefault(HOST_PYTHON_VARIABLE, sys.executable)
-    return subprocess.run(command, env=child_env, check=False).returncode
+    # The run's cells, and its lock for as long as it lasts: a report built meanwhile says
+    # which cells have not finished.
+    run_folder = settings.out / "records" / settings.run_id
+    note_planned(run_folder, {cell.id: cell.label for cell in loaded.selected})
+    with run_going_on(run_folder):
+        return subprocess.run(command, env=child_env, check=False).returncode
+
+
+def run_cells(
+    loaded: Loaded,
+    env: Mapping[str, str],
+    extra: Sequence[str],
+    *,
+    root: Path | None = None,
+    now: datetime,
+) -> tuple[int, list[str]]:
+    """:func:`run_nox`, then the cells it planned that ended without a record (a session
+    nox skipped or lost, which the report built inside the run could not know): the
+    report is built again to show them. nox's exit code, and those cells."""
+    code = run_nox(loaded, env, extra, root=root)
+    unrecorded = planned_without_records(loaded.settings.out / "records", env)
+    if unrecorded:
+        report(loaded.settings, now=now, env=env)
+    return code, unrecorded
 
 
 def _noxfile(folder: Path) -> Path:

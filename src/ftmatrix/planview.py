@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.cell.status import Status
+from ftmatrix.interpreters import SOURCE, Interpreter, find_interpreters
 from ftmatrix.messages import conflict_summary
 from ftmatrix.pipeline import Loaded, plan_reuse, resolve_cells
 from ftmatrix.plan import CANNOT_INSTALL, IMPOSSIBLE, NO_CELL, UNRESOLVED, Plan
@@ -32,6 +33,7 @@ def plan_json(
     resolutions = resolve_cells(loaded.selected, matrix.install, env, matrix.limits)
     decisions = plan_reuse(loaded, resolutions, now=now or datetime.now(UTC))
     runs_on = {h.name: list(h.runs_on) for h in matrix.hardware}
+    found = interpreters_of(loaded, env)
     return {
         "matrix": matrix.source,
         "profile": matrix.profile,
@@ -55,13 +57,27 @@ def plan_json(
                 "lock_id": resolution.lock_id,
                 "reason": resolution.reason,
                 "reuse": decision.to_dict(),
+                # The interpreter its venv is made from here; null: this machine has none.
+                "interpreter": found[cell.python].path if cell.python in found else None,
             }
             for cell, resolution, decision in zip(
                 loaded.selected, resolutions, decisions, strict=True
             )
         ],
         **installability_json(loaded.plan),
+        "interpreters": {
+            "source": SOURCE,
+            "found": {version: i.path for version, i in found.items()},
+        },
     }
+
+
+def interpreters_of(loaded: Loaded, env: Mapping[str, str]) -> dict[str, Interpreter]:
+    """The interpreter of each Python the selected cells run, as the cells find them
+    ({} where they take the host's: install.system-packages)."""
+    if loaded.matrix.install.system_packages:
+        return {}
+    return find_interpreters({c.python for c in loaded.selected}, env)
 
 
 def show_plan(
@@ -78,7 +94,10 @@ def show_plan(
         if resolutions is not None and loaded.reuse_days
         else None
     )
-    print_plan(loaded, out, resolutions, decisions)
+    # Which interpreters the cells have here, with the resolved plan (the quick one,
+    # --no-resolve, asks nothing of the machine).
+    interpreters = interpreters_of(loaded, env) if resolve else None
+    print_plan(loaded, out, resolutions, decisions, interpreters)
 
 
 def installability_json(plan: Plan) -> dict[str, Any]:
@@ -124,9 +143,11 @@ def print_plan(
     out: TextIO,
     resolutions: Sequence[Resolution] | None = None,
     decisions: Sequence[Decision] | None = None,
+    interpreters: Mapping[str, Interpreter] | None = None,
 ) -> None:
     """The human form: one line per cell (with its installability when resolved, and
-    whether it runs or is reused when reuse is on), then counts."""
+    whether it runs or is reused when reuse is on), then counts, then the interpreters
+    the cells' venvs are made from (a cell whose Python this machine lacks cannot start)."""
     matrix = loaded.matrix
     profile = f", profile {matrix.profile}" if matrix.profile else ""
     out.write(f"{matrix.source}: strategy {matrix.strategy}{profile}\n")
@@ -158,7 +179,19 @@ def print_plan(
         f"{len(loaded.selected)} cells selected (of {total} planned with strategy "
         f"{matrix.strategy}; the full product has {loaded.plan.full_size}){counts}\n"
     )
+    print_interpreters(loaded, interpreters or {}, out)
     print_findings(loaded.plan, out)
+
+
+def print_interpreters(
+    loaded: Loaded, interpreters: Mapping[str, Interpreter], out: TextIO
+) -> None:
+    """The Pythons this machine lacks and the cells that cannot start for it (where each
+    Python comes from is in ``--json``: ``interpreters``)."""
+    for found in interpreters.values():
+        if found.missing:
+            cells = sum(1 for c in loaded.selected if c.python == found.version)
+            out.write(f"{cells} cell(s) cannot start here: {found.missing}\n")
 
 
 # How the plan table heads each kind of finding.

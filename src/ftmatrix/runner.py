@@ -20,6 +20,7 @@ history is not installed nor run: that run's records are carried into this one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -43,16 +44,18 @@ from ftmatrix.cell.records import (
     CellRecordFile,
     Record,
     collected_cases_path,
+    compact_records,
     current_case_path,
     isolated_cases_path,
     operation_from_path,
+    quarantine_path,
     record_path,
     redact,
     write_atomically,
 )
 from ftmatrix.cell.status import Status
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
-from ftmatrix.errors import RunBusyError
+from ftmatrix.errors import OutputFullError, RunBusyError
 from ftmatrix.gpu_pool import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
@@ -137,9 +140,37 @@ def run_cell(
     try:
         with owning_cell(record_path(ctx.out_dir, ctx.run_id, cell.id), cell.label, ctx.run_id):
             return _run_cell(cell, venv_python, ctx, log=log, progress=progress)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise OutputFullError(
+            f"{cell.label}: the output folder {ctx.out_dir} is full ({exc.strerror}: "
+            f"{exc.filename or 'a record'}). The records written are whole; free space, then "
+            f"resume with FTMATRIX_RESUME=1 FTMATRIX_RUN_ID={ctx.run_id}: the cases without a "
+            "record run again"
+        ) from None
     finally:
         if progress:
             progress.cell_finished()
+
+
+def record_cell_cannot_start(
+    cell: Cell, ctx: CellContext, reason: str, *, log: Log = print
+) -> list[Record]:
+    """The one record of a cell whose environment cannot even be made (no interpreter for
+    its Python here): an ``install-error``, not done, so a later run tries it again."""
+    with owning_cell(record_path(ctx.out_dir, ctx.run_id, cell.id), cell.label, ctx.run_id):
+        run = _CellRun(
+            cell=cell,
+            ctx=ctx,
+            files=_CellFiles(record_path(ctx.out_dir, ctx.run_id, cell.id), cell.id),
+            log=log,
+            started=_now(),
+            fingerprint=probe_hardware(ctx.env),
+        )
+        run.files.clear()
+        run.say(f"install-error: {reason}")
+        return run.whole_cell(Status.INSTALL_ERROR, reason=reason, done=False)
 
 
 @contextlib.contextmanager
@@ -189,6 +220,13 @@ def _run_cell(
     run.say(f"cell {cell.id}, run {ctx.run_id}")
     if not ctx.resume:
         run.files.clear()
+    elif damaged := len(compact_records(run.files.records).damaged):
+        # Lines that cannot be read (torn, damaged): kept apart, and their cases run again.
+        run.say(
+            f"{damaged} unreadable record line(s) moved to "
+            f"{quarantine_path(run.files.records)}; the cases without a record run again"
+        )
+        run.files.done.unlink(missing_ok=True)
 
     # 1. This machine: it can stand for the cell's hardware class, or the cell is a skip.
     gap = hardware_class_gap(ctx.hardware_class, run.fingerprint)
@@ -524,6 +562,8 @@ def _run_cases(
                 **lease_env(devices),
             },
             cwd=workdir,
+            # What the cases wrote where they ran may be what filled the disk.
+            free_space=functools.partial(shutil.rmtree, workdir, ignore_errors=True),
             limits=CaseLimits(
                 case_seconds=ctx.timeouts.case,
                 cell_seconds=ctx.timeouts.cell,
@@ -600,6 +640,11 @@ def pytest_command(
         "--ftmatrix-record",
         str(record_file),
         "--rootdir",
+        str(cases_dir),
+        # Only the cases folder's own conftest.py files: one in a folder above it (a shared
+        # /tmp, a parent checkout) is code nobody asked to run in the cell. pytest loads
+        # conftests up to the ini file's folder, and with no ini (os.devnull) from the root.
+        "--confcutdir",
         str(cases_dir),
         # Our own repository's pytest settings must not leak into a user's cases.
         "-c",

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import nox
 
@@ -35,6 +35,7 @@ from ftmatrix.case_selection import check_case_selection, split_pytest_args
 from ftmatrix.cell.records import WHOLE_CELL, Record, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import ExitCode, FatalError
+from ftmatrix.interpreters import Interpreter, find_interpreters
 from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
@@ -47,7 +48,13 @@ from ftmatrix.progress_feed import (
     Tally,
     cells_chosen,
 )
-from ftmatrix.runner import CellContext, run_cell, worker_count
+from ftmatrix.run_progress import IN_RUN_VARIABLE, hold_run, note_planned
+from ftmatrix.runner import (
+    CellContext,
+    record_cell_cannot_start,
+    run_cell,
+    worker_count,
+)
 from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
 
@@ -88,26 +95,46 @@ def report_the_rest() -> None:
         os._exit(UNREPORTED[0].return_code)
 
 
+def cell_interpreters(listed: Listing) -> dict[str, Interpreter]:
+    """The interpreter of each Python the selected cells run ({} where the cells take the
+    host's, whose interpreter is the host's own)."""
+    if listed.loaded is None or listed.loaded.matrix.install.system_packages:
+        return {}
+    return find_interpreters({c.python for c in listed.loaded.selected}, os.environ)
+
+
+INTERPRETERS = cell_interpreters(LISTED)
+# Never a download: a Python the machine lacks is the cell's install-error, not nox's skip.
+nox.options.download_python = "never"
+
+
 def matrix_params(listed: Listing) -> list[Any]:
     """One nox parameter per selected cell: the venv's interpreter and the cell's label
     (labels, not cells: nox's parallel mode hands parameters to children as JSON). A
-    cell that takes the host's packages gets its venv from the host interpreter. A
+    cell that takes the host's packages gets its venv from the host interpreter; one
+    whose Python this machine lacks gets no venv (False), and its session records why. A
     matrix that cannot be planned lists one ``invalid-matrix`` session, which reports why
     and has no venv (python False): nothing is built for a matrix that is refused.
     """
     if listed.loaded is None:
         return [nox.param(False, "invalid-matrix", id="invalid-matrix")]
     install = listed.loaded.matrix.install
-    return [
-        nox.param(venv_interpreter(install, os.environ, cell.python), cell.label, id=cell.label)
-        for cell in listed.loaded.selected
-    ]
+    params = []
+    for cell in listed.loaded.selected:
+        found = INTERPRETERS.get(cell.python)
+        python: str | bool = venv_interpreter(install, os.environ, cell.python)
+        if found is not None:
+            python = found.path or False
+        params.append(nox.param(python, cell.label, id=cell.label))
+    return params
 
 
 if LISTED.loaded is not None:
     # Children that nox starts for parallel sessions (-j) load this file again:
     # they must join this run, not start their own.
     os.environ["FTMATRIX_RUN_ID"] = LISTED.loaded.settings.run_id
+    # The report this nox builds (its last cell, or the report session) is of its own run.
+    os.environ[IN_RUN_VARIABLE] = LISTED.loaded.settings.run_id
 
 
 def progress_feed(listed: Listing) -> FeedWriter | None:
@@ -224,27 +251,12 @@ def run_matrix_cell(
     A cell that produced no verdict (no case collected, or only an install-error or an
     error of the whole cell) fails its session, so the run's exit code says so.
     """
-    hardware = next(h for h in loaded.matrix.hardware if h.name == cell.hardware)
     # Under nox's parallel scheduler, CELLS_AT_ONCE cells share the machine; `-j 1` runs
     # them one after another in this process, each with the whole of it.
     at_once = CELLS_AT_ONCE if session.parallel else 1
-    context = CellContext(
-        run_id=loaded.settings.run_id,
-        out_dir=loaded.settings.out,
-        cases_dir=loaded.settings.cases,
-        case_selection=selection or loaded.matrix.cases,
-        install=loaded.matrix.install,
-        hardware_class=hardware,
-        env=dict(os.environ),
-        runner_labels=loaded.settings.runner_labels,
-        pytest_args=options,
-        timeouts=loaded.matrix.timeouts,
-        limits=loaded.matrix.limits,
-        resume=loaded.settings.resume,
-        reuse_days=loaded.reuse_days,
-        cells_at_once=at_once,
-    )
-    venv_python = Path(session.bin) / "python"
+    context = cell_context(loaded, cell, selection, options, at_once)
+    found = INTERPRETERS.get(cell.python)
+    cannot_start = found.missing if found is not None else None
     write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)
     PROGRESS.sharing(
         cells_at_once=at_once,
@@ -258,8 +270,15 @@ def run_matrix_cell(
         session.log(text)
         PROGRESS.note(text)
 
+    if not HELD_RUNS:  # from this nox's first cell to its end: the run goes on
+        HELD_RUNS.append(hold_run(run_folder))
+    note_planned(run_folder, {cell.id: cell.label})
     with cell_running(run_folder) as end:
-        records = run_cell(cell, venv_python, context, log=log, progress=PROGRESS)
+        if cannot_start is not None:  # no venv was made (no interpreter): recorded, counted
+            records = record_cell_cannot_start(cell, context, cannot_start, log=log)
+        else:
+            venv_python = Path(session.bin) / "python"
+            records = run_cell(cell, venv_python, context, log=log, progress=PROGRESS)
         PROGRESS.close()
         report_here = session.parallel and end.last()
         if report_here:
@@ -288,6 +307,37 @@ def cell_log_path(run_folder: Path, cell: Cell) -> Path:
     """The cell's log file: its whole pytest output and the run's notes, beside its records
     (which CI keeps as an artifact)."""
     return run_folder / f"{cell.id}.log"
+
+
+# The run's lock, held by this process once it ran a cell (run_progress): a report built
+# meanwhile, between two cells of `nox -j 1`, says the run is in progress.
+HELD_RUNS: list[IO[str]] = []
+
+
+def cell_context(
+    loaded: Loaded,
+    cell: Cell,
+    selection: tuple[str, ...] = (),
+    options: tuple[str, ...] = (),
+    at_once: int = 1,
+) -> CellContext:
+    """What running ``cell`` in this run needs besides the cell."""
+    return CellContext(
+        run_id=loaded.settings.run_id,
+        out_dir=loaded.settings.out,
+        cases_dir=loaded.settings.cases,
+        case_selection=selection or loaded.matrix.cases,
+        install=loaded.matrix.install,
+        hardware_class=next(h for h in loaded.matrix.hardware if h.name == cell.hardware),
+        env=dict(os.environ),
+        runner_labels=loaded.settings.runner_labels,
+        pytest_args=options,
+        timeouts=loaded.matrix.timeouts,
+        limits=loaded.matrix.limits,
+        resume=loaded.settings.resume,
+        reuse_days=loaded.reuse_days,
+        cells_at_once=at_once,
+    )
 
 
 def no_verdict(records: Sequence[Record]) -> str | None:

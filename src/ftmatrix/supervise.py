@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -24,18 +25,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ftmatrix.cell.processes import become_subreaper, die_with_parent
 from ftmatrix.cell.records import (
     RUNNING_CASE_VARIABLE,
+    UNWRITTEN_RECORD,
     CellRecordFile,
     Record,
     case_starts_path,
     collected_cases_path,
+    compact_records,
     current_case_path,
     first_tries_path,
     isolated_cases_path,
+    quarantine_path,
     read_records,
     redact,
     worker_case_paths,
@@ -56,6 +60,24 @@ PYTEST_EXIT_CODES = {0, 1, 2, 3, 4, 5}
 PYTEST_NORMAL_ENDS = {0, 1, 5}
 # Tells the plugin that this pytest runs one case alone, where an isolated case may run.
 ALONE_ARG = "--ftmatrix-alone"
+# The keeper: the cases' pytest's parent, between it and the supervisor. A case that kills
+# its parent (os.getppid()) kills the keeper, never the supervisor (the nox session, and
+# with it the whole run): the keeper's death takes its pytest with it (the death signal it
+# asked for), and the supervisor records the case as it records any process death. The
+# keeper ends as its pytest ended: its exit code, or the signal that killed it.
+KEEPER = """
+import ctypes, os, signal, subprocess, sys
+libc = ctypes.CDLL(None)
+env = {**os.environ, "FTMATRIX_KEEPER": str(os.getpid())}
+child = subprocess.Popen(
+    sys.argv[1:], env=env, preexec_fn=lambda: libc.prctl(1, signal.SIGKILL)
+)
+code = child.wait()
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +101,7 @@ class Attempt:
     casualties: int  # cases whose worker died or was killed while the others ran on
     output_tail: str
     cell_deadline_passed: bool
+    unwritten: tuple[Record, ...] = ()  # records the plugin could not write (a full disk)
 
 
 Log = Callable[[str], None]
@@ -100,6 +123,7 @@ def run_cases(
     progress: Progress | None = None,
     parallel: Sequence[str] = (),
     cwd: Path | None = None,
+    free_space: Callable[[], None] = lambda: None,
 ) -> list[Record]:
     """Run pytest (``command`` + case ``targets``) until every collected case has a record.
 
@@ -110,7 +134,8 @@ def run_cases(
     added while the workers' shared pass lasts; a crashed case's second try, and the
     exclusive cases the shared pass leaves out, then run in one process, alone.
     Each isolated case runs in a process of its own once the others are done.
-    ``cwd``: pytest's working directory.
+    ``cwd``: pytest's working directory. ``free_space``: called when the disk refused
+    records of cases that ran (a full disk), before they are written a last time.
     """
     collected = collected_cases_path(record_file)
     cell_deadline = time.monotonic() + limits.cell_seconds
@@ -120,7 +145,9 @@ def run_cases(
     only_isolated = False  # the cases left that are not isolated could not be run
     ended: list[Leftover] = []
     while True:
+        # A case whose record waits for disk space ran: it is not run again.
         done = {r.case for r in CellRecordFile(record_file).records}
+        done |= {r.case for r in verdicts.waiting}
         all_cases = json.loads(collected.read_text()) if collected.exists() else None
         lone = verdicts.lone
         alone: str | None = None
@@ -144,7 +171,7 @@ def run_cases(
             on_casualty=verdicts.conclude,
             ended=ended,
         )
-        verdicts.settle_second_tries()
+        verdicts.settle(attempt.unwritten)
 
         if not attempt.running:
             ended_normally = attempt.returncode in (
@@ -180,8 +207,43 @@ def run_cases(
             _record_unrun(record_file, collected, make_record, limits)
             break
 
+    return _compact(record_file, ended, log, verdicts.waiting, free_space)
+
+
+def _write_or_keep(record_file: Path, records: Sequence[Record]) -> list[Record]:
+    """Write ``records`` in order; those the disk refuses, returned to try again."""
+    refused = []
+    for record in records:
+        try:
+            CellRecordFile(record_file).add(record)
+        except OSError:
+            refused.append(record)
+    return refused
+
+
+def _compact(
+    record_file: Path,
+    ended: Sequence[Leftover],
+    log: Log,
+    waiting: Sequence[Record],
+    free_space: Callable[[], None],
+) -> list[Record]:
+    """The records a full disk refused (``waiting``) written, once ``free_space`` freed
+    what the cases wrote (OSError if the disk still refuses them); the leftovers noted on
+    their cases' records; then one line a case (a case recorded twice kept both lines),
+    durably: the runner marks the cell done next. What cannot be read is kept apart."""
+    if waiting:
+        free_space()
+        refused = _write_or_keep(record_file, waiting)
+        if refused:
+            cases = ", ".join(r.case for r in refused)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"the records of {cases}")
     _note_leftovers(record_file, ended, log)
-    return CellRecordFile(record_file).records
+    scan = compact_records(record_file)
+    if scan.damaged:
+        kept = quarantine_path(record_file)
+        log(f"[ftmatrix] {len(scan.damaged)} unreadable record line(s) moved to {kept}")
+    return list(scan.records)
 
 
 class _Verdicts:
@@ -215,6 +277,13 @@ class _Verdicts:
         elif self.saved.exists():
             self.first_tries = {r.case: r for r in read_records(self.saved).records}
         self.lone: list[str] = list(self.first_tries)
+        self.waiting: list[Record] = []  # records the plugin handed over, not yet written
+        self.settle_second_tries()
+
+    def settle(self, handed: Sequence[Record]) -> None:
+        """After an attempt: the records it handed over written (those the disk refuses
+        kept for later), the second tries merged."""
+        self.waiting = _write_or_keep(self.record_file, [*self.waiting, *handed])
         self.settle_second_tries()
 
     def settle_second_tries(self) -> None:
@@ -312,7 +381,7 @@ def _attempt(
     become_subreaper()
     ours_before = _children_of(os.getpid(), _process_table())
     process = subprocess.Popen(
-        list(command),
+        [sys.executable, "-I", "-S", "-c", KEEPER, *command],
         env=dict(env),
         cwd=cwd,
         stdout=subprocess.PIPE,
@@ -322,7 +391,10 @@ def _attempt(
         preexec_fn=die_with_parent,  # noqa: PLW1509
     )
     tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
-    pump = threading.Thread(target=_pump, args=(process, tail, watcher.progress, env), daemon=True)
+    unwritten: list[Record] = []
+    pump = threading.Thread(
+        target=_pump, args=(process, tail, watcher.progress, env, unwritten), daemon=True
+    )
     pump.start()
     killed_for: Status | None = None
     cell_deadline_passed = False
@@ -373,6 +445,7 @@ def _attempt(
         casualties=workers.casualties,
         output_tail="".join(tail),
         cell_deadline_passed=cell_deadline_passed,
+        unwritten=tuple(unwritten),
     )
 
 
@@ -539,14 +612,18 @@ def _isolated_cases(record_file: Path) -> set[str]:
 
 
 class _RecordWatcher:
-    """Turns the plugin's files into progress events: case started, case finished."""
+    """Turns the plugin's files into progress events: case started, case finished.
+
+    Reads only what was appended to the records since its last look: a poll costs the new
+    records, not the whole file (four polls a second over a cell of thousands of cases).
+    """
 
     def __init__(self, record_file: Path, progress: Progress | None) -> None:
         self.record_file = record_file
         self.progress = progress
         self.seen = {r.case for r in CellRecordFile(record_file).records}
         self.running: set[str] = set()
-        self.mtime = 0.0
+        self.offset = 0
 
     def poll(self, notes: Sequence[Mapping[str, Any]]) -> None:
         """``notes``: the running-case notes now (one per pytest-xdist worker)."""
@@ -556,17 +633,29 @@ class _RecordWatcher:
         for case in sorted(cases - self.running):
             self.progress.case_started(case)
         self.running = cases
+        for case, status in self._appended():
+            if case not in self.seen:
+                self.seen.add(case)
+                self.progress.case_finished(case, status)
+
+    def _appended(self) -> list[tuple[str, Status]]:
+        """(case, status) of each whole line added since the last call."""
         try:
-            mtime = self.record_file.stat().st_mtime
+            with self.record_file.open("rb") as handle:
+                if handle.seek(0, os.SEEK_END) < self.offset:
+                    self.offset = 0  # rewritten shorter: read it again (seen filters)
+                handle.seek(self.offset)
+                chunk = handle.read()
         except OSError:
-            return
-        if mtime == self.mtime:
-            return
-        self.mtime = mtime
-        for record in CellRecordFile(self.record_file).records:
-            if record.case not in self.seen:
-                self.seen.add(record.case)
-                self.progress.case_finished(record.case, record.status)
+            return []
+        whole = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        found = []
+        for line in whole.splitlines():
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+                data = json.loads(line)
+                found.append((str(data["case"]), Status.parse(str(data["status"]))))
+        return found
 
 
 def _ended_within(process: subprocess.Popen[bytes], seconds: float) -> bool:
@@ -584,13 +673,17 @@ def _pump(
     tail: collections.deque[str],
     progress: Progress | None,
     env: Mapping[str, str],
+    unwritten: list[Record],
 ) -> None:
     assert process.stdout is not None
     echoed = 0
+    marker = UNWRITTEN_RECORD.encode()
     # Read in bounded pieces: one line of 100 MB (a tensor printed whole) never sits in memory.
     for raw in iter(lambda: process.stdout.readline(LINE_BYTES), b""):  # type: ignore[union-attr]
+        # A record the plugin could not write (a full disk) is kept, not shown.
+        shown = _handed_record(raw, process.stdout, unwritten) if raw.startswith(marker) else raw
         # What a cell prints becomes the run's log, which CI publishes: secrets masked.
-        line = redact(raw.decode("utf-8", "replace"), env) or ""
+        line = redact(shown.decode("utf-8", "replace"), env) or ""
         tail.append(line)
         echoed += len(raw)
         if echoed > ECHO_BYTES:
@@ -606,6 +699,23 @@ def _pump(
         else:
             sys.stdout.write(line)
             sys.stdout.flush()
+
+
+def _handed_record(first: bytes, stream: IO[bytes], unwritten: list[Record]) -> bytes:
+    """Read the record the plugin handed over on its output (it may span several pieces),
+    keep it in ``unwritten``; what to show in its place."""
+    line = first
+    while not line.endswith(b"\n"):
+        more = stream.readline(LINE_BYTES)
+        if not more:
+            break
+        line += more
+    try:
+        record = Record.from_mapping(json.loads(line[len(UNWRITTEN_RECORD) :]))
+    except (ValueError, TypeError):
+        return b"[ftmatrix] a record handed over by the plugin could not be read\n"
+    unwritten.append(record)
+    return f"[ftmatrix] the record of {record.case} waits for disk space\n".encode()
 
 
 def _read_note(path: Path) -> dict[str, Any] | None:
@@ -721,6 +831,8 @@ def _note_leftovers(record_file: Path, leftovers: Sequence[Leftover], log: Log) 
     by_case: dict[str | None, list[str]] = collections.defaultdict(list)
     for leftover in leftovers:
         by_case[starter_of(leftover, starts)].append(str(leftover))
+    if not by_case:
+        return
     cell = CellRecordFile(record_file)
     for record in cell.records:
         if record.case in by_case:

@@ -28,6 +28,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,9 @@ from packaging.version import InvalidVersion, Version
 
 from ftmatrix.cell.records import write_atomically
 from ftmatrix.config import InstallOptions, Limits
-from ftmatrix.errors import WheelhouseError
+from ftmatrix.errors import UsageError, WheelhouseError
 from ftmatrix.messages import conflict_summary
+from ftmatrix.pipeline import plan_for_python
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import (
     RUNNER_REQUIREMENTS,
@@ -557,3 +559,29 @@ def _public_lines(pins: str) -> str:
 
 def _megabytes(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
+
+
+def run_wheelhouse(args: Any, env: Mapping[str, str], *, root: Path, now: datetime) -> int:
+    """``ftmatrix wheelhouse``: plan the matrix for the runner's Python, then gather the
+    wheels of its cells."""
+    if not re.fullmatch(r"3\.\d+", args.python):
+        raise UsageError(f"--python {args.python!r}: expected a version such as 3.12")
+    target = Target(python=args.python, platform=args.platform)
+    target.uv_platform  # noqa: B018 -- an unknown platform is an error before any work
+    # Cells with no python of their own run on the runner's, as they will there.
+    matrix, cells = plan_for_python(env, root=root, now=now, python=args.python, select=args.select)
+    print(
+        f"{len(cells)} cells selected; resolving each for Python {args.python} on {args.platform}"
+    )
+    summary = build_wheelhouse(
+        cells,
+        matrix.install,
+        env,
+        target,
+        Path(args.folder),
+        limits=matrix.limits,
+        host_freeze=Path(args.host_packages) if args.host_packages else None,
+        describe={"matrix": matrix.source, "profile": matrix.profile},
+    )
+    print(summary_line(summary))
+    return 0

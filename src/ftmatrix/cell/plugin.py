@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Generator, Mapping, Sequence
@@ -34,7 +35,9 @@ from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
 from ftmatrix.cell.outcome import Failure, case_status
 from ftmatrix.cell.processes import die_with_parent
 from ftmatrix.cell.records import (
+    KEEPER_VARIABLE,
     RUNNING_CASE_VARIABLE,
+    UNWRITTEN_RECORD,
     CellRecordFile,
     Record,
     case_starts_path,
@@ -42,6 +45,7 @@ from ftmatrix.cell.records import (
     current_case_path,
     isolated_cases_path,
     operation_from_path,
+    record_line,
     redact,
     shorten,
     write_atomically,
@@ -226,6 +230,8 @@ class _Recorder:
         self.pending: dict[str, _CaseState] = {}
         self.selected: list[str] = []
         self.controller = False
+        self.unwritten: list[Record] = []  # records a full disk refused, in order
+        self.refused = False  # said once
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.controller = session.config.pluginmanager.has_plugin("dsession")
@@ -295,11 +301,18 @@ class _Recorder:
     ) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        state = self.pending.setdefault(item.nodeid, _CaseState(item))
+        state = self.pending.get(item.nodeid)
+        if state is None:  # its first phase (built once: it reads markers and the clock)
+            state = self.pending[item.nodeid] = _CaseState(item)
         state.observe(call, report)
         if call.when == "teardown":
             del self.pending[item.nodeid]
-            self.file.add(self._record(state))
+            if _keeper_dying():
+                # The case ended the process watching it (its parent): this process dies
+                # with it in a moment. Waited for here, with the case's note in place, so
+                # the supervisor records this case as the crash, never the next one.
+                _wait_for_the_end()
+            self._keep(self._record(state))
             self.current.unlink(missing_ok=True)
             os.environ.pop(RUNNING_CASE_VARIABLE, None)
 
@@ -307,7 +320,7 @@ class _Recorder:
         # In pytest-xdist's controller the workers' reports arrive too: they record them.
         if report.failed and not self.controller:
             now = _now()
-            self.file.add(
+            self._keep(
                 self._base_record(
                     case=report.nodeid or "<collection>",
                     operation=operation_from_path(report.nodeid),
@@ -320,6 +333,31 @@ class _Recorder:
                     traceback=redact(str(report.longreprtext), os.environ),
                 )
             )
+
+    def _keep(self, record: Record) -> None:
+        """Write ``record``, and any the disk refused before (a full disk); what still
+        cannot be written waits for the next record and the session's end."""
+        waiting, self.unwritten = [*self.unwritten, record], []
+        for each in waiting:
+            try:
+                self.file.add(each)
+            except OSError as exc:
+                self.unwritten.append(each)
+                if not self.refused:
+                    self.refused = True
+                    sys.stderr.write(
+                        f"ftmatrix: the record of {each.case} cannot be written ({exc}); "
+                        "it is kept and written once the disk takes it\n"
+                    )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.unwritten:
+            return
+        self._keep(self.unwritten.pop())  # a last try, of all of them in order
+        # Still refused: handed to the supervisor on the cell's output, to write once it can.
+        for record in self.unwritten:  # each on a line of its own, after pytest's dots
+            sys.stdout.write("\n" + UNWRITTEN_RECORD + record_line(record))
+        sys.stdout.flush()
 
     def _record(self, state: _CaseState) -> Record:
         status, reason, failure = state.verdict()
@@ -478,6 +516,40 @@ def _worker_exit_status(node: Any) -> int | None:
         return int(popen.wait(timeout=5))
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+# Signals that end a process unless it handles them (the keeper handles none).
+_FATAL_SIGNALS = (1, 2, 3, 6, 9, 11, 13, 14, 15)
+
+
+def _keeper_dying() -> bool:
+    """Has the supervisor's keeper, this pytest's parent, been sent its death (or died)?
+
+    A signal is pending on its target as soon as kill() returns, before the target runs
+    again to die: reading it here is not a race with the case that sent it.
+    """
+    keeper = os.environ.get(KEEPER_VARIABLE)
+    if not keeper or not keeper.isdigit() or os.environ.get("PYTEST_XDIST_WORKER"):
+        return False  # a worker's parent is pytest-xdist's controller, not the keeper
+    if os.getppid() != int(keeper):
+        return True
+    try:
+        status = Path(f"/proc/{keeper}/status").read_text()
+    except OSError:
+        return True
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if fields.get("State", "").strip()[:1] in ("Z", "X"):
+        return True
+    pending = int(fields.get("SigPnd", "0"), 16) | int(fields.get("ShdPnd", "0"), 16)
+    return any(pending & (1 << (number - 1)) for number in _FATAL_SIGNALS)
+
+
+def _wait_for_the_end() -> None:
+    """Wait to be killed with the keeper (its death signal); leave if it never comes."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(137)
 
 
 def _operation(item: pytest.Item) -> str:

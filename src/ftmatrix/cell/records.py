@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -272,45 +273,166 @@ def json_schema() -> dict[str, Any]:
 
 
 class CellRecordFile:
-    """The JSONL file of one cell in one run, rewritten atomically as records arrive.
+    """The JSONL file of one cell in one run: one line appended per record.
 
-    Records already in the file are kept: a cell whose cases run in several
-    processes (after a crash, on resume, or in pytest-xdist workers at the same
-    time) adds to one file. Each change is a read-modify-write under an exclusive
-    lock, so two writers never drop each other's records.
+    Adding a record appends its line under an exclusive lock (a cell whose cases run in
+    several processes, after a crash, on resume, or in pytest-xdist workers at the same
+    time, adds to one file) and costs that line only, whatever the file holds already. A
+    case recorded again (a second try, a note added) gets a later line; the last line of a
+    case is its record. A line that cannot be read (torn by a full disk or a lost machine,
+    damaged by hand) is never rewritten away: readers report it, and a resumed run moves it
+    to the cell's quarantine file (:func:`compact_records`) and runs the case again.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.records: list[Record] = [record for record, _ in self._read()]
+        self._records: dict[str, Record] | None = None  # read on first use
+
+    @property
+    def records(self) -> list[Record]:
+        """The record of each case, in the order they were last written."""
+        if self._records is None:
+            self._records = {r.case: r for r in scan_records(self.path).records}
+        return list(self._records.values())
+
+    @records.setter
+    def records(self, records: Iterable[Record]) -> None:
+        self._records = {r.case: r for r in records}
 
     def add(self, record: Record) -> None:
-        """Append ``record``, replacing an earlier record of the same case."""
+        """Append ``record``; it replaces an earlier record of the same case."""
+        line = _line(record).encode("utf-8")
         with _locked(self.path):
-            # Re-read: another process may have added records since we last looked. The
-            # lines kept are written back as read (redacted when they were written): each
-            # case costs one record's serialization, not the whole file's.
-            kept = [(r, line) for r, line in self._read() if r.case != record.case]
-            self.records = [r for r, _ in kept] + [record]
-            write_atomically(self.path, "".join(line for _, line in kept) + _line(record))
+            _append(self.path, line)
+        if self._records is not None:
+            self._records.pop(record.case, None)
+            self._records[record.case] = record
 
     def save(self) -> None:
+        """Replace the file by ``records``, one line each."""
         with _locked(self.path):
             write_atomically(self.path, "".join(_line(r) for r in self.records))
 
-    def _read(self) -> list[tuple[Record, str]]:
-        """The file's records, each with its line; unreadable lines are left out."""
-        if not self.path.exists():
-            return []
-        read = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            try:
-                read.append((Record.from_mapping(json.loads(line)), line + "\n"))
-            except (ValueError, TypeError):
-                continue  # as read_records skips it (and reports it there)
-        return read
+
+@dataclass(frozen=True, kw_only=True)
+class Scan:
+    """What one record file holds: each case's record, and the lines that cannot be read."""
+
+    records: tuple[Record, ...]
+    problems: tuple[str, ...]  # "<file>:<line>: skipped: <why>", one per damaged line
+    damaged: tuple[bytes, ...]  # those lines' bytes, as found
+    lines: tuple[bytes, ...] = ()  # each record's line, as written (redacted then)
+    superseded: int = 0  # lines of a case that a later line recorded again
+
+
+def scan_records(path: Path) -> Scan:
+    """Read ``path`` line by line: the last record of each case, and every line that is
+    not a whole record (not UTF-8, not JSON, not an object, not a record, or the torn end
+    of a write that never finished), with its number and why."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Scan(records=(), problems=(), damaged=())
+    latest: dict[str, tuple[Record, bytes]] = {}
+    superseded = 0
+    problems: list[str] = []
+    damaged: list[bytes] = []
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            if number == len(lines):  # no newline after it: a write that never finished
+                raise ValueError("a torn line (the file ends in the middle of it)")
+            value = json.loads(raw.decode("utf-8"))
+            if not isinstance(value, dict):
+                raise ValueError(f"a JSON {type(value).__name__}, not a record object")
+            record = Record.from_mapping(value)
+        except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+            problems.append(f"{path}:{number}: skipped: {exc}")
+            damaged.append(raw)
+            continue
+        superseded += latest.pop(record.case, None) is not None
+        latest[record.case] = (record, raw)
+    return Scan(
+        records=tuple(record for record, _ in latest.values()),
+        problems=tuple(problems),
+        damaged=tuple(damaged),
+        lines=tuple(line for _, line in latest.values()),
+        superseded=superseded,
+    )
+
+
+def quarantine_path(record_file: Path) -> Path:
+    """Where a cell's unreadable record lines are kept, byte for byte, out of its records."""
+    return record_file.with_name(record_file.name + ".quarantine")
+
+
+def compact_records(record_file: Path) -> Scan:
+    """Rewrite ``record_file`` with one line per case, its last record, and move its
+    unreadable lines to its quarantine file (appended, bytes as found); what it read (the
+    records kept, the lines moved). Once per cell (its cases done, or on resume), so
+    readers of the file see one record a case. The cases a moved line held have no record
+    now: a resumed run runs them again."""
+    with _locked(record_file):
+        scan = scan_records(record_file)
+        if scan.damaged:
+            with quarantine_path(record_file).open("ab") as kept:
+                kept.write(b"".join(line + b"\n" for line in scan.damaged))
+                kept.flush()
+                os.fsync(kept.fileno())
+        if scan.damaged or scan.superseded:
+            # The lines kept as written: they were redacted then, and need no second pass.
+            text = b"".join(line + b"\n" for line in scan.lines).decode("utf-8")
+            write_atomically(record_file, text)
+        else:
+            sync_file(record_file)
+    return scan
+
+
+# A record is on disk (fsync) at most this long after it was written: every record's own
+# fsync cost a trivial case several times its run. A process killed (kill -9) loses nothing
+# either way; a machine that goes down may lose the last moments' records, and a resumed
+# run runs those cases again (the runner syncs the file before it marks the cell done).
+SYNC_SECONDS = 0.5
+_last_sync = 0.0
+
+
+def _append(path: Path, line: bytes) -> None:
+    """Append ``line`` to ``path``: whole, on a line of its own, synced now and then.
+
+    A line torn by an earlier write that never finished stays alone on its line (unread,
+    reported), never glued to this one. A write that fails (a full disk) leaves the file
+    as it was before it.
+    """
+    global _last_sync  # noqa: PLW0603 -- one process's clock of its last fsync
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            os.ftruncate(fd, size)  # no half line left behind
+            raise
+        if time.monotonic() - _last_sync >= SYNC_SECONDS:
+            os.fsync(fd)
+            _last_sync = time.monotonic()
+    finally:
+        os.close(fd)
+
+
+def sync_file(path: Path) -> None:
+    """Put ``path``'s written data on disk (before a marker that says it is whole)."""
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -357,6 +479,10 @@ def worker_case_paths(record_file: Path) -> list[Path]:
     """The running-case notes of every pytest-xdist worker of the cell."""
     return sorted(record_file.parent.glob(glob.escape(record_file.name) + ".current.*"))
 
+
+# Set by the supervisor's keeper (ftmatrix.supervise.KEEPER) for the cases' pytest: the
+# keeper's pid, the parent a case might end.
+KEEPER_VARIABLE = "FTMATRIX_KEEPER"
 
 # Set in the cases' pytest process to the running case's id while it runs: every process a
 # case starts inherits it, so the supervisor can tell exactly which case started a process
@@ -428,7 +554,8 @@ class ReadResult:
 
 
 def read_records(root: Path) -> ReadResult:
-    """Every record in ``root`` (a file, or ``*.jsonl`` below a folder); bad lines are reported."""
+    """Every record in ``root`` (a file, or ``*.jsonl`` below a folder): each file's last
+    record of each case; the lines that cannot be read are reported, never raised."""
     records: list[Record] = []
     problems: list[str] = []
     if root.is_file():
@@ -436,13 +563,9 @@ def read_records(root: Path) -> ReadResult:
     else:
         paths = sorted(root.rglob("*.jsonl")) if root.exists() else []
     for path in paths:
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(Record.from_mapping(json.loads(line)))
-            except (ValueError, TypeError) as exc:
-                problems.append(f"{path}:{number}: skipped: {exc}")
+        scan = scan_records(path)
+        records.extend(scan.records)
+        problems.extend(scan.problems)
     return ReadResult(records=tuple(records), problems=tuple(problems))
 
 
@@ -516,11 +639,47 @@ def shorten(text: str, limit: int = TEXT_LIMIT) -> str:
     return f"{text[:head]}\n[... {cut:,} characters cut ...]\n{text[-tail:]}"
 
 
+# What the results plugin prints before a record it could not write (a full disk), the
+# record's line after it: the supervisor, reading the cell's output, writes it once it can.
+UNWRITTEN_RECORD = "[ftmatrix-unwritten-record] "
+
+
+def record_line(record: Record) -> str:
+    """``record`` as its file holds it: one line of JSON, every secret masked."""
+    return _line(record)
+
+
 def _line(record: Record) -> str:
     # The one place every record passes before it is written: every string of it
-    # (case ids, reasons, messages, metrics, their names) redacted by value.
-    data = redact_data(record.to_dict(), os.environ)
+    # (case ids, reasons, messages, metrics, their names) redacted by value. What every
+    # record of a cell repeats (its packages, hardware, pins) is redacted once per value:
+    # it was most of a trivial case's recording.
+    data = record.to_dict()
+    env = dict(os.environ)  # read once: os.environ decodes every variable it is asked for
+    repeated = {name: data.pop(name) for name in _REPEATED_FIELDS}
+    # The field names are ours (FIELDS); every value is redacted.
+    data = dict(zip(data, redact_data(list(data.values()), env), strict=True))
+    key = tuple(sorted(_per_case_unset(env).items()))
+    for name, value in repeated.items():
+        data[name] = _redacted_once(json.dumps(value, sort_keys=True, default=str), key)
     return json.dumps(data, sort_keys=True, default=str) + "\n"
+
+
+# The fields each record of a cell holds alike.
+_REPEATED_FIELDS = ("packages", "host_packages", "hardware", "pins", "runner_labels")
+# Variables that name the running case (set anew for each): no secret, and kept out of
+# the key of what is redacted once, which they would change with every case.
+_PER_CASE_VARIABLES = frozenset({"PYTEST_CURRENT_TEST", "FTMATRIX_RUNNING_CASE"})
+
+
+def _per_case_unset(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in _PER_CASE_VARIABLES}
+
+
+@functools.lru_cache(maxsize=64)
+def _redacted_once(value: str, environment: tuple[tuple[str, str], ...]) -> Any:
+    """``value`` (JSON text) parsed and redacted for ``environment``; never mutated."""
+    return redact_data(json.loads(value), dict(environment))
 
 
 def redact(text: str | None, env: Mapping[str, str]) -> str | None:

@@ -51,7 +51,9 @@ from ftmatrix.report.grid import (
     worst_of,
 )
 from ftmatrix.report.installability import FINDING_WORDS, read_installability
+from ftmatrix.report.notices import notices_html, notices_markdown, quarantined
 from ftmatrix.report.overview import group_id, render_compatibility, render_headline, render_hud
+from ftmatrix.run_progress import RunInProgress
 from ftmatrix.store import load_findings, load_proofs, newest_records, pass_rate_table
 
 STATUS_COLOURS = {
@@ -90,13 +92,15 @@ def render_html(
     probes: Sequence[Record] = (),
     installability: Mapping[str, Any] | None = None,
     results: Results | None = None,
+    notices: str = "",
 ) -> str:
     """One self-contained HTML page: no script or style is fetched from anywhere.
 
     ``missing``: planned cells without a record of the night (shown first, loudly);
     ``probes``: the cap probes' records (shown apart, never in the grid);
     ``installability``: the plan's findings (:func:`read_installability`);
-    ``results``: :func:`check_results` of the grid and groups, where the caller has it."""
+    ``results``: :func:`check_results` of the grid and groups, where the caller has it;
+    ``notices``: :mod:`ftmatrix.report.notices`' section (a run in progress, damaged records)."""
     counts = Counter(r.status for r in grid.records)
     entries = grid_entries(grid.records)
     values = grid_axes(entries)
@@ -107,7 +111,7 @@ def render_html(
         records=len(grid.records),
         cells=len(grid.rows),
         runs=escape(", ".join(grid.runs) or "none"),
-        missing=_missing_html(missing),
+        missing=notices + _missing_html(missing),
         headline=render_headline(grid.records, changes, groups),
         counts=_summary(counts, reused_cells(grid.records)),
         legend=_legend(),
@@ -221,10 +225,12 @@ def render_json(
     probes: Sequence[Record] = (),
     installability: Mapping[str, Any] | None = None,
     missing: Sequence[str] = (),
+    in_progress: Sequence[RunInProgress] = (),
+    unreadable: Sequence[str] = (),
 ) -> str:
     """Machine-readable results (results.json): the latest record of every (cell, case),
-    groups, changes, the cap probes, the plan's findings and the planned cells without
-    records."""
+    groups, changes, the cap probes, the plan's findings, the planned cells without
+    records, the runs still in progress and the record lines that could not be read."""
     counts = Counter(r.status.value for r in grid.records)
     payload = {
         "schema": 1,
@@ -268,6 +274,8 @@ def render_json(
         "probe_records": [r.to_dict() for r in probes],
         "installability": installability,
         "planned_without_records": list(missing),
+        "in_progress": [run.to_dict() for run in in_progress],
+        "unreadable_records": [clean_paths(p) for p in unreadable],
     }
     return json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n"
 
@@ -279,12 +287,14 @@ def render_report(
     problems: Sequence[str] = (),
     known_issues: Path | None = None,
     missing: Sequence[str] = (),
+    in_progress: Sequence[RunInProgress] = (),
 ) -> Grid:
     """Write the reports from ``out_dir``'s history; it reads the history, never writes it.
 
     Merge the new records first (:func:`ftmatrix.store.merge_outputs`) and pass on the
-    unreadable ones it names as ``problems``. ``known_issues`` (a known_issues.yaml) links
-    failure groups to upstream reports.
+    unreadable ones it names as ``problems``; ``in_progress``: the runs still going on
+    (:func:`ftmatrix.run_progress.runs_in_progress`), said first. ``known_issues`` (a
+    known_issues.yaml) links failure groups to upstream reports.
     """
     store = out_dir / "history.sqlite"
     # Published text shows no machine's paths: records keep them (raw_*), pages not.
@@ -306,6 +316,7 @@ def render_report(
     )
     installability = read_installability(out_dir)
     results = check_results(grid, groups)
+    unreadable = [*problems, *quarantined(out_dir / "records")]
     html = render_html(
         grid,
         generated_at=now,
@@ -317,10 +328,20 @@ def render_report(
         probes=probes,
         installability=installability,
         results=results,
+        notices=notices_html(in_progress, unreadable),
     )
-    markdown = render_markdown(grid, groups, changes, missing) + probes_markdown(probes)
+    title, rest = render_markdown(grid, groups, changes, missing).split("\n\n", 1)
+    notices = "\n".join(notices_markdown(in_progress, unreadable))
+    markdown = f"{title}\n\n{notices}{chr(10) if notices else ''}{rest}" + probes_markdown(probes)
     results_json = render_json(
-        grid, groups, changes, probes=probes, installability=installability, missing=missing
+        grid,
+        groups,
+        changes,
+        probes=probes,
+        installability=installability,
+        missing=missing,
+        in_progress=in_progress,
+        unreadable=unreadable,
     )
     write_atomically(out_dir / "index.html", html)
     write_atomically(out_dir / "summary.md", markdown)

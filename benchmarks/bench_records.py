@@ -1,0 +1,182 @@
+"""Adding records is linear: what a cell's records cost, from 250 to 2,000 cases.
+
+Two figures side by side (printed, never asserted):
+
+- writing N records to a cell's file (``CellRecordFile.add``, as the plugin does), with
+  the time per record: linear writing keeps that column flat;
+- a cell of N trivial cases: its cases stage as the runner runs it (the supervisor, the
+  results plugin, the records; a real venv of six made by ``python -m ftmatrix run``)
+  against the same cases run by plain pytest in the same venv (the cases' own time), in
+  wall seconds and in CPU seconds (on a shared machine the CPU ratio is the steadier).
+
+    python benchmarks/bench_records.py [--json out.json] [--sizes 250,1000,2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from ftmatrix.cell.records import CellRecordFile, Record  # noqa: E402 -- after the path above
+from ftmatrix.cell.status import Status  # noqa: E402
+from ftmatrix.config import HardwareClass, InstallOptions  # noqa: E402
+from ftmatrix.runner import CellContext, cell_env, pytest_command  # noqa: E402
+from ftmatrix.supervise import CaseLimits, run_cases  # noqa: E402
+
+CASES = """
+import pytest
+
+
+@pytest.mark.parametrize("number", range({count}))
+def test_trivial(number):
+    assert number >= 0
+"""
+
+
+def record(case: str) -> Record:
+    return Record(
+        run_id="20261127T000000Z",
+        cell_id="abc123def456",
+        cell_label="cpu-py3.11-six1.17.0",
+        python="3.11",
+        pins={"six": "1.17.0"},
+        hardware_class="cpu",
+        case=case,
+        operation="trivial",
+        status=Status.PASS,
+        started_at="2026-11-27T00:00:00+00:00",
+        finished_at="2026-11-27T00:00:00+00:00",
+        packages={f"package{i}": "1.0" for i in range(40)},
+    )
+
+
+def writing(count: int, folder: Path) -> float:
+    """Seconds to add ``count`` records to a new cell file."""
+    file = CellRecordFile(folder / f"{count}.jsonl")
+    started = time.perf_counter()
+    for number in range(count):
+        file.add(record(f"test_many.py::test_trivial[{number}]"))
+    return time.perf_counter() - started
+
+
+def venv(folder: Path) -> tuple[Path, Path]:
+    """A real cell's venv (six), made by ``python -m ftmatrix run``: its python and the
+    cell's file for the plugin."""
+    (folder / "cases").mkdir(parents=True, exist_ok=True)
+    (folder / "cases" / "test_many.py").write_text(CASES.format(count=1))
+    (folder / "matrix.yaml").write_text('packages:\n  six: ["1.17.0"]\nlimits: {workers: 1}\n')
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(folder / "matrix.yaml"),
+        "FTMATRIX_CASES": str(folder / "cases"),
+        "FTMATRIX_OUT": str(folder / "out"),
+    }
+    subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "run"],
+        env=env,
+        cwd=folder,
+        capture_output=True,
+        check=True,
+    )
+    (python,) = (folder / ".nox").glob("*/bin/python")
+    (cell_file,) = (folder / "out" / "records").rglob("*.cell.json")
+    return python, cell_file
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cell(count: int, folder: Path, python: Path, cell_file: Path) -> dict[str, float]:
+    """The cases stage of a cell of ``count`` trivial cases, as the runner runs it (the
+    supervisor, the plugin, the records), against the same cases in plain pytest in the
+    same venv: wall seconds and CPU seconds (this process and its children) of each."""
+    (folder / "cases" / "test_many.py").write_text(CASES.format(count=count))
+    ctx = CellContext(
+        run_id="20261127T000000Z",
+        out_dir=folder / "bench-out",
+        cases_dir=folder / "cases",
+        case_selection=(),
+        install=InstallOptions(),
+        hardware_class=HardwareClass(name="cpu", runs_on=()),
+        env=dict(os.environ),
+    )
+    records = folder / "bench-out" / f"{count}.jsonl"
+    command, targets = pytest_command(python, cell_file, records, ctx)
+    started, cpu = time.perf_counter(), time.process_time() + children_cpu()
+    with contextlib.redirect_stdout(io.StringIO()):
+        run_cases(
+            command,
+            targets,
+            record_file=records,
+            cases_dir=ctx.cases_dir.resolve(),
+            env=cell_env(ctx.env),
+            limits=CaseLimits(case_seconds=60, cell_seconds=3600, memory_bytes=None),
+            make_record=lambda **fields: record(fields["case"]),
+            log=lambda line: None,
+            cwd=folder,
+        )
+    stage = time.perf_counter() - started
+    stage_cpu = time.process_time() + children_cpu() - cpu
+    started, cpu = time.perf_counter(), children_cpu()
+    subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "cases")],
+        cwd=folder, capture_output=True, check=True,
+    )  # fmt: skip
+    return {
+        "stage_s": stage,
+        "stage_cpu_s": stage_cpu,
+        "own_s": time.perf_counter() - started,
+        "own_cpu_s": children_cpu() - cpu,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--sizes", default="250,1000,2000")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    print(
+        f"{'records':>8} {'write s':>8} {'ms/rec':>7} {'stage s':>8} {'own s':>6} {'wall x':>7}"
+        f" {'stage cpu':>9} {'own cpu':>8} {'cpu x':>6}"
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-records-") as scratch:
+        python, cell_file = venv(Path(scratch) / "cell")
+        for count in sizes:
+            write = writing(count, Path(scratch))
+            run = cell(count, Path(scratch) / "cell", python, cell_file)
+            row = {
+                "records": count,
+                "write_s": round(write, 3),
+                "ms_per_record": round(1000 * write / count, 3),
+                **{k: round(v, 2) for k, v in run.items()},
+                "wall_ratio": round(run["stage_s"] / run["own_s"], 2),
+                "cpu_ratio": round(run["stage_cpu_s"] / run["own_cpu_s"], 2),
+            }
+            rows.append(row)
+            print(
+                f"{count:>8} {write:>8.2f} {row['ms_per_record']:>7.3f} {run['stage_s']:>8.1f}"
+                f" {run['own_s']:>6.1f} {row['wall_ratio']:>7.2f} {run['stage_cpu_s']:>9.1f}"
+                f" {run['own_cpu_s']:>8.1f} {row['cpu_ratio']:>6.2f}"
+            )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Which Python interpreters this machine has for the matrix's cells, and where each is.
+
+A cell's venv is made from an interpreter already on the machine, found as uv finds
+one (``uv python find``: uv-managed installs, then the search path), never downloaded:
+a runner may be offline, and a download is a fetch from the network nobody asked the
+run for. A Python the machine lacks is said by the plan and recorded by the cell as an
+``install-error`` (its environment could not be built), counted in the report and failing
+the run; ``uv python install 3.X`` (or any Python on PATH) gives it to the next run.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ftmatrix.resolve import uv_binary
+
+# Where an interpreter is looked for: uv's discovery, with downloads off.
+SOURCE = "uv python find --no-python-downloads"
+# The environment variables that steer uv's discovery and nothing else of the caller's.
+_DISCOVERY_VARIABLES = (
+    "PATH",
+    "HOME",
+    "UV_PYTHON_INSTALL_DIR",
+    "UV_PYTHON_PREFERENCE",
+    "XDG_DATA_HOME",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interpreter:
+    """The interpreter a cell of Python ``version`` is made from, or why there is none."""
+
+    version: str
+    path: str | None
+
+    @property
+    def missing(self) -> str | None:
+        """Why a cell of this Python cannot start here (None: it can)."""
+        if self.path is not None:
+            return None
+        return (
+            f"no Python {self.version} on this machine ({SOURCE} found none; ftmatrix never "
+            f"downloads one): install it (`uv python install {self.version}`) or put it on PATH"
+        )
+
+    def describe(self) -> str:
+        return f"Python {self.version}: {self.path}" if self.path else self.missing or ""
+
+
+def find_interpreters(versions: Iterable[str], env: Mapping[str, str]) -> dict[str, Interpreter]:
+    """Each of ``versions`` (``3.11``) with the interpreter uv finds for it, if any."""
+    discovery = tuple(sorted((k, env[k]) for k in _DISCOVERY_VARIABLES if k in env))
+    return {v: _find(v, discovery) for v in sorted(set(versions))}
+
+
+@functools.cache
+def _find(version: str, discovery: tuple[tuple[str, str], ...]) -> Interpreter:
+    # Outside any project and venv: a .python-version, a .venv or VIRTUAL_ENV of the
+    # caller's must not decide which interpreter a cell gets.
+    with tempfile.TemporaryDirectory(prefix="ftmatrix-python-") as nowhere:
+        try:
+            found = subprocess.run(
+                [uv_binary(), "python", "find", "--no-python-downloads", "--no-project", version],
+                capture_output=True,
+                text=True,
+                cwd=nowhere,
+                env={**dict(discovery), "UV_PYTHON_DOWNLOADS": "never"},
+                check=False,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return Interpreter(version=version, path=None)
+    path = found.stdout.strip().splitlines()[-1:] if found.returncode == 0 else []
+    return Interpreter(version=version, path=path[0] if path else None)

@@ -1,0 +1,377 @@
+"""An unlucky run: what a cell meets on the way (a Python the machine lacks, code above the
+cases folder, a case that kills the process watching it, damaged records, a report made
+while the run goes on), through real nox, uv and pytest, by both entry points.
+
+Slow tier: real venvs (six only, from uv's cache) and real subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.interpreters import find_interpreters
+from ftmatrix.runner import current_python
+
+ROOT = Path(__file__).parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def absent_python() -> str | None:
+    """A Python version a matrix accepts that this machine has no interpreter for."""
+    candidates = [f"3.{minor}" for minor in range(9, 16)]
+    found = find_interpreters(candidates, os.environ)
+    return next((v for v in candidates if found[v].path is None), None)
+
+
+def run(entry: str, folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``ftmatrix run`` or ``nox -s matrix`` over ``folder``'s matrix.yaml and cases/."""
+    variables = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(folder / "matrix.yaml"),
+        "FTMATRIX_CASES": str(folder / "cases"),
+        "FTMATRIX_OUT": str(folder / "out"),
+        **env,
+    }
+    if entry == "cli":
+        command = [sys.executable, "-m", "ftmatrix", "run", *args]
+    else:
+        command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+        command += ["--envdir", str(folder / ".nox"), "-s", "matrix", *args]
+    return subprocess.run(
+        command, env=variables, cwd=folder, capture_output=True, text=True, check=False, timeout=600
+    )
+
+
+def records_of(out: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted((out / "records").rglob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def write_matrix(folder: Path, pythons: list[str], case_seconds: int = 60) -> None:
+    (folder / "matrix.yaml").write_text(
+        f"python: {json.dumps(pythons)}\n"
+        'packages:\n  six: ["1.17.0"]\n'
+        f"timeouts: {{case: {case_seconds}, cell: 300}}\n"
+    )
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_cases_never_runs(
+    tmp_path: Path, entry: str
+) -> None:
+    missing = absent_python()
+    if missing is None:
+        pytest.skip("this machine has an interpreter for every Python 3.9 to 3.15")
+    # A conftest.py above the cases folder (a shared /tmp, a parent checkout): it would
+    # leave a file behind and end the cell's pytest if it ran.
+    (tmp_path / "conftest.py").write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('ABOVE_RAN').write_text('ran')\n"
+        "raise SystemExit('a conftest.py above the cases folder ran')\n"
+    )
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "conftest.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('OWN_RAN').write_text('ran')\n"
+    )
+    (cases / "test_a.py").write_text("def test_ok():\n    assert True\n")
+    write_matrix(tmp_path, [current_python(), missing])
+
+    planned = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "plan", "--json"],
+        env={**os.environ, "FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml")},
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    plan = json.loads(planned.stdout)
+    assert plan["interpreters"]["found"][missing] is None
+    assert plan["interpreters"]["found"][current_python()]
+
+    ran = run(entry, tmp_path)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert f"no Python {missing} on this machine" in output
+    assert "Failed to download" not in output  # no interpreter is ever downloaded
+    by_python = {r["python"]: r for r in records_of(tmp_path / "out")}
+    assert by_python[current_python()]["status"] == "pass"
+    stuck = by_python[missing]
+    assert (stuck["status"], stuck["case"]) == ("install-error", "*")
+    assert f"no Python {missing} on this machine" in stuck["reason"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "1 pass, 1 install-error" in summary
+    assert not (tmp_path / "ABOVE_RAN").exists()
+    assert (cases / "OWN_RAN").exists()
+
+
+PARENT_KILLERS = """
+import os
+import signal
+
+
+def test_a_kills_its_parent():
+    os.kill(os.getppid(), signal.SIGKILL)
+
+
+def test_b_terminates_its_parent():
+    os.kill(os.getppid(), signal.SIGTERM)
+
+
+def test_c_healthy():
+    assert True
+"""
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_case_that_kills_its_parent_is_a_crash_and_the_run_goes_on(
+    tmp_path: Path, entry: str
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_parents.py").write_text(PARENT_KILLERS)
+    write_matrix(tmp_path, [current_python()])
+    run_id = {"FTMATRIX_RUN_ID": "20261127T000000Z"}
+
+    ran = run(entry, tmp_path, **run_id)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0, output[-4000:]
+    found = {r["case"].split("::")[-1]: r for r in records_of(tmp_path / "out")}
+    assert {case: r["status"] for case, r in found.items()} == {
+        "test_a_kills_its_parent": "crash",
+        "test_b_terminates_its_parent": "crash",
+        "test_c_healthy": "pass",
+    }
+    assert found["test_a_kills_its_parent"]["message"] == (
+        "the process died during the case: signal SIGKILL"
+    )
+    assert found["test_b_terminates_its_parent"]["message"] == (
+        "the process died during the case: signal SIGTERM"
+    )
+    assert "1 pass, 2 crash" in (tmp_path / "out" / "summary.md").read_text()
+
+    resumed = run(entry, tmp_path, **run_id, FTMATRIX_RESUME="1")
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    assert "nothing to resume" in resumed.stdout + resumed.stderr
+
+
+WAITS_FOR_THE_TEST = """
+import os
+import time
+from pathlib import Path
+
+
+def test_a_done():
+    assert True
+
+
+def test_b_waits():
+    go = Path(os.environ["FTMATRIX_TEST_STATE"]) / "go"
+    deadline = time.monotonic() + 120
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+"""
+
+
+def report_now(folder: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """``ftmatrix report`` from another terminal, as a user would run it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report", "--out", str(folder / "out")],
+        env=env, cwd=folder, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return ran, json.loads((folder / "out" / "results.json").read_text())
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_report_built_while_the_run_goes_on_says_it_is_in_progress(
+    tmp_path: Path, entry: str
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_wait.py").write_text(WAITS_FOR_THE_TEST)
+    write_matrix(tmp_path, [current_python()])
+    state = tmp_path / "state"
+    state.mkdir()
+    run_id = "20261127T010000Z"
+    if entry == "cli":
+        command = [sys.executable, "-m", "ftmatrix", "run"]
+    else:
+        command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+        command += ["--envdir", str(tmp_path / ".nox"), "-s", "matrix"]
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml"),
+        "FTMATRIX_CASES": str(tmp_path / "cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+        "FTMATRIX_RUN_ID": run_id,
+        "FTMATRIX_TEST_STATE": str(state),
+    }
+    running = subprocess.Popen(
+        command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not any(
+            "test_b_waits" in p.read_text(errors="replace")
+            for p in (tmp_path / "out").rglob("*.jsonl.current")
+        ):
+            assert running.poll() is None and time.monotonic() < deadline, "test_b never started"
+            time.sleep(0.2)
+        ran, results = report_now(tmp_path)
+        assert ran.returncode == 0, ran.stderr
+        ((progress),) = results["in_progress"]
+        assert progress["run_id"] == run_id
+        assert progress["running"] == [f"cpu-py{current_python()}-six1.17.0"]
+        summary = (tmp_path / "out" / "summary.md").read_text()
+        assert f"**run {run_id} is in progress: this report is partial" in summary
+        assert (
+            "is in progress: this report is partial"
+            in (tmp_path / "out" / "index.html").read_text()
+        )
+    finally:
+        (state / "go").touch()
+        output, _ = running.communicate(timeout=240)
+    assert running.returncode == 0, output[-4000:]
+    # The report the run built itself at its end is whole, not 'in progress'.
+    assert "in progress" not in (tmp_path / "out" / "summary.md").read_text()
+    ran, results = report_now(tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert results["in_progress"] == []
+    assert "in progress" not in (tmp_path / "out" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_torn_record_is_quarantined_on_resume_and_its_case_runs_again(
+    tmp_path: Path, entry: str
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_two.py").write_text(
+        "def test_a():\n    assert True\n\n\ndef test_b():\n    assert True\n"
+    )
+    write_matrix(tmp_path, [current_python()])
+    run_id = {"FTMATRIX_RUN_ID": "20261127T020000Z"}
+    first = run(entry, tmp_path, **run_id)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    (path,) = (tmp_path / "out" / "records").rglob("*.jsonl")
+    whole = path.read_bytes()
+    torn = whole[: len(whole) - 100]  # the last record's write never finished
+    path.write_bytes(torn)
+    lost = json.loads(whole.splitlines()[-1])["case"]
+
+    resumed = run(entry, tmp_path, **run_id, FTMATRIX_RESUME="1")
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-4000:]
+    assert "1 unreadable record line(s) moved to" in output
+    assert "nothing to resume" not in output
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {"test_a": "pass", "test_b": "pass"}
+    quarantined = path.with_name(path.name + ".quarantine").read_bytes()
+    assert quarantined == torn.splitlines()[-1] + b"\n"  # the bytes as found
+    assert lost.split("::")[-1] in found
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "kept apart (quarantined)" in results["unreadable_records"][0]
+
+
+def _small_disk(folder: Path) -> str | None:
+    """Mount a 48 MB tmpfs on ``folder``; why it cannot be done here, or None."""
+    folder.mkdir()
+    if os.geteuid() != 0:
+        return "mounting a small filesystem needs root"
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(folder)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return None if made.returncode == 0 else f"no tmpfs here: {made.stderr.strip()}"
+
+
+FILLS_THE_DISK = """
+from pathlib import Path
+
+
+def fill(path):
+    for size in (2**16, 2**12, 1):  # to the last byte
+        try:
+            with open(path, "ab", buffering=0) as ballast:
+                while True:
+                    ballast.write(b"x" * size)
+        except OSError:  # No space left on device
+            pass
+
+
+def test_a_healthy():
+    assert True
+
+
+def test_b_fills_the_disk_where_it_runs():
+    fill("ballast")  # in the case's working folder, which the runner removes after the cases
+    # A record of many pages (a long message and traceback): a page the disk has not got.
+    assert False, "the disk is full " * 2000
+
+
+def test_c_healthy():
+    assert True
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    out = tmp_path / "out"
+    why = _small_disk(out)
+    if why is not None:
+        pytest.skip(why)
+    yield out
+    subprocess.run(["umount", "-l", str(out)], check=False)
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
+    tmp_path: Path, entry: str, small_disk: Path
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_disk.py").write_text(FILLS_THE_DISK)
+    write_matrix(tmp_path, [current_python()])
+    run_id = {"FTMATRIX_RUN_ID": "20261127T030000Z"}
+
+    # The case fills the disk in its own working folder: every record is kept all the same.
+    ran = run(entry, tmp_path, **run_id)
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-4000:]
+    assert "cannot be written" in output  # the plugin said so once
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(small_disk)}
+    assert found == {
+        "test_a_healthy": "pass",
+        "test_b_fills_the_disk_where_it_runs": "fail",
+        "test_c_healthy": "pass",
+    }, output[-4000:]
+    assert ran.returncode == 0, output[-4000:]
+
+    # A disk that stays full: one line, no traceback, what was written is whole; once
+    # space is back, a resume records every case.
+    (tmp_path / "cases" / "test_disk.py").write_text(
+        FILLS_THE_DISK.replace('fill("ballast")', f'fill("{small_disk}/ballast")')
+    )
+    run_id = {"FTMATRIX_RUN_ID": "20261127T040000Z"}
+    full = run(entry, tmp_path, **run_id)
+    output = full.stdout + full.stderr
+    assert "Traceback" not in output, output[-4000:]
+    assert full.returncode == 1, output[-4000:]
+    assert f"the output folder {small_disk} is full (No space left on device" in output
+    assert "FTMATRIX_RESUME=1 FTMATRIX_RUN_ID=20261127T040000Z" in output
+    (small_disk / "ballast").unlink()
+    (tmp_path / "cases" / "test_disk.py").write_text(
+        FILLS_THE_DISK.replace('fill("ballast")', "pass")
+    )
+    resumed = run(entry, tmp_path, **run_id, FTMATRIX_RESUME="1")
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-4000:]
+    newest = [r for r in records_of(small_disk) if r["run_id"] == "20261127T040000Z"]
+    assert sorted(r["case"].split("::")[-1] for r in newest) == sorted(found)
