@@ -39,7 +39,10 @@ DEFAULT_CELLS = [
     "cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0-peft0.18.1",
     "cpu-py3.11-torch2.13.0-tf5.23.0-trl1.16.0-peft0.18.1",
 ]
-CPU_FAMILIES = {"import", "sft", "dpo", "grpo", "lora", "qlora", "train", "multiprocess"}
+CPU_FAMILIES = {
+    "import", "sft", "dpo", "grpo", "lora", "qlora", "train", "multiprocess",
+    "reward", "orpo", "kto", "cpo",
+}  # fmt: skip
 # A first run downloads under 500 MB. Besides the wheels, a cold uv and pip fetch the index's
 # pages and metadata: 335 MB in all went through a counting proxy for 219 MB of wheels (the
 # figure below) on a fresh clone; the wheels are held below 500 MB less that margin.

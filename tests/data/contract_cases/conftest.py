@@ -18,7 +18,7 @@ assert _spec is not None and _spec.loader is not None
 _product = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_product)
 
-pytest_configure = _product.pytest_configure
+long_lived_objects_frozen = _product.long_lived_objects_frozen
 tokenizer = _product.tokenizer
 family = _product.family
 model_dirs = _product.model_dirs
