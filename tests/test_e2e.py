@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ftmatrix.cell.records import read_records
+from ftmatrix.known_issues import cell_statuses, explain, load_known_issues
 from ftmatrix.resolve import lock_id
 from ftmatrix.sharing import usable_cpus
 
@@ -183,16 +185,43 @@ def test_one_real_cell_runs_the_whole_case_library(tmp_path: Path):
     for record in records:
         by_operation.setdefault(record["operation"], set()).add(record["status"])
     # What a CPU can run passes; GPU-only cases are skip; absent packages are n/a.
-    for operation in ("sft", "train", "grpo", "dpo", "lora", "qlora", "multiprocess", "import"):
+    green = (
+        "sft",
+        "grpo",
+        "dpo",
+        "qlora",
+        "multiprocess",
+        "import",
+        "reward",
+        "orpo",
+        "kto",
+        "cpo",
+    )
+    for operation in green:
         assert by_operation[operation] <= {"pass", "n/a"}, (operation, statuses)
         assert "pass" in by_operation[operation], (operation, statuses)
+    # The Trainer's and the adapters' knob cases find real upstream breaks at these pins
+    # (classification heads under accumulation, transformers#47688; GPT-2's over-count past
+    # #46204's fix, unreported; LoRA on a tied head merged, peft#2018): red, never an error.
+    for operation in ("train", "lora"):
+        assert by_operation[operation] <= {"pass", "n/a", "fail"}, (operation, statuses)
+        assert "pass" in by_operation[operation], (operation, statuses)
+    # Each red fits an entry of known_issues.yaml, but GPT-2's over-count past its fix.
+    known = load_known_issues(ROOT / "known_issues.yaml")
+    parsed = read_records(tmp_path / "out" / "records").records
+    cells = cell_statuses(parsed)
+    unexplained = {
+        r.case for r in parsed if r.status.value == "fail" and explain(r, known, cells) is None
+    }
+    assert all("family=gpt2" in c for c in unexplained), unexplained
     for operation in ("sft-multigpu", "vllm-generate", "grpo-vllm", "unsloth-qlora-qkv"):
         assert by_operation[operation] <= {"skip", "n/a"}, (operation, statuses)
     assert statuses["test_import.py::test_imports[vllm]"] == "n/a"
     sft = [r for r in records if r["operation"] == "sft"]
     # five families plain, packing, gradient checkpointing, completion-only; the exact update
-    # with and without accumulation
-    assert len(sft) == 10
+    # with and without accumulation; the mask over its knob table (pairwise)
+    assert len([r for r in sft if "test_sft_mask" not in r["case"]]) == 10
+    assert len([r for r in sft if "test_sft_mask" in r["case"]]) >= 4
     for record in (r for r in sft if "two_steps" in r["case"]):
         assert record["packages"]["trl"] == "1.16.0"
         assert record["packages"]["torch"].startswith("2.13.0")
