@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import SFT, cell
 
-from ftmatrix.bisect.auto import ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.bisection.auto import ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.cell.records import CellRecordFile, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.cli import main

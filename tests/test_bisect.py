@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ftmatrix.bisect.search import (
+from ftmatrix.bisection.search import (
     BisectError,
     BisectOutcome,
     BudgetSpent,

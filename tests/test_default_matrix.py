@@ -153,8 +153,11 @@ def test_the_readme_first_command_as_written_reports_two_real_breaks(tmp_path: P
         assert any(r["operation"] == family and r["status"] == "pass" for r in records), family
     groups = results["failure_groups"]
     assert sum(len(g["cells"]) for g in groups) == sum(r["status"] == "fail" for r in records)
-    assert all(g["known_issue"] for g in groups), [g["message"] for g in groups]
-    causes = {g["known_issue"]["upstream"] for g in groups}
+    # Every red is linked to its upstream report, but the one the knob cases found that no
+    # report names yet (GPT-2's over-count past transformers#46204's fix), shown unexplained.
+    unexplained = [g for g in groups if not g["known_issue"]]
+    assert all("family=gpt2" in c for g in unexplained for c in g["cases"]), unexplained
+    causes = {g["known_issue"]["id"] for g in groups if g["known_issue"]}
     assert len(causes) >= 2, causes
 
 

@@ -409,7 +409,10 @@ def test_every_unsloth_and_vllm_case_is_isolated_and_needs_cuda(pytester: pytest
     """Each runs in a process of its own, and is ``skip`` on a machine without CUDA."""
     pytester.makepyfile(dump_marks=DUMP_MARKS)
     files = [str(CASES / "test_unsloth.py"), str(CASES / "test_vllm.py")]
-    pytester.runpytest_subprocess("-p", "dump_marks", "--collect-only", "-q", *files)
+    # The results plugin registers the markers (a cell always loads it).
+    pytester.runpytest_subprocess(
+        "-p", "ftmatrix.cell.plugin", "-p", "dump_marks", "--collect-only", "-q", *files
+    )  # fmt: skip
     marks = json.loads((pytester.path / "marks.json").read_text())
     assert len(marks) == 9  # 4 unsloth (GRPO twice: Llama, Mistral), 4 vLLM
     for case, case_marks in marks.items():

@@ -93,7 +93,8 @@ def test_no_module_is_named_like_a_standard_library_module():
     standard library's would shadow it there."""
     clashing = sorted(
         path.relative_to(PACKAGE).as_posix()
-        for path in PACKAGE.rglob("*.py")
+        for path in [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*/")]
         if path.stem in sys.stdlib_module_names
-    )
+        and (path.suffix == ".py" or (path / "__init__.py").is_file())
+    )  # modules, and packages (a folder with __init__.py): ftmatrix/bisect/ once shadowed bisect
     assert clashing == []

@@ -87,7 +87,7 @@ def test_findings_are_kept(tmp_path: Path):
 def test_each_hardware_class_keeps_its_own_finding(tmp_path: Path):
     """Two classes bisecting the same case once wrote one folder and one history key: the
     night kept one class's answer. Their folders and keys now differ."""
-    from ftmatrix.bisect.cells import BisectRequest
+    from ftmatrix.bisection.cells import BisectRequest
 
     store = tmp_path / "h.sqlite"
     requests = [

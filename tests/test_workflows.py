@@ -282,6 +282,7 @@ def test_planned_cells_that_produced_nothing_fail_the_night_loudly(tmp_path: Pat
     stale = tmp_path / "stale"
     stale.mkdir()
     (stale / "plan.json").write_text((out / "plan.json").read_text())
+    os.utime(stale / "plan.json", (1_600_000_000, 1_600_000_000))  # left there before the run
     later = "20261126T021700Z-ffffff"
     CellRecordFile(record_path(stale, later, "c0")).add(
         make_record(run_id=later, cell_id="c0", cell_label=planned["cells"][0])

@@ -4,7 +4,7 @@
 table is ``errors.py``); the inner functions raise, so tests call them directly.
 The noxfile's chores (``nox -s plan``, ...) run ``python -m ftmatrix``: one code path.
 The work is the pipeline's: ``pipeline`` (load, plan, resolve, run), ``planview``
-(the plan shown), ``ci`` (the nightly's fan-out) and ``bisect.orchestrate``.
+(the plan shown), ``ci`` (the nightly's fan-out) and ``bisection.orchestrate``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ftmatrix import __version__
-from ftmatrix.bisect.cells import BisectRequest
-from ftmatrix.bisect.orchestrate import autobisect, bisect_once, parse_pins
+from ftmatrix.bisection.cells import BisectRequest
+from ftmatrix.bisection.orchestrate import autobisect, bisect_once, parse_pins
 from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.ci import bisect_jobs, carry_reused, ci_matrix
 from ftmatrix.config import Matrix, load_matrix

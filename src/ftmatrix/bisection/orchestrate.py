@@ -17,9 +17,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion
 
-from ftmatrix.bisect.auto import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
-from ftmatrix.bisect.cells import BisectRequest, finding_document, run_bisect
-from ftmatrix.bisect.search import BisectFinding
+from ftmatrix.bisection.auto import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.bisection.cells import BisectRequest, finding_document, run_bisect
+from ftmatrix.bisection.search import BisectFinding
 from ftmatrix.cell.records import Record, write_atomically
 from ftmatrix.config import Matrix
 from ftmatrix.errors import BisectError, PackageIndexError, UsageError

@@ -5,7 +5,7 @@ entry explains it and no finding in the history already covers its signature or
 its search) and a *neighbour* cell, one that differs from it in exactly one
 package pin, passes the same case on the same hardware class and Python. The
 search then runs over that package's releases between the two pins, the other
-pins held (:func:`ftmatrix.bisect.cells.run_bisect` builds the cells).
+pins held (:func:`ftmatrix.bisection.cells.run_bisect` builds the cells).
 
 Failures that share a signature are bisected once, from the neighbour that costs
 fewest builds. Jobs are taken most widespread failure first; each costs its
@@ -24,8 +24,14 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 
-from ftmatrix.bisect.cells import BisectRequest
-from ftmatrix.bisect.search import BisectError, BisectFinding, BisectOutcome, Step, releases_between
+from ftmatrix.bisection.cells import BisectRequest
+from ftmatrix.bisection.search import (
+    BisectError,
+    BisectFinding,
+    BisectOutcome,
+    Step,
+    releases_between,
+)
 from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, cell_statuses, explain

@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ftmatrix.bisect.search import (
+from ftmatrix.bisection.search import (
     BisectFinding,
     BisectOutcome,
     BudgetSpent,
