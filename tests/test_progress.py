@@ -65,3 +65,23 @@ def test_the_line_shows_how_cells_and_cases_share_the_machine():
     assert progress.status_line() == (
         "[0/2 cells, 2 workers, 1 torch thread each] cell test_b.py::b 00:00 | 1 pass"
     )
+
+
+def test_a_log_file_the_disk_refuses_sends_the_output_to_the_console_not_a_traceback():
+    """A full disk (``/dev/full`` refuses every write with ENOSPC) must not end the thread
+    that carries the cases' output: the records matter, the log goes to the console."""
+    from pathlib import Path
+
+    out = io.StringIO()
+    progress = Progress(1, out, live=False)
+    progress.log_to(Path("/dev/full"))
+    progress.output("collected 3 items")
+    progress.note("installing 6 packages")
+    progress.output("test_a.py::test_b PASSED")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == (
+        "[ftmatrix] the cell's log /dev/full cannot be written (No space left on device): "
+        "its output goes here"
+    )
+    assert lines[1:] == ["collected 3 items", "test_a.py::test_b PASSED"]
+    progress.close()

@@ -10,6 +10,7 @@ started the cells (``progress_feed``), which this tells of every cell and case.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -65,9 +66,12 @@ class Progress:
         appended: a resumed cell keeps what its first run wrote."""
         with self._lock:
             self._close_log()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._log_file = path.open("a", encoding="utf-8")
             self._log_path = path
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._log_file = path.open("a", encoding="utf-8")
+            except OSError as exc:
+                self._log_failed(exc)
 
     @property
     def log_path(self) -> Path | None:
@@ -111,9 +115,7 @@ class Progress:
         """A line of the run about the current cell (resolving, installing, ...): into the
         cell's log file and the feed (nox prints it on the console itself)."""
         with self._lock:
-            if self._log_file is not None:
-                self._log_file.write(text + "\n")
-                self._log_file.flush()
+            self._write_log(text + "\n")
             self._emit("note", text=text)
 
     def output(self, line: str) -> None:
@@ -121,11 +123,8 @@ class Progress:
         no log file) passed through too, keeping the live line below it."""
         with self._lock:
             line = line if line.endswith("\n") else line + "\n"
-            if self._log_file is not None:
-                self._log_file.write(line)
-                self._log_file.flush()
-                if not self.live:
-                    return
+            if self._write_log(line) and not self.live:
+                return
             self._clear()
             self.stream.write(line)
             self._show()
@@ -134,10 +133,31 @@ class Progress:
         if self.feed is not None and self.cell is not None:
             self.feed.emit(kind, cell=self.cell, **fields)
 
+    def _write_log(self, text: str) -> bool:
+        """``text`` into the cell's log file; False where there is none (any more)."""
+        if self._log_file is None:
+            return False
+        try:
+            self._log_file.write(text)
+            self._log_file.flush()
+        except OSError as exc:  # a full disk: the records matter, the log goes to the console
+            self._log_failed(exc)
+            return False
+        return True
+
+    def _log_failed(self, exc: OSError) -> None:
+        self._close_log()
+        self.stream.write(
+            f"[ftmatrix] the cell's log {self._log_path} cannot be written ({exc.strerror}): "
+            "its output goes here\n"
+        )
+
     def _close_log(self) -> None:
         if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
+            log, self._log_file = self._log_file, None
+            # What it still held could not be written: said when it failed.
+            with contextlib.suppress(OSError):
+                log.close()
 
     def status_line(self) -> str:
         elapsed = int(self.clock() - self.started)
