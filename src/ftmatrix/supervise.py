@@ -391,9 +391,15 @@ def _attempt(
         preexec_fn=die_with_parent,  # noqa: PLW1509
     )
     tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
+    # The interpreter's own word on a crash ("Fatal Python error: Segmentation fault"),
+    # kept even where a worker's thread dump and the lines after it push it out of the tail.
+    fatal: collections.deque[str] = collections.deque(maxlen=4)
     unwritten: list[Record] = []
     pump = threading.Thread(
-        target=_pump, args=(process, tail, watcher.progress, env, unwritten), daemon=True
+        target=_pump,
+        args=(process, tail, fatal),
+        kwargs={"progress": watcher.progress, "env": env, "unwritten": unwritten},
+        daemon=True,
     )
     pump.start()
     killed_for: Status | None = None
@@ -443,7 +449,7 @@ def _attempt(
         killed_for=killed_for,
         running=tuple([note] if note else left),
         casualties=workers.casualties,
-        output_tail="".join(tail),
+        output_tail="".join([*(line for line in fatal if line not in tail), *tail]),
         cell_deadline_passed=cell_deadline_passed,
         unwritten=tuple(unwritten),
     )
@@ -671,6 +677,8 @@ def _ended_within(process: subprocess.Popen[bytes], seconds: float) -> bool:
 def _pump(
     process: subprocess.Popen[bytes],
     tail: collections.deque[str],
+    fatal: collections.deque[str],
+    *,
     progress: Progress | None,
     env: Mapping[str, str],
     unwritten: list[Record],
@@ -685,6 +693,8 @@ def _pump(
         # What a cell prints becomes the run's log, which CI publishes: secrets masked.
         line = redact(shown.decode("utf-8", "replace"), env) or ""
         tail.append(line)
+        if "Fatal Python error" in line:
+            fatal.append(line)
         echoed += len(raw)
         if echoed > ECHO_BYTES:
             if echoed - len(raw) <= ECHO_BYTES:
