@@ -85,7 +85,9 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
     (cases / "conftest.py").write_text(
         "import pathlib\npathlib.Path(__file__).with_name('OWN_RAN').write_text('ran')\n"
     )
-    (cases / "test_a.py").write_text("def test_ok():\n    assert True\n")
+    (cases / "test_a.py").write_text(
+        "import sys\n\n\ndef test_ok():\n    assert sys.version_info >= (3, 9)\n"
+    )
     write_matrix(tmp_path, [current_python(), missing])
 
     planned = subprocess.run(
@@ -118,6 +120,7 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
 PARENT_KILLERS = """
 import os
 import signal
+import sys
 
 
 def test_a_kills_its_parent():
@@ -129,7 +132,7 @@ def test_b_terminates_its_parent():
 
 
 def test_c_healthy():
-    assert True
+    assert sys.version_info >= (3, 9)  # the cell's own interpreter ran it
 """
 
 
@@ -166,12 +169,13 @@ def test_a_case_that_kills_its_parent_is_a_crash_and_the_run_goes_on(
 
 WAITS_FOR_THE_TEST = """
 import os
+import sys
 import time
 from pathlib import Path
 
 
 def test_a_done():
-    assert True
+    assert sys.version_info >= (3, 9)  # the cell's own interpreter ran it
 
 
 def test_b_waits():
@@ -255,7 +259,7 @@ def test_a_torn_record_is_quarantined_on_resume_and_its_case_runs_again(
 ) -> None:
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases" / "test_two.py").write_text(
-        "def test_a():\n    assert True\n\n\ndef test_b():\n    assert True\n"
+        "import sys\n\n\ndef test_a():\n    assert sys.version_info >= (3, 9)\n\n\ndef test_b():\n    assert sys.version_info >= (3, 9)\n"
     )
     write_matrix(tmp_path, [current_python()])
     run_id = {"FTMATRIX_RUN_ID": "20261127T020000Z"}
@@ -294,6 +298,7 @@ def _small_disk(folder: Path) -> str | None:
 
 
 FILLS_THE_DISK = """
+import sys
 from pathlib import Path
 
 
@@ -308,7 +313,7 @@ def fill(path):
 
 
 def test_a_healthy():
-    assert True
+    assert sys.version_info >= (3, 9)  # the cell's own interpreter ran it
 
 
 def test_b_fills_the_disk_where_it_runs():
@@ -318,7 +323,7 @@ def test_b_fills_the_disk_where_it_runs():
 
 
 def test_c_healthy():
-    assert True
+    assert sys.version_info >= (3, 9)  # the cell's own interpreter ran it
 """
 
 
