@@ -43,6 +43,14 @@ def test_framework_raises():
 def test_our_bug():
     return {}["missing"]
 
+def test_framework_fails_in_its_compiled_code():
+    import yaml  # PyYAML's C parser is Cython: its frames are named "yaml/_yaml.pyx"
+    yaml.load("a: [1, 2", Loader=yaml.CSafeLoader)
+
+def test_our_bug_in_compiled_code():
+    import yaml._yaml
+    yaml._yaml.CParser("a: [1, 2").get_single_node()
+
 @pytest.fixture
 def broken_fixture():
     raise TypeError("our fixture is wrong")
@@ -105,6 +113,8 @@ def test_each_outcome_gets_its_one_status(pytester: pytest.Pytester, tmp_path: P
         "test_contract_broken": "fail",
         "test_framework_raises": "fail",
         "test_our_bug": "error",
+        "test_framework_fails_in_its_compiled_code": "fail",
+        "test_our_bug_in_compiled_code": "error",
         "test_setup_error": "error",
         "test_dynamic_na": "n/a",
         "test_out_of_memory": "oom",

@@ -17,6 +17,7 @@ import sysconfig
 import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import PureWindowsPath
 
 from ftmatrix.cell.api import ChildProcessFailure, NotApplicable
 from ftmatrix.cell.signature import framework_module, root_of_traceback
@@ -189,9 +190,19 @@ def _innermost_origin(filenames: Sequence[str]) -> str | None:
             origin = "framework"
         elif filename.startswith((stdlib, "<")) or _is_runner_file(filename):
             continue  # the standard library and frozen import machinery blame nobody
+        elif _is_compiled_extension_file(filename):
+            continue  # blame whoever called into it (pyarrow's array.pxi under trl's packing)
         else:
             origin = "case"
     return origin
+
+
+def _is_compiled_extension_file(filename: str) -> bool:
+    """A Cython module's frame: its source named relative to the package ("pyarrow/array.pxi").
+
+    Every Python file a case or a framework runs is named by its absolute path.
+    """
+    return not filename.startswith("/") and not PureWindowsPath(filename).is_absolute()
 
 
 def _is_runner_file(filename: str) -> bool:
