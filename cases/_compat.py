@@ -20,7 +20,19 @@ def config_fields(config_class: type) -> set[str]:
 
 
 def trainer_args(trainer_class: type) -> set[str]:
-    """The keyword arguments a trainer class's constructor accepts."""
+    """The keyword arguments a trainer class's constructor accepts.
+
+    A constructor that only passes ``*args, **kwargs`` on (trl 0.26 to 0.28 keep
+    ``trl.ORPOTrainer`` and others as such shims over ``trl.experimental``) names none:
+    the first class along the MRO that names its arguments does.
+    """
+    passing_on = {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
+    for cls in trainer_class.__mro__:
+        if "__init__" not in vars(cls):
+            continue
+        parameters = inspect.signature(cls.__init__).parameters
+        if any(p.kind not in passing_on for name, p in parameters.items() if name != "self"):
+            return set(parameters)
     return set(inspect.signature(trainer_class.__init__).parameters)
 
 

@@ -81,3 +81,19 @@ def test_a_trainer_without_the_method_has_no_observable_log_probs() -> None:
 def test_a_tuple_result_gives_its_log_probs() -> None:
     assert compat.grpo_logps_result(("logps", "entropies")) == "logps"
     assert compat.grpo_logps_result("logps") == "logps"
+
+
+class Experimental:
+    def __init__(self, model: Any, args: Any = None, processing_class: Any = None) -> None:
+        """trl.experimental.orpo.ORPOTrainer's constructor, as of trl 0.26 to 0.28."""
+
+
+class Relocated(Experimental):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """trl.ORPOTrainer in those releases: a warning, then everything passed on."""
+        super().__init__(*args, **kwargs)
+
+
+@pytest.mark.parametrize("trainer_class", [Experimental, Relocated], ids=["class", "shim"])
+def test_a_shim_s_arguments_are_those_of_the_class_it_passes_them_to(trainer_class: type) -> None:
+    assert compat.tokenizer_argument(trainer_class, "tok") == {"processing_class": "tok"}
