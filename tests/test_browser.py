@@ -455,9 +455,9 @@ def test_a_large_matrix_draws_the_any_two_axes_table_when_scrolled_to(
 ):
     from playwright.sync_api import expect, sync_playwright
 
-    import ftmatrix.report.render
+    import ftmatrix.report.page_grid
 
-    monkeypatch.setattr(ftmatrix.report.render, "SERVER_PIVOT_LIMIT", 0)
+    monkeypatch.setattr(ftmatrix.report.page_grid, "SERVER_PIVOT_LIMIT", 0)
     for number, label in enumerate(["cpu-a", "cpu-b"]):
         CellRecordFile(record_path(tmp_path, "r1", f"c{number}")).add(
             make_record(cell_id=f"c{number}", cell_label=label, pins={"trl": f"1.{number}.0"})

@@ -27,8 +27,10 @@ from ftmatrix.known_issues import (
 from ftmatrix.proofs import unprovable_reason
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import build_grid
+from ftmatrix.report.model import report_data
 from ftmatrix.report.overview import group_id
-from ftmatrix.report.render import render_html, render_markdown
+from ftmatrix.report.page import render_html
+from ftmatrix.report.summary import render_markdown
 from ftmatrix.repositories import REPOSITORIES, fix_repository, report_repository
 
 KNOWN = load_known_issues(Path(__file__).parent.parent / "known_issues.yaml")
@@ -469,7 +471,9 @@ def test_the_report_groups_one_signature_by_its_causes(tmp_path: Path):
         ("transformers-accumulation-per-micro-batch",): {"tf4.45.2"},
     }
     grid = build_grid(ACCUMULATION)
-    page = render_html(grid, generated_at=datetime(2026, 11, 27, tzinfo=UTC), groups=groups)
+    page = render_html(
+        report_data(grid, generated_at=datetime(2026, 11, 27, tzinfo=UTC), groups=groups)
+    )
     doubled = next(g for g in groups if g.known and g.known.id.endswith("doubled"))
     section = page[page.index(f'<section class=group id="{group_id(doubled)}"') :]
     section = section[: section.index("</section>")]
@@ -539,5 +543,9 @@ def test_two_causes_in_one_record_are_both_shown():
     record = failure("RuntimeError", "boom", {"peft": "0.18.1", "transformers": "5.23.0"})
     (group,) = failure_groups([record], [first, second])
     assert [c.id for c in group.causes] == ["peft-side", "transformers-side"]
-    markdown = render_markdown(build_grid([record]), [group])
+    markdown = render_markdown(
+        report_data(
+            build_grid([record]), generated_at=datetime(2026, 11, 27, tzinfo=UTC), groups=[group]
+        )
+    )
     assert "peft-side" in markdown and "transformers-side" in markdown

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from conftest import DATA
 
 from ftmatrix.cell.records import Record
 from ftmatrix.check.results import parse_results
+from ftmatrix.check.results_writer import render_json
 from ftmatrix.known_issues import MATCH_KEYS, load_known_issues, parse_known_issues
 from ftmatrix.proofs import (
     FAILS,
@@ -30,12 +32,13 @@ from ftmatrix.proofs import (
 from ftmatrix.prove import keep_proof, newest_proofs, stale_entries
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import build_grid
+from ftmatrix.report.model import check_results, report_data
 from ftmatrix.report.publish import restore_history, write_site
-from ftmatrix.report.render import check_results, render_json
 from ftmatrix.store import load_proofs, merge_outputs
 
 KNOWN = {e.id: e for e in load_known_issues(Path(__file__).parent.parent / "known_issues.yaml")}
 DOUBLED = KNOWN["transformers-accumulation-loss-doubled"]
+NOW = datetime(2026, 11, 27, tzinfo=UTC)
 RECORDS = [
     Record.from_mapping(json.loads(line))
     for line in (DATA / "accumulation_records.jsonl").read_text().splitlines()
@@ -180,7 +183,10 @@ def test_a_proof_is_kept_in_the_history_and_shown_by_the_report_and_check(tmp_pa
     )
     groups = failure_groups(RECORDS, list(KNOWN.values()), proofs=proofs)
     grid = build_grid(RECORDS)
-    results = parse_results(json.loads(render_json(grid, groups)), source="results.json")
+    results = parse_results(
+        json.loads(render_json(report_data(grid, generated_at=NOW, groups=groups))),
+        source="results.json",
+    )
     at_470 = next(
         r for r in RECORDS if r.packages["transformers"] == "4.47.0" and r.status.value == "fail"
     )
@@ -239,7 +245,9 @@ def test_check_says_whether_the_fixed_release_is_proven(tmp_path: Path):
     known = list(KNOWN.values())
     groups = failure_groups(RECORDS, known, proofs={DOUBLED.id: proof})
     results = tmp_path / "results.json"
-    results.write_text(render_json(build_grid(RECORDS), groups))
+    results.write_text(
+        render_json(report_data(build_grid(RECORDS), generated_at=NOW, groups=groups))
+    )
     ran = subprocess.run(
         [sys.executable, "-m", "ftmatrix", "check", "--freeze", "-", "--results", str(results)]
         + ["--operation", "train"],

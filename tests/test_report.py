@@ -26,8 +26,12 @@ from ftmatrix.report.grid import (
     pivot_data,
     worst_of,
 )
+from ftmatrix.report.model import report_data
 from ftmatrix.report.overview import compatibility_table
-from ftmatrix.report.render import render_html, render_markdown, render_report, reproduce_command
+from ftmatrix.report.page import render_html
+from ftmatrix.report.page_failures import reproduce_command
+from ftmatrix.report.render import render_report
+from ftmatrix.report.summary import render_markdown
 from ftmatrix.store import merge_outputs, newest_records
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -53,7 +57,7 @@ def test_record_content_is_escaped_everywhere():
         case=f"test_x.py::test[{XSS}]",
         packages={"evil": XSS},
     )
-    page = render_html(build_grid([bad]), generated_at=NOW)
+    page = render_html(report_data(build_grid([bad]), generated_at=NOW))
     assert "<script>alert" not in page
     assert 'onerror="alert' not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
@@ -68,7 +72,7 @@ def test_uninstallable_cell_spans_its_row_with_the_resolver_reason():
         cell_id="c2",
         cell_label="cpu-py3.11-tf4.40.0-trl1.16.0",
     )
-    page = render_html(build_grid([make_record(), cell]), generated_at=NOW)
+    page = render_html(report_data(build_grid([make_record(), cell]), generated_at=NOW))
     assert '<td colspan="1"><span class="status s-uninstallable"' in page
     assert "depends on transformers&gt;=4.56.2" in page
     assert reproduce_command(cell) == "nox -s 'matrix(cpu-py3.11-tf4.40.0-trl1.16.0)'"
@@ -76,7 +80,7 @@ def test_uninstallable_cell_spans_its_row_with_the_resolver_reason():
 
 def test_failure_detail_has_the_reproduce_command():
     record = make_record(status=Status.FAIL, message="boom", exception_type="RuntimeError")
-    page = render_html(build_grid([record]), generated_at=NOW)
+    page = render_html(report_data(build_grid([record]), generated_at=NOW))
     assert "nox -s &#x27;matrix(cpu-py3.11-trl1.16.0)&#x27; -- test_sft.py::test_sft" in page
 
 
@@ -105,7 +109,7 @@ def test_rendering_reads_the_history_and_never_writes_it(tmp_path: Path):
 
 
 def test_markdown_for_no_records():
-    assert "No records." in render_markdown(build_grid([]))
+    assert "No records." in render_markdown(report_data(build_grid([]), generated_at=NOW))
 
 
 def test_failures_group_by_signature_and_link_known_issues():
@@ -143,7 +147,7 @@ def test_failures_group_by_signature_and_link_known_issues():
     assert groups[0].late_fixes == ("trl 1.16.0 (fixed in 1.0.0)",)
     assert groups[0].first_bad == (finding,)
     assert groups[1].known is None
-    page = render_html(build_grid([*same, other]), generated_at=NOW, groups=groups)
+    page = render_html(report_data(build_grid([*same, other]), generated_at=NOW, groups=groups))
     assert '<a href="https://github.com/huggingface/trl/issues/1">k1</a>' in page
     assert "<strong class=new>unexplained</strong>" in page
 
@@ -377,7 +381,7 @@ def test_embedded_grid_data_holds_every_result_once_with_strings_in_tables():
 
 def test_default_grid_is_rendered_without_scripts_and_combines_same_label_cells():
     twin = make_record(cell_id="twin", status=Status.FAIL, message="on the other machine")
-    page = render_html(build_grid([make_record(), twin]), generated_at=NOW)
+    page = render_html(report_data(build_grid([make_record(), twin]), generated_at=NOW))
     # Two cells with one label (say, one per runner) share a row: the worst shows, with
     # how many have it, and the list opens without any script.
     assert (
@@ -396,7 +400,7 @@ def test_axis_values_and_cases_from_records_stay_inert_in_the_pivot():
         status=Status.FAIL,
         message="</script><!--",
     )
-    page = render_html(build_grid([evil]), generated_at=NOW)
+    page = render_html(report_data(build_grid([evil]), generated_at=NOW))
     assert "<script>alert" not in page
     assert "<img src=x" not in page
     assert "</script><!--" not in page
@@ -603,7 +607,9 @@ def test_the_job_summary_shows_hostile_text_as_text():
         ),
     ]
     grid = build_grid(records)
-    markdown = render_markdown(grid, failure_groups(grid.records, [known], []))
+    markdown = render_markdown(
+        report_data(grid, generated_at=NOW, groups=failure_groups(grid.records, [known], []))
+    )
     html = MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
     for forbidden in ("<img", "<script", "<b>", 'javascript:alert(1)"', 'href="javascript'):
         assert forbidden not in html, (forbidden, html)
@@ -636,9 +642,9 @@ def test_a_pass_whose_contract_could_not_be_checked_is_never_shown_as_a_plain_pa
         make_record(cell_id="c2", cell_label="cell-b", metrics={"logps_contract": "checked"}),
     ]
     grid = build_grid(records)
-    page = render_html(grid, generated_at=NOW)
+    page = render_html(report_data(grid, generated_at=NOW))
     assert page.count(why) >= 2  # under the pass in the grid, and in the pivot's data
-    markdown = render_markdown(grid)
+    markdown = render_markdown(report_data(grid, generated_at=NOW))
     rows = {line.split(" | ")[0]: line for line in markdown.splitlines() if line.startswith("| ")}
     assert "pass (unverified)" in rows["| cpu-py3.11-trl1.16.0"]
     assert "pass" in rows["| cell-b"] and "unverified" not in rows["| cell-b"]

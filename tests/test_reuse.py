@@ -13,9 +13,12 @@ from hypothesis import strategies as st
 
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.status import Status
+from ftmatrix.check.results_writer import render_json
 from ftmatrix.config import ConfigError, Limits, Timeouts, parse_matrix
 from ftmatrix.report.grid import build_grid
-from ftmatrix.report.render import render_html, render_json, render_markdown
+from ftmatrix.report.model import report_data
+from ftmatrix.report.page import render_html
+from ftmatrix.report.summary import render_markdown
 from ftmatrix.resolve import lock_id, locked_packages
 from ftmatrix.reuse import (
     NEVER_REUSED,
@@ -354,14 +357,15 @@ def test_the_report_counts_reused_cells_and_says_since_when_per_cell():
     ran = make_record(run_id="R3", cell_id="aaa", cell_label="cpu-six1.17.0")
     kept = make_record(run_id="R3", cell_id="bbb", cell_label="cpu-six1.16.0", reused_from="R1")
     grid = build_grid([ran, kept])
-    markdown = render_markdown(grid)
+    data = report_data(grid, generated_at=datetime(2026, 12, 1, tzinfo=UTC))
+    markdown = render_markdown(data)
     assert "1 of 2 cells reused (unchanged since an earlier run)" in markdown
     assert "| cpu-six1.16.0 (reused, unchanged since R1) | pass |" in markdown
     assert "| cpu-six1.17.0 | pass |" in markdown
-    page = render_html(grid, generated_at=datetime(2026, 12, 1, tzinfo=UTC))
+    page = render_html(data)
     assert "<strong>1</strong> cell ran 1 case; <strong>1</strong> cell reused" in page
     assert "<div class=reused>reused (unchanged since R1)</div>" in page
-    assert json.loads(render_json(grid))["reused_cells"] == {"cpu-six1.16.0": "R1"}
+    assert json.loads(render_json(data))["reused_cells"] == {"cpu-six1.16.0": "R1"}
 
 
 def test_the_cases_key_holds_the_selection_and_pytest_options(tmp_path: Path):

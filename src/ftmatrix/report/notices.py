@@ -1,9 +1,10 @@
 """What a report must say before its grid: a run still going on (the report is partial),
-and record lines that could not be read (damaged, or kept apart in a quarantine file).
+record lines that could not be read (damaged, or kept apart in a quarantine file), and
+planned cells that left no record.
 
 Shown first in the HTML page and the Markdown summary, and listed in results.json
-(``in_progress``, ``unreadable_records``), so no reader takes a partial or damaged
-history for a whole one.
+(``in_progress``, ``unreadable_records``, ``planned_without_records``), so no reader
+takes a partial or damaged history for a whole one.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from ftmatrix.cell.records import quarantine_path
 from ftmatrix.cell.signature import clean_paths
+from ftmatrix.report.md_text import md_code
 from ftmatrix.run_progress import RunInProgress
 
 
@@ -52,3 +54,29 @@ def notices_markdown(in_progress: Sequence[RunInProgress], unreadable: Sequence[
         lines.append(f"**{len(unreadable)} record line(s) could not be read:**")
         lines += [f"- {clean_paths(p)}" for p in unreadable]
     return [*lines, ""] if lines else []
+
+
+def missing_headline(count: int) -> str:
+    cells = "cell" if count == 1 else "cells"
+    return (
+        f"{count} planned {cells} produced no records tonight (the job failed before its "
+        "records were kept, or was cancelled): no verdict for them"
+    )
+
+
+def missing_html(missing: Sequence[str]) -> str:
+    """The page's section on planned cells without records ('' when there are none)."""
+    if not missing:
+        return ""
+    items = "".join(f"<li><code>{escape(label)}</code></li>" for label in missing)
+    return (
+        f"<section id=missing class=problems><h2>{escape(missing_headline(len(missing)))}"
+        f"</h2><ul>{items}</ul></section>"
+    )
+
+
+def missing_markdown(missing: Sequence[str]) -> list[str]:
+    """The same as Markdown lines, for summary.md."""
+    if not missing:
+        return []
+    return [f"**{missing_headline(len(missing))}**", "", *(f"- {md_code(m)}" for m in missing), ""]

@@ -1,0 +1,114 @@
+"""The job summary (summary.md): the report in Markdown, compact enough for a GitHub job
+summary. Every value from a record is shown as text (:mod:`ftmatrix.report.md_text`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from ftmatrix.cell.status import PROBLEM_STATUSES, Status
+from ftmatrix.messages import headline
+from ftmatrix.report.failures import FailureGroup
+from ftmatrix.report.grid import Grid, unverified
+from ftmatrix.report.md_text import md_code, md_link, md_text
+from ftmatrix.report.model import ReportData
+from ftmatrix.report.notices import missing_markdown, notices_markdown
+from ftmatrix.report.probes import probes_markdown
+
+
+def render_markdown(data: ReportData) -> str:
+    """summary.md: what must be said first, the counts, the grid, the changes, the
+    failures by cause, the problems and the cap probes."""
+    lines = [
+        "# ftmatrix compatibility report",
+        "",
+        *notices_markdown(data.in_progress, data.unreadable),
+        *missing_markdown(data.missing),
+        _counts(data),
+        *_grid(data.grid, data.reused),
+        *_changes(data),
+        *_groups(data.groups),
+        *_problems(data.grid),
+    ]
+    return "\n".join(lines) + "\n" + probes_markdown(data.probe_outcomes)
+
+
+def _counts(data: ReportData) -> str:
+    counts = Counter(r.status for r in data.grid.records)
+    counted = ", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "No records."
+    if data.reused:
+        counted += (
+            f"; {len(data.reused)} of {len(data.grid.rows)} cells reused"
+            " (unchanged since an earlier run)"
+        )
+    return counted
+
+
+def _grid(grid: Grid, reused: Mapping[str, str]) -> list[str]:
+    lines = ["", "| cell | " + " | ".join(md_text(c) for c in grid.columns) + " |"]
+    lines.append("|---|" + "---|" * len(grid.columns))
+    for row in grid.rows:
+        whole = grid.whole_cell.get(row)
+        values = []
+        for column in grid.columns:
+            record = grid.cells.get((row, column)) or whole
+            shown = record.status.value if record else ""
+            values.append(f"{shown} (unverified)" if record and unverified(record) else shown)
+        if whole and not grid.columns:
+            values = [whole.status.value]
+        note = f" ({md_text(f'reused, unchanged since {reused[row]}')})" if row in reused else ""
+        lines.append(f"| {md_text(row)}{note} | " + " | ".join(values) + " |")
+    return lines
+
+
+def _changes(data: ReportData) -> list[str]:
+    if not data.changes:
+        return []
+    lines = ["", "## Changed since the previous run", ""]
+    for change in data.changes:
+        moved = ", ".join(f"{k} {a}->{b}" for k, (a, b) in change.moved_packages.items())
+        lines.append(
+            f"- **{change.kind}** {md_code(change.after.cell_label)} "
+            f"{md_code(change.after.case)}: "
+            f"{change.before.status.value} -> {change.after.status.value}"
+            + (f" (moved: {md_text(moved)})" if moved else "")
+        )
+    return lines
+
+
+def _groups(groups: tuple[FailureGroup, ...]) -> list[str]:
+    if not groups:
+        return []
+    lines = ["", "## Failures by cause", ""]
+    for group in groups:
+        first = headline(group.message)
+        lines.append(
+            f"- {len(group.records)} x {group.status.value} {_known(group)}: "
+            f"{md_text(first[:200])}" + (f" ({md_text(group.blame)})" if group.blame else "")
+        )
+    return lines
+
+
+def _known(group: FailureGroup) -> str:
+    """The known issues a group's signature fits, each linked to its owning report."""
+    if not group.causes:
+        return "**unexplained**"
+    return "known: " + "; ".join(
+        (md_link(c.id, c.upstream) if c.upstream else f"{md_text(c.id)} ({md_text(c.reported)})")
+        + f" ({md_text(group.claims[c.id])})"
+        for c in group.causes
+    )
+
+
+def _problems(grid: Grid) -> list[str]:
+    problems = [r for r in grid.records if r.status in PROBLEM_STATUSES]
+    if not problems:
+        return []
+    lines = ["", "## Problems", ""]
+    for record in problems:
+        first = headline(record.message or record.reason or "")
+        lines.append(
+            f"- **{record.status.value}** {md_code(record.cell_label)} "
+            f"{md_code(record.case)}: {md_text(first[:300])}"
+        )
+    return lines
