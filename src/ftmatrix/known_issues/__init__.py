@@ -18,6 +18,9 @@ discussed (``seen-in``). It explains a failed record only where its whole signat
 A failure that fits no entry stays unexplained; one that fits several is shown under
 each. ``affected`` and ``fixed-in`` are claims until ``ftmatrix known-issues prove``
 runs the cells at their boundaries (:mod:`ftmatrix.proofs`).
+
+Import from here: an entry and the failures it explains are :mod:`.entry`, the file read
+and validated with every problem's key path is :mod:`.parsing`.
 """
 
 from ftmatrix.known_issues.entry import (
