@@ -47,8 +47,11 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy (strict) over the package and this noxfile."""
+    """ruff, mypy (strict) and the size limits (600 lines a module, complexity 20 by radon)."""
     session.install("-e", ".[lint]")
     session.run("ruff", "check", "src", "tests", "noxfile.py", "cases", "benchmarks")
     session.run("ruff", "format", "--check", "src", "tests", "noxfile.py", "cases", "benchmarks")
     session.run("mypy")
+    session.run("radon", "cc", "--min", "D", "--show-complexity", "src/ftmatrix")  # the offenders
+    # The limits and their allow-list are the test's, the one the tests session runs too.
+    session.run("pytest", "-q", "tests/test_architecture.py", "-k", "over_the_limits")

@@ -38,7 +38,7 @@ def long_lived_objects_frozen() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def tokenizer() -> Any:
-    from _tiny import build_tokenizer
+    from helpers.tiny import build_tokenizer
 
     return build_tokenizer()
 
@@ -52,7 +52,7 @@ def family() -> str:
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Callable[[str], Path]:
     """Saves each family's tiny model once per session; returns its folder by family."""
-    from _tiny import build_model
+    from helpers.tiny import build_model
 
     saved: dict[str, Path] = {}
 

@@ -37,8 +37,8 @@ def eval_metric(trainer: Any, metrics: dict[str, Any], name: str) -> float:
 
 def reference_logps(trainer: Any, model: Any, tokenizer: Any) -> dict[str, float]:
     """Mean summed log-prob of the chosen and of the rejected completions, by our own forward."""
-    from _compat import preference_sequences
-    from _contracts import ContractError, contract_message, sequence_log_prob
+    from helpers.compat import preference_sequences
+    from helpers.contracts import ContractError, contract_message, sequence_log_prob
 
     eos = tokenizer.eos_token_id
     sums: dict[str, list[float]] = {"chosen": [], "rejected": []}
@@ -67,10 +67,10 @@ def run_dpo_two_steps(
     trainer_class: type, model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
 ) -> None:
     """The case: the evaluation contracts, then two DPO steps that move the weights."""
-    from _compat import dpo_arguments, tokenizer_argument
-    from _contracts import check_close
-    from _train import train_and_check
     from datasets import Dataset
+    from helpers.compat import dpo_arguments, tokenizer_argument
+    from helpers.contracts import check_close
+    from helpers.train import train_and_check
 
     trainer = trainer_class(
         model=model,
@@ -131,16 +131,16 @@ def run_dpo_exact_update(
     """The case: one SGD step of DPO against minus the reference gradient, its update
     contracts each on their own (exact_update, update_direction, update_scale, and with
     accumulation, accumulation)."""
-    from _compat import dpo_arguments, tokenizer_argument
-    from _contracts import contracts
-    from _update import (
+    from datasets import Dataset
+    from helpers.compat import dpo_arguments, tokenizer_argument
+    from helpers.contracts import contracts
+    from helpers.update import (
         check_accumulation,
         check_update_against,
         expected_after_dpo_step,
         expected_whole_batch_step,
         sgd_step_values,
     )
-    from datasets import Dataset
 
     trainer = trainer_class(
         model=model,

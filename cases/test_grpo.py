@@ -8,7 +8,7 @@ boundary, every forward that asked for its last k positions got exactly k back.
 
 The update: one plain SGD step (learning rate 1) moves every weight by exactly minus
 the gradient of the GRPO loss over the trainer's own rollouts, computed from the raw
-logits (``_update.expected_after_grpo_step``), as one batch of 4 completions and as 2
+logits (``helpers.update.expected_after_grpo_step``), as one batch of 4 completions and as 2
 micro-batches of 2, for the per-sequence ("grpo") and per-token ("dapo") normalisations.
 """
 
@@ -82,7 +82,7 @@ class LogitsWatch:
 
     def check_positions(self) -> None:
         """Each forward asked for its last k positions got exactly k (k = 0 means all)."""
-        from _contracts import ContractError, contract_message
+        from helpers.contracts import ContractError, contract_message
 
         for call in self.calls:
             asked = call["asked"]
@@ -113,7 +113,7 @@ class LogpsWatch:
     """
 
     def __init__(self, trainer: Any, eos_token_id: int) -> None:
-        from _compat import grpo_logps_method
+        from helpers.compat import grpo_logps_method
 
         self.eos_token_id = eos_token_id
         self.calls = 0
@@ -130,7 +130,7 @@ class LogpsWatch:
 
     def wrapper(self, *args: Any, **kwargs: Any) -> Any:
         import torch
-        from _compat import grpo_logps_call, grpo_logps_result, grpo_signature_found
+        from helpers.compat import grpo_logps_call, grpo_logps_result, grpo_signature_found
 
         self.logits.check_positions()
         self.logits.seen.clear()
@@ -163,7 +163,7 @@ class LogpsWatch:
 
     def check(self, call: dict[str, Any], trainer_logps: Any, returned_logits: list[Any]) -> None:
         import torch
-        from _contracts import check_completion_mask, check_tensors_close, token_log_probs
+        from helpers.contracts import check_completion_mask, check_tensors_close, token_log_probs
 
         keep = call["logits_to_keep"]
         input_ids, attention_mask = call["input_ids"], call["attention_mask"]
@@ -210,9 +210,9 @@ def run_grpo_two_steps(
 ) -> None:
     """The case: two GRPO steps, the log-prob and mask contracts, weights that move."""
     import torch
-    from _compat import grpo_config, tokenizer_argument
-    from _train import train_and_check
     from datasets import Dataset
+    from helpers.compat import grpo_config, tokenizer_argument
+    from helpers.train import train_and_check
 
     torch.manual_seed(0)
     trainer = trainer_class(
@@ -314,10 +314,10 @@ def run_grpo_exact_update(
     """The case: one SGD step of GRPO (``batch`` completions x ``accumulation`` micro-batches,
     two generations per prompt) against minus the gradient of the reference loss."""
     import torch
-    from _compat import grpo_config, grpo_loss_types, tokenizer_argument
-    from _contracts import check_close, contracts
-    from _update import check_step, expected_after_grpo_step, sgd_step_values
     from datasets import Dataset
+    from helpers.compat import grpo_config, grpo_loss_types, tokenizer_argument
+    from helpers.contracts import check_close, contracts
+    from helpers.update import check_step, expected_after_grpo_step, sgd_step_values
 
     from ftmatrix.cell.api import not_applicable
 

@@ -2,7 +2,7 @@
 
 Contracts: a freshly initialised adapter (B = 0) leaves the logits exactly the base
 model's; an adapter saved by peft comes back with the adapted model's logits through
-each path users take, at the settings users train with (one knob table, cases/_adapters.py:
+each path users take, at the settings users train with (one knob table, cases/helpers/adapters.py:
 ``modules_to_save`` of the head, the embeddings or a classifier's ``score``, LoRA on the
 embeddings or the head, tied word embeddings; peft's PeftModel.from_pretrained,
 transformers' load_adapter and from_pretrained of the adapter folder, merge -> save ->
@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _adapters import CHECKPOINTING_KNOBS
-from _compat import family_param
-from _knobs import knob_params
-from _tiny import FAMILIES
+from helpers.adapters import CHECKPOINTING_KNOBS
+from helpers.compat import family_param
+from helpers.knobs import knob_params
+from helpers.tiny import FAMILIES
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
@@ -42,7 +42,7 @@ def lora_model(model: Any, *, fresh: bool = False) -> Any:
 
 
 def batch(tokenizer: Any) -> Any:
-    from _tiny import CORPUS
+    from helpers.tiny import CORPUS
 
     encoded = tokenizer(list(CORPUS[:2]), return_tensors="pt", padding=True)
     encoded["labels"] = encoded["input_ids"].clone()
@@ -88,7 +88,7 @@ def test_lora_fresh_adapter_keeps_base_logits(
 def run_fresh_adapter(make_adapter: Any, model: Any, tokenizer: Any, record_property: Any) -> None:
     """The case: an adapter as peft initialises it changes nothing until it is trained."""
     import torch
-    from _contracts import check_close, check_tensors_close
+    from helpers.contracts import check_close, check_tensors_close
 
     inputs = batch(tokenizer)
     model.eval()
@@ -196,7 +196,7 @@ def run_adapter_path(
     """The case: a non-zero adapter saved by peft, loaded back by ``load``, gives the
     adapted model's logits (and not the base model's)."""
     import torch
-    from _contracts import check_tensors_close
+    from helpers.contracts import check_tensors_close
 
     inputs = batch(tokenizer)
     model.eval()
@@ -223,7 +223,7 @@ def adapter_bases(
     tmp_path_factory: pytest.TempPathFactory, tokenizer: Any
 ) -> Callable[[Any], Path]:
     """Each base an adapter setting needs (its head, its tie), saved once per session."""
-    from _adapters import save_base
+    from helpers.adapters import save_base
 
     saved: dict[tuple[str, bool], Path] = {}
 
@@ -239,7 +239,7 @@ def adapter_bases(
 
 def adapter_params() -> list[Any]:
     """The adapter table covered pairwise, then the tied merges pairs do not reach."""
-    from _adapters import ADAPTER_KNOBS, PATH_NEEDS, tied_merges
+    from helpers.adapters import ADAPTER_KNOBS, PATH_NEEDS, tied_merges
 
     settings = [param.values[0] for param in knob_params(ADAPTER_KNOBS)]
     settings += [extra for extra in tied_merges() if extra not in settings]
@@ -265,7 +265,7 @@ def test_adapter_roundtrip(
     adapter_bases: Callable[[Any], Path],
     record_property: Any,
 ) -> None:
-    from _adapters import adapter_shape, run_adapter_roundtrip
+    from helpers.adapters import adapter_shape, run_adapter_roundtrip
 
     setting.require()
     base_dir = adapter_bases(adapter_shape(setting))
@@ -281,7 +281,7 @@ def test_lora_checkpointing_gradient(
     adapter_bases: Callable[[Any], Path],
     record_property: Any,
 ) -> None:
-    from _adapters import AdapterShape, run_checkpointing_gradient
+    from helpers.adapters import AdapterShape, run_checkpointing_gradient
 
     setting.require()
     base_dir = adapter_bases(AdapterShape("causal", False, (), ()))

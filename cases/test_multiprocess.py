@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
-from _processes import launch_command, run_ranks
+from helpers.processes import launch_command, run_ranks
 
 from ftmatrix.cell.api import GpuLease, cpu_only_env
 

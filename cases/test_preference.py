@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _knobs import Knob, knob_params
+from helpers.knobs import Knob, knob_params
 
 # Rejected completions of every length (padding in every batch); prompts of one length and
 # chosen completions of one length: ORPO's NLL term is a token mean over the chosen
@@ -139,15 +139,15 @@ def preference_trainer(
     **settings: Any,
 ) -> Any:
     """``kind``'s trainer on its 4 rows (exactly one accumulated batch), plain SGD."""
-    from _compat import (
+    from datasets import Dataset
+    from helpers.compat import (
         make_config,
         reward_rows_untokenized,
         tiny_run_values,
         tokenized_reward_rows,
         tokenizer_argument,
     )
-    from _update import sgd_step_values
-    from datasets import Dataset
+    from helpers.update import sgd_step_values
 
     spec = TRAINERS[kind]
     found, config_class = spec.classes()
@@ -238,8 +238,8 @@ def run_reward_update(
 ) -> None:
     """The reward model's step at accumulation 2 against minus the reference gradient, and
     against minus the gradient of the trainer's own loss over the whole batch at once."""
-    from _contracts import contracts
-    from _update import check_accumulation, check_update_against, expected_whole_batch_step
+    from helpers.contracts import contracts
+    from helpers.update import check_accumulation, check_update_against, expected_whole_batch_step
 
     setting.require()
     coefficient = setting["center_rewards_coefficient"]
@@ -300,8 +300,8 @@ def run_preference_accumulation(
 ) -> None:
     """Accumulation 2 of 2 rows against minus the gradient of the trainer's own loss over
     the 4 rows at once (the step it takes at accumulation 1)."""
-    from _contracts import check_close, contracts
-    from _update import check_accumulation, expected_whole_batch_step, trained_weights
+    from helpers.contracts import check_close, contracts
+    from helpers.update import check_accumulation, expected_whole_batch_step, trained_weights
 
     trainer = preference_trainer(
         kind,

@@ -40,7 +40,7 @@ def quantizable_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: A
 
 def save_quantizable_model(path: Path, tokenizer: Any) -> Path:
     """A tiny Llama wide enough for bitsandbytes' CPU kernels, saved with its tokenizer."""
-    from _tiny import build_model
+    from helpers.tiny import build_model
 
     build_model("llama", tokenizer, hidden_size=HIDDEN).save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -114,7 +114,7 @@ def run_qlora(
 ) -> None:
     """The case; ``quantization_config`` is what a release makes of the kind asked for."""
     import torch
-    from _tiny import CORPUS
+    from helpers.tiny import CORPUS
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM
 

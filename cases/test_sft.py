@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _compat import family_param
-from _knobs import Knob, knob_params
-from _tiny import FAMILIES
+from helpers.compat import family_param
+from helpers.knobs import Knob, knob_params
+from helpers.tiny import FAMILIES
 
 # (prompt, completion) rows for the completion-only variant. Each prompt ends with the
 # response template older trl's collator looks for ("assistant:"), and no prompt is
@@ -52,7 +52,7 @@ def check_batch_labels(batch: Any, tokenizer: Any, prompts: list[str]) -> dict[s
 
     Returns the metrics: positions checked and positions ignored.
     """
-    from _contracts import check_labels, expected_labels, find_prefix
+    from helpers.contracts import check_labels, expected_labels, find_prefix
 
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     input_ids = batch["input_ids"].tolist()
@@ -127,9 +127,9 @@ def run_sft_exact_update(
 ) -> None:
     """The update contract: one plain SGD step over rows of different lengths, as one
     batch or as micro-batches, moves the weights by minus the reference gradient."""
-    from _compat import sft_arguments, tokenizer_argument
-    from _update import UPDATE_ROWS, check_exact_update, sgd_step_values
     from datasets import Dataset
+    from helpers.compat import sft_arguments, tokenizer_argument
+    from helpers.update import UPDATE_ROWS, check_exact_update, sgd_step_values
 
     trainer = trainer_class(
         model=model,
@@ -152,10 +152,10 @@ def run_sft_two_steps(
 ) -> None:
     """The case: the label contract, the loss contract (plain), two steps that move weights."""
     import torch
-    from _compat import completion_only_sft, sft_arguments, tokenizer_argument
-    from _tiny import CORPUS
-    from _train import train_and_check
     from datasets import Dataset
+    from helpers.compat import completion_only_sft, sft_arguments, tokenizer_argument
+    from helpers.tiny import CORPUS
+    from helpers.train import train_and_check
 
     rows: list[dict[str, str]] = [{"text": line} for line in CORPUS * 4]
     settings: dict[str, Any] = dict(VARIANTS[variant])
@@ -186,7 +186,7 @@ def run_sft_two_steps(
         trainer.model.train()
         record_property("trainer_loss", trainer_loss)
         record_property("reference_loss", reference_loss)
-        from _contracts import check_close
+        from helpers.contracts import check_close
 
         check_close("SFT loss on the first batch", trainer_loss, reference_loss, 1e-4)
 
@@ -258,7 +258,7 @@ def expected_mask_labels(
     end-of-sequence, so none is found inside a prompt) only their tokens are, wherever
     they occur: a row may hold several packed or flattened sequences.
     """
-    from _contracts import IGNORE, find_prefix
+    from helpers.contracts import IGNORE, find_prefix
 
     if not parts:
         return [IGNORE if token == pad_token_id else token for token in ids], 0
@@ -288,7 +288,7 @@ def check_sft_mask(batch: Any, parts: list[list[int]], tokenizer: Any, setting_i
     of a packed sequence may be either); returns how many completions the rows hold.
     ``setting_id`` (the knobs' values) is in the message: which knob broke the mask is
     what tells one upstream break from another."""
-    from _contracts import check_labels
+    from helpers.contracts import check_labels
 
     input_ids = batch["input_ids"].tolist()
     labels = (batch["labels"] if "labels" in batch else batch["input_ids"]).tolist()
@@ -327,10 +327,10 @@ def run_sft_mask(
     """The mask contract: the labels of every batch are -100 exactly where the data's own
     boundary says (the prompt, the turns not the assistant's, padding), however the
     batch was packed or flattened."""
-    from _compat import sft_arguments, tokenizer_argument
-    from _contracts import check_close, contracts
-    from _tiny import build_tokenizer
     from datasets import Dataset
+    from helpers.compat import sft_arguments, tokenizer_argument
+    from helpers.contracts import check_close, contracts
+    from helpers.tiny import build_tokenizer
 
     setting.require()
     data = setting["data"]
@@ -344,7 +344,7 @@ def run_sft_mask(
     if setting["completion_only_loss"] is not None:
         settings["completion_only_loss"] = setting["completion_only_loss"]
     if data == "assistant-turns":
-        from _compat import sft_config_fields
+        from helpers.compat import sft_config_fields
 
         if "assistant_only_loss" not in sft_config_fields():
             from ftmatrix.cell.api import not_applicable

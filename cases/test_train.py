@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _compat import family_param
-from _knobs import Knob, Setting, knob_params
-from _tiny import CORPUS, FAMILIES
-from _update import UPDATE_ROWS
+from helpers.compat import family_param
+from helpers.knobs import Knob, Setting, knob_params
+from helpers.tiny import CORPUS, FAMILIES
+from helpers.update import UPDATE_ROWS
 
 
 def training_arguments(output_dir: Path, **values: Any) -> Any:
     """TrainingArguments for tiny fp32 CPU steps, in the installed release's spelling."""
-    from _compat import make_config, tiny_run_values
+    from helpers.compat import make_config, tiny_run_values
     from transformers import TrainingArguments
 
     return make_config(TrainingArguments, {**tiny_run_values(str(output_dir)), **values})
@@ -74,9 +74,9 @@ def run_train_two_steps(
 ) -> None:
     """The loss contract on the first batch, then two steps: finite losses, weights moved."""
     import torch
-    from _contracts import check_close
-    from _train import train_and_check
-    from _update import token_loss_terms
+    from helpers.contracts import check_close
+    from helpers.train import train_and_check
+    from helpers.update import token_loss_terms
 
     trainer = causal_lm_trainer(
         model, tokenizer, list(CORPUS) * 2, tmp_path, trainer_class=trainer_class, max_steps=2
@@ -130,8 +130,8 @@ def run_train_exact_update(
     """
     import copy
 
-    from _contracts import contracts
-    from _update import check_accumulation, check_update, sgd_step_values
+    from helpers.contracts import contracts
+    from helpers.update import check_accumulation, check_update, sgd_step_values
 
     start = copy.deepcopy(model) if accumulation > 1 else None
     label = f"batch {batch} x {accumulation}"
@@ -175,7 +175,7 @@ def run_train_resume(
     record_property: Any,
 ) -> None:
     """Two steps straight against one step, a checkpoint and one step resumed from it."""
-    from _update import check_resume_equivalence, sgd_step_values, stop_after_first_step
+    from helpers.update import check_resume_equivalence, sgd_step_values, stop_after_first_step
     from transformers import AutoModelForCausalLM
 
     values = sgd_step_values(batch=2, accumulation=1, steps=2)
@@ -228,7 +228,7 @@ def token_mean_loss(outputs: Any, labels: Any, num_items_in_batch: Any = None) -
     summed over the micro-batch, divided by the label tokens of the whole accumulated batch
     (``num_items_in_batch``; this batch's own where the Trainer gives none)."""
     import torch
-    from _contracts import IGNORE
+    from helpers.contracts import IGNORE
 
     logits = outputs["logits"]
     predicting = logits[:, :-1, :].reshape(-1, logits.size(-1)).float()
@@ -254,8 +254,8 @@ def run_train_loss_options(
     every release that has it). ``average_tokens_across_devices`` changes nothing on one
     process. Contracts: ``loss`` on a batch, the step's, and ``accumulation``."""
     setting.require()
-    from _tiny import build_head_model
-    from _update import mean_token_loss
+    from helpers.tiny import build_head_model
+    from helpers.update import mean_token_loss
 
     own_loss = bool(setting["compute_loss_func"])
     smoothing = 0.0 if own_loss else setting["label_smoothing_factor"]
@@ -265,7 +265,7 @@ def run_train_loss_options(
     }
 
     def trainer(model: Any, folder: str, micro_batch: int, steps: int) -> Any:
-        from _update import sgd_step_values
+        from helpers.update import sgd_step_values
 
         return causal_lm_trainer(
             model,
@@ -306,10 +306,10 @@ def check_accumulated_step(
     described: str,
 ) -> None:
     """The contracts of one SGD step over UPDATE_ROWS against the reference ``loss_of``
-    (:mod:`_update`'s ``mean_token_loss``, ``mean_row_loss``), each on its own:
+    (:mod:`helpers.update`'s ``mean_token_loss``, ``mean_row_loss``), each on its own:
 
     - ``loss``: the trainer's loss on its first batch equals the reference's (1e-4);
-    - the step's (:func:`_update.check_update`), as micro-batches of ``4 / accumulation``;
+    - the step's (:func:`helpers.update.check_update`), as micro-batches of ``4 / accumulation``;
     - ``accumulation`` (k > 1): the same trainer's step over the whole batch at
       accumulation 1, from the same weights, is the same step (scale-free).
 
@@ -318,8 +318,8 @@ def check_accumulated_step(
     """
     import copy
 
-    from _contracts import contracts
-    from _update import check_accumulation, check_update, expected_after_loss_step
+    from helpers.contracts import contracts
+    from helpers.update import check_accumulation, check_update, expected_after_loss_step
 
     start = copy.deepcopy(model) if accumulation > 1 else None
     batch = len(UPDATE_ROWS) // accumulation
@@ -348,7 +348,7 @@ def check_accumulated_step(
 def check_trainer_loss(trainer: Any, loss_of: Any) -> float:
     """The trainer's own loss (``compute_loss``) on its first batch equals ``loss_of`` on it."""
     import torch
-    from _contracts import check_close
+    from helpers.contracts import check_close
 
     batch = dict(next(iter(trainer.get_train_dataloader())))
     trainer.model.eval()
@@ -401,14 +401,14 @@ def run_train_classification(
     against the mean over every row of the accumulated batch of its loss, computed from the
     head's raw logits: the contracts of :func:`check_accumulated_step`."""
     setting.require()
-    from _tiny import build_head_model
-    from _update import mean_row_loss
+    from helpers.tiny import build_head_model
+    from helpers.update import mean_row_loss
 
     problem_type = setting["problem_type"]
     labels = CLASSIFICATION_LABELS[problem_type]
 
     def trainer(model: Any, folder: str, micro_batch: int, steps: int) -> Any:
-        from _update import sgd_step_values
+        from helpers.update import sgd_step_values
         from transformers import DataCollatorWithPadding, Trainer
 
         dataset = [

@@ -148,9 +148,9 @@ def lora_sft_trainer(
     Shared by the in-process cases and the child of the DataParallel case
     (cases/scripts/unsloth_qlora_dataparallel.py)."""
     fast, (model, tokenizer) = load(model_dir, load_in_4bit=four_bit)
-    from _compat import sft_config, tokenizer_argument
-    from _tiny import CORPUS
     from datasets import Dataset
+    from helpers.compat import sft_config, tokenizer_argument
+    from helpers.tiny import CORPUS
     from trl import SFTTrainer
 
     trainer = SFTTrainer(
@@ -187,8 +187,8 @@ def test_unsloth_grpo(family: str, tiny_model_dir: Path, tmp_path: Path, record_
     # The broken path multiplies logits (vocab wide) by lm_head: with vocab == hidden
     # that wrong matmul would succeed and the case pass on a broken release.
     assert model.config.vocab_size != model.config.hidden_size, model.config
-    from _compat import grpo_config, tokenizer_argument
     from datasets import Dataset
+    from helpers.compat import grpo_config, tokenizer_argument
     from test_grpo import PROMPTS, reward_distinct_words
     from trl import GRPOTrainer
 
@@ -236,7 +236,7 @@ def test_unsloth_4bit_qkv_lora_dataparallel(
     lease; its exception is this case's, type and message."""
     # Here, not at the top: the unsloth checks above are also imported where only the
     # frameworks are installed (the child script, tests/test_gpu_cases.py).
-    from _processes import launch_command, run_ranks
+    from helpers.processes import launch_command, run_ranks
 
     out = tmp_path / "child"
     script = [str(SCRIPTS / "unsloth_qlora_dataparallel.py"), str(tiny_model_dir), str(out)]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _processes import launch_command, run_ranks, serving
+from helpers.processes import launch_command, run_ranks, serving
 
 from ftmatrix.cell.api import GpuLease
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.isolated("vLLM keeps GPU memory and torch.distributed s
 @pytest.fixture(scope="module")
 def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Path:
     """A tiny Llama vLLM serves as it serves real ones, saved with its tokenizer."""
-    from _tiny import build_vllm_model
+    from helpers.tiny import build_vllm_model
 
     path = tmp_path_factory.mktemp("tiny-vllm")
     build_vllm_model(tokenizer).save_pretrained(path)
@@ -60,8 +60,8 @@ def test_vllm_generates(vllm_model_dir: Path, record_property: Any):
 
 
 def grpo_with_vllm(model_dir: Path, tmp_path: Path, **vllm_options: Any) -> Any:
-    from _compat import config_fields, grpo_config, tokenizer_argument
     from datasets import Dataset
+    from helpers.compat import config_fields, grpo_config, tokenizer_argument
     from test_grpo import PROMPTS, reward_distinct_words
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 from conftest import SFT, cell
 
-from ftmatrix.bisection.auto import ReleasesUnavailable, choose_bisects, immediate_finding
+from ftmatrix.bisection.auto import (
+    AutoJob,
+    ReleasesUnavailable,
+    choose_bisects,
+    immediate_finding,
+    within_budget,
+)
+from ftmatrix.bisection.cells import BisectRequest
 from ftmatrix.cell.records import CellRecordFile, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.cli import main
@@ -51,6 +58,43 @@ def test_a_new_failure_whose_neighbour_passes_is_chosen():
         "holding transformers==5.0.0; 2 releases between: about 4 builds"
     )
     assert selection.nothing_reason() is None
+
+
+def job(name: str, *, releases: int, shared: int) -> AutoJob:
+    """A job over ``releases`` releases (2: adjacent, free) that ``shared`` failures share."""
+    failing = cell(Status.FAIL, trl="1.1.0")
+    return AutoJob(
+        request=BisectRequest(case=name, axis="trl", good="1.0.0", bad="1.1.0"),
+        signature=None,
+        failing=failing,
+        passing=cell(Status.PASS, trl="1.0.0"),
+        releases=tuple(f"1.0.{i}" for i in range(releases)),
+        shared=shared,
+    )
+
+
+@pytest.mark.parametrize(
+    ("jobs", "budget", "chosen", "over"),
+    [
+        ([], 8, [], []),
+        # Most widespread first: b (3 failures) is taken before a, which no longer fits.
+        ([("a", 9, 1), ("b", 9, 3)], 5, ["b"], ["a"]),
+        # A job that does not fit leaves the budget to a cheaper one after it.
+        ([("big", 17, 2), ("small", 3, 1)], 5, ["small"], ["big"]),
+        # Adjacent releases cost nothing: taken with the budget spent.
+        ([("a", 5, 2), ("free", 2, 1)], 4, ["a", "free"], []),
+        # Equal value: the cheaper first, then the request id.
+        ([("x", 9, 1), ("y", 3, 1)], 9, ["y", "x"], []),
+        ([("a", 3, 1)], 2, [], ["a"]),
+    ],
+)
+def test_jobs_within_the_budget(
+    jobs: list[tuple[str, int, int]], budget: int, chosen: list[str], over: list[str]
+):
+    candidates = [job(name, releases=n, shared=shared) for name, n, shared in jobs]
+    taken, left = within_budget(candidates, budget)
+    assert [j.request.case for j in taken] == chosen
+    assert [j.request.case for j in left] == over
 
 
 def test_no_passing_neighbour_one_pin_apart_means_nothing_to_bisect():

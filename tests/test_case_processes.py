@@ -1,5 +1,5 @@
 """Processes a case starts (training ranks, launchers): what they see, and how their end
-reaches the case's record. Real child processes, run by cases/_processes.py (through
+reaches the case's record. Real child processes, run by cases/helpers/processes.py (through
 cases/test_multiprocess.py's launch) inside a real pytest with the results plugin.
 """
 
@@ -116,7 +116,7 @@ CHILDREN = {
 CHILD_PRELUDE = f"""
 import os, sys
 sys.path.insert(0, {str(ROOT / "cases")!r})
-from _processes import run_reporting_errors
+from helpers.processes import run_reporting_errors
 OUT = sys.argv[2]
 def body():
 """

@@ -1,4 +1,4 @@
-"""The cases' release adapters (cases/_compat.py) that need no framework installed.
+"""The cases' release adapters (cases/helpers/compat.py) that need no framework installed.
 
 The adapters that build trl and transformers objects run for real in the slow
 tier's cells (tests/test_oldest.py, tests/test_contracts.py).
@@ -17,7 +17,9 @@ ROOT = Path(__file__).parent.parent
 
 
 def load_compat() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_compat", ROOT / "cases" / "_compat.py")
+    spec = importlib.util.spec_from_file_location(
+        "helpers.compat", ROOT / "cases" / "helpers" / "compat.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

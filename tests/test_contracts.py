@@ -1,6 +1,6 @@
 """The cases' numeric contracts can fail, and say what failed.
 
-Fast tier: the torch-free parts of cases/_contracts.py (the message, scalar and
+Fast tier: the torch-free parts of cases/helpers/contracts.py (the message, scalar and
 label checks). Slow tier: the product's case logic, through the real runner in one
 cell at the default pins, against the real trainers (pass) and against deliberately
 wrong ones (fail, with the quantity, both values and the tolerance in the message).
@@ -23,7 +23,9 @@ DATA = Path(__file__).parent / "data"
 
 
 def load_contracts() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_contracts", ROOT / "cases" / "_contracts.py")
+    spec = importlib.util.spec_from_file_location(
+        "helpers.contracts", ROOT / "cases" / "helpers" / "contracts.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

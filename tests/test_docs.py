@@ -56,9 +56,10 @@ def test_the_docs_case_runs_as_written_and_passes(tmp_path: Path):
     example = re.search(r"```python\n(.*?)```", page, re.DOTALL)
     assert example, "docs/guides/writing-a-case.md must show a case"
     cases = tmp_path / "cases"
-    cases.mkdir()
-    for helper in [ROOT / "cases" / "conftest.py", *(ROOT / "cases").glob("_*.py")]:
-        shutil.copy(helper, cases / helper.name)
+    shutil.copytree(
+        ROOT / "cases" / "helpers", cases / "helpers", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(ROOT / "cases" / "conftest.py", cases / "conftest.py")
     (cases / "test_docs_case.py").write_text(example.group(1))
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(REAL_CELL)

@@ -45,16 +45,16 @@ def load(path: Path, name: str) -> ModuleType:
 
 @pytest.fixture(scope="module")
 def processes() -> ModuleType:
-    """cases/_processes.py, as the cases import it."""
-    return load(CASES / "_processes.py", "_processes")
+    """cases/helpers/processes.py, as the cases import it."""
+    return load(CASES / "helpers" / "processes.py", "helpers.processes")
 
 
-# A child script as cases/scripts/ writes them, reporting through cases/_processes.py:
+# A child script as cases/scripts/ writes them, reporting through cases/helpers/processes.py:
 # rank0.json on success, rank0.error.json on an exception.
 CHILD = """
 import os, sys
 sys.path.insert(0, {cases!r})
-from _processes import run_reporting_errors, write_report
+from helpers.processes import run_reporting_errors, write_report
 
 def main(what, out):
     if what == "ok":
@@ -153,7 +153,7 @@ CASE_FILE = """
 import os, sys
 
 sys.path.insert(0, {cases!r})
-from _processes import run_ranks
+from helpers.processes import run_ranks
 
 def run(what, tmp_path):
     out = tmp_path / "out"
@@ -293,8 +293,8 @@ import json, sys
 sys.path.insert(0, {cases!r})
 import torch
 from peft import LoraConfig, get_peft_model
-from _tiny import CORPUS, build_model, build_tokenizer, build_vllm_model, VLLM_HEAD_DIM
-from _compat import sft_config, tokenizer_argument
+from helpers.tiny import CORPUS, build_model, build_tokenizer, build_vllm_model, VLLM_HEAD_DIM
+from helpers.compat import sft_config, tokenizer_argument
 from datasets import Dataset
 from trl import SFTTrainer
 import test_unsloth

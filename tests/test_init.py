@@ -67,7 +67,7 @@ def test_what_init_ships_is_one_copy_in_git_forced_into_the_wheel():
         assert (ROOT / source).is_file(), source
         assert not (TEMPLATES / forced[source].removeprefix("ftmatrix/templates/")).exists()
     # An editable install (this one) reads them from the checkout.
-    assert shipped("cases/_tiny.py") == (ROOT / "cases" / "_tiny.py").read_text()
+    assert shipped("cases/helpers/tiny.py") == (ROOT / "cases" / "helpers" / "tiny.py").read_text()
     assert shipped("ftmatrix.yml") == (ROOT / ".github/workflows/ftmatrix.yml").read_text()
 
 
@@ -153,9 +153,8 @@ def test_the_cases_are_short_examples_by_default_and_the_suite_with_contracts():
         # An example is something to read and copy: one case, a few dozen lines.
         assert len(examples[f"cases/{case}"].splitlines()) <= 60, case
         assert examples[f"cases/{case}"].count("\ndef test_") == 1, case
-    assert sorted(p for p in examples if p.startswith("cases/_") or p.endswith("conftest.py")) == [
-        f"cases/{h}" for h in sorted(EXAMPLE_HELPERS)
-    ]
+    helpers = (p for p in examples if p.startswith("cases/helpers/") or p.endswith("conftest.py"))
+    assert sorted(helpers) == [f"cases/{h}" for h in sorted(EXAMPLE_HELPERS)]
     assert {f"cases/{h}" for h in HELPERS} <= set(suite)
 
 

@@ -1,6 +1,6 @@
 """The knob tables of the cases: pairwise parameters, stable ids, n/a where a knob is absent.
 
-Fast tier: cases/_knobs.py needs pytest and ftmatrix.cell only (no torch).
+Fast tier: cases/helpers/knobs.py needs pytest and ftmatrix.cell only (no torch).
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ ROOT = Path(__file__).parent.parent
 
 
 def load_knobs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_knobs", ROOT / "cases" / "_knobs.py")
+    spec = importlib.util.spec_from_file_location(
+        "helpers.knobs", ROOT / "cases" / "helpers" / "knobs.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["_knobs"] = module  # dataclasses look their module up by name
+    sys.modules["helpers.knobs"] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 

@@ -257,7 +257,7 @@ def knob_failure(contracts: str, described: str, transformers: str):
     )
     return replace(
         failure(
-            "_contracts.ContractError",
+            "helpers.contracts.ContractError",
             f"contracts broken: {contracts}\n"
             f"exact_update: weights after {step} against minus the reference gradient, "
             "model.embed_tokens.weight at [12, 0] (largest gap 0.326): trainer 0.049522 != "
@@ -494,7 +494,7 @@ def test_contract_verdicts_decide_where_the_case_records_them():
         return make_record(
             case=f"test_train.py::test_train_exact_update[{param}]",
             status=status,
-            exception_type="_contracts.ContractError",
+            exception_type="helpers.contracts.ContractError",
             message=message if status is Status.FAIL else None,
             packages={"transformers": "4.48.0"},
             metrics=metrics,

@@ -30,7 +30,7 @@ def test_needs_gpu():
 def test_wrong_result():
     assert sum([1, 1]) == 3, "the framework computed the wrong thing"
 
-class ContractError(AssertionError):  # as cases/_contracts.py: a check of the numbers
+class ContractError(AssertionError):  # as cases/helpers/contracts.py: a check of the numbers
     pass
 
 def test_contract_broken():

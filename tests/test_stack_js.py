@@ -26,9 +26,10 @@ from packaging.version import Version
 from ftmatrix.cell.records import CellRecordFile, Record, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.check.command import report_text
+from ftmatrix.check.compare import same_version
 from ftmatrix.check.results import Results, read_results, results_of
 from ftmatrix.check.stack import parse_freeze
-from ftmatrix.check.verdict import _same, check_stack, lookup_table
+from ftmatrix.check.verdict import check_stack, lookup_table
 from ftmatrix.errors import UsageError
 from ftmatrix.report.render import render_report
 from ftmatrix.store import merge_outputs
@@ -255,7 +256,7 @@ def test_versions_are_read_and_ordered_as_packaging_reads_them():
     out = run_script(lookup_table(default_results()), [], VERSIONS, pairs)
     assert out["versions"] == [str(Version(v).public) if _is_version(v) else None for v in VERSIONS]
     assert out["order"] == [(Version(a) > Version(b)) - (Version(a) < Version(b)) for a, b in pairs]
-    assert out["same"] == [_same(a, b) for a, b in pairs]
+    assert out["same"] == [same_version(a, b) for a, b in pairs]
 
 
 def _is_version(text: str) -> bool:

@@ -3,7 +3,7 @@
 Run by cases/test_vllm.py under torchrun with one process and the cell's two leased
 GPUs visible: training on cuda:0, vLLM's engine on cuda:1, the setting of seed (d)
 (huggingface/trl#2851). argv: the tiny model's folder, the folder to report into.
-Reports through cases/_processes.py: rank0.json, or rank0.error.json.
+Reports through cases/helpers/processes.py: rank0.json, or rank0.error.json.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: _compat, test_grpo
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: helpers, test_grpo
 
 
 def main(model_dir: str, out_dir: str) -> None:
-    from _compat import grpo_config, tokenizer_argument
-    from _processes import write_report
     from datasets import Dataset
+    from helpers.compat import grpo_config, tokenizer_argument
+    from helpers.processes import write_report
     from test_grpo import PROMPTS, reward_distinct_words
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
@@ -40,6 +40,6 @@ def main(model_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    from _processes import run_reporting_errors
+    from helpers.processes import run_reporting_errors
 
     run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2]))

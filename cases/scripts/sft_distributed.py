@@ -4,7 +4,7 @@ Run by cases/test_multiprocess.py under `accelerate launch` (or torchrun, or pla
 python): argv is the tiny model's folder, the folder to write rank reports into,
 and the operation (sft, sft-lora-packed or grpo). Without CUDA the run asks for
 the CPU, which accelerate turns into gloo across the processes. Each rank reports
-through cases/_processes.py: rank<N>.json, or rank<N>.error.json when it raises.
+through cases/helpers/processes.py: rank<N>.json, or rank<N>.error.json when it raises.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: _compat, _processes
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # cases/: helpers
 
 
 def build_trainer(operation: str, model_dir: str) -> object:
     import torch
-    from _compat import grpo_config, sft_arguments, tokenizer_argument
-    from _tiny import CORPUS
     from datasets import Dataset
+    from helpers.compat import grpo_config, sft_arguments, tokenizer_argument
+    from helpers.tiny import CORPUS
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -74,7 +74,7 @@ def build_trainer(operation: str, model_dir: str) -> object:
 
 def main(model_dir: str, out_dir: str, operation: str) -> None:
     import torch
-    from _processes import write_report
+    from helpers.processes import write_report
 
     trainer: Any = build_trainer(operation, model_dir)
     result = trainer.train()
@@ -95,6 +95,6 @@ def main(model_dir: str, out_dir: str, operation: str) -> None:
 
 
 if __name__ == "__main__":
-    from _processes import run_reporting_errors
+    from helpers.processes import run_reporting_errors
 
     run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2], sys.argv[3]))

@@ -3,7 +3,7 @@
 Run by cases/test_unsloth.py with every GPU of the cell's lease visible: with two,
 transformers' Trainer wraps the model in DataParallel, the setting of seed (b)
 (unslothai/unsloth#1875). argv: the tiny model's folder, the folder to report into.
-Reports through cases/_processes.py: rank0.json, or rank0.error.json.
+Reports through cases/helpers/processes.py: rank0.json, or rank0.error.json.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import tempfile
 from pathlib import Path
 
 CASES = str(Path(__file__).resolve().parent.parent)
-sys.path.insert(0, CASES)  # _compat, _processes, _tiny, test_unsloth
+sys.path.insert(0, CASES)  # helpers, test_unsloth
 
 
 def main(model_dir: str, out_dir: str) -> None:
     import unsloth  # noqa: F401 -- first: it patches transformers and trl on import
-    from _processes import write_report
+    from helpers.processes import write_report
     from test_unsloth import QKV, lora_sft_trainer
 
     trainer = lora_sft_trainer(
@@ -36,6 +36,6 @@ def main(model_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    from _processes import run_reporting_errors
+    from helpers.processes import run_reporting_errors
 
     run_reporting_errors(sys.argv[2], lambda: main(sys.argv[1], sys.argv[2]))

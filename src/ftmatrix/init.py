@@ -26,18 +26,17 @@ from ftmatrix.errors import ExitCode, UsageError
 from ftmatrix.install_source import this_install_source
 
 # What every case imports: shared fixtures and the tiny offline models.
-EXAMPLE_HELPERS = ("conftest.py", "_tiny.py")
+EXAMPLE_HELPERS = ("conftest.py", "helpers/__init__.py", "helpers/tiny.py")
 # The contract suite's helpers besides (--contracts): release adapters, the contracts and
 # their references, knob tables.
 HELPERS = (
-    "conftest.py",
-    "_tiny.py",
-    "_compat.py",
-    "_train.py",
-    "_contracts.py",
-    "_knobs.py",
-    "_update.py",
-    "_adapters.py",
+    *EXAMPLE_HELPERS,
+    "helpers/compat.py",
+    "helpers/train.py",
+    "helpers/contracts.py",
+    "helpers/knobs.py",
+    "helpers/update.py",
+    "helpers/adapters.py",
 )
 TRAINING = ("torch", "transformers", "trl", "datasets", "accelerate")
 # Operation family -> (its example case file, the distributions its cases need).
@@ -163,7 +162,7 @@ IN_REPOSITORY = {"ftmatrix.yml": ".github/workflows/ftmatrix.yml"}
 
 
 def shipped(name: str) -> str:
-    """The text of template ``name`` (``cases/_tiny.py``, ``ftmatrix.yml``): from the
+    """The text of template ``name`` (``cases/helpers/tiny.py``, ``ftmatrix.yml``): from the
     installed package, else (an editable install) from the repository it was installed from."""
     packaged = files("ftmatrix") / "templates" / name
     if packaged.is_file():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from packaging.utils import canonicalize_name
@@ -164,16 +164,8 @@ def choose_bisects(
     breaks = [r for r in latest if r.status.is_break and r.case != WHOLE_CELL and not r.flaky]
     if budget <= 0:
         return Selection(budget=budget, records=len(latest), failures=len(breaks))
-    passing: dict[tuple[str, str, str], list[Record]] = {}
-    for record in latest:
-        if record.status is Status.PASS and not record.flaky:
-            where = (record.hardware_class, record.python, record.case)
-            passing.setdefault(where, []).append(record)
+    passing = _passing_by_place(latest)
     cells = cell_statuses(latest)
-    groups: dict[str, list[Record]] = {}
-    for record in sorted(breaks, key=lambda r: (r.cell_label, r.case)):
-        key = record.signature or f"{record.status.value}|{record.case}"
-        groups.setdefault(key, []).append(record)
     listed: dict[str, list[str]] = {}
 
     def listing(package: str) -> list[str]:
@@ -183,42 +175,38 @@ def choose_bisects(
 
     candidates: list[AutoJob] = []
     left_out: list[LeftOut] = []
-    for members in groups.values():
-        first = members[0]
-        what = f"{first.case} in {first.cell_label}" + (
-            f" and {len(members) - 1} more" if len(members) > 1 else ""
-        )
+    for members in _failure_groups(breaks).values():
         # Only the members no entry's signature fits are new: one explained record of a
         # signature explains none of the others.
-        explained = [e for r in members if (e := explain(r, known, cells)) is not None]
         unexplained = [r for r in members if explain(r, known, cells) is None]
         if not unexplained:
-            left_out.append(
-                LeftOut(what=what, kind="known", reason=f"known issue {explained[0].id}")
-            )
+            entry = explain(members[0], known, cells)
+            assert entry is not None
+            reason = f"known issue {entry.id}"
+            left_out.append(LeftOut(what=_group_text(members), kind="known", reason=reason))
             continue
-        first = unexplained[0]
-        done = next(
-            (f for f in findings if first.signature and f.get("signature") == first.signature), None
-        )
-        if done is not None:
-            left_out.append(LeftOut(what=what, kind="bisected", reason=_finding_text(done)))
-            continue
-        options, why = _options(unexplained, passing, findings, listing)
-        if not options:
-            left_out.append(LeftOut(what=what, kind=why[0], reason=why[1]))
-            continue
-        best = min(options, key=lambda j: (j.cost, j.request.id))
-        candidates.append(
-            AutoJob(
-                request=best.request,
-                signature=best.signature,
-                failing=best.failing,
-                passing=best.passing,
-                releases=best.releases,
-                shared=len(members),
-            )
-        )
+        chosen = _group_job(unexplained, len(members), passing, findings, listing)
+        if isinstance(chosen, AutoJob):
+            candidates.append(chosen)
+        else:
+            kind, reason = chosen
+            left_out.append(LeftOut(what=_group_text(members), kind=kind, reason=reason))
+    jobs, over = within_budget(candidates, budget)
+    return Selection(
+        budget=budget,
+        records=len(latest),
+        failures=len(breaks),
+        jobs=jobs,
+        over_budget=over,
+        left_out=tuple(left_out),
+    )
+
+
+def within_budget(
+    candidates: Iterable[AutoJob], budget: int
+) -> tuple[tuple[AutoJob, ...], tuple[AutoJob, ...]]:
+    """The jobs to run, most widespread failure first, and those the budget has no room for:
+    a job is taken while its cost fits what is left, so a cheaper one after it may still fit."""
     chosen: list[AutoJob] = []
     over: list[AutoJob] = []
     left = budget
@@ -228,14 +216,53 @@ def choose_bisects(
             left -= job.cost
         else:
             over.append(job)
-    return Selection(
-        budget=budget,
-        records=len(latest),
-        failures=len(breaks),
-        jobs=tuple(chosen),
-        over_budget=tuple(over),
-        left_out=tuple(left_out),
+    return tuple(chosen), tuple(over)
+
+
+def _passing_by_place(latest: Iterable[Record]) -> dict[tuple[str, str, str], list[Record]]:
+    """(hardware class, Python, case) -> the steady passes there: the possible neighbours."""
+    passing: dict[tuple[str, str, str], list[Record]] = {}
+    for record in latest:
+        if record.status is Status.PASS and not record.flaky:
+            where = (record.hardware_class, record.python, record.case)
+            passing.setdefault(where, []).append(record)
+    return passing
+
+
+def _failure_groups(breaks: Iterable[Record]) -> dict[str, list[Record]]:
+    """Failures that share a signature (or, unsigned, a status and case), bisected once."""
+    groups: dict[str, list[Record]] = {}
+    for record in sorted(breaks, key=lambda r: (r.cell_label, r.case)):
+        key = record.signature or f"{record.status.value}|{record.case}"
+        groups.setdefault(key, []).append(record)
+    return groups
+
+
+def _group_text(members: Sequence[Record]) -> str:
+    first = members[0]
+    more = f" and {len(members) - 1} more" if len(members) > 1 else ""
+    return f"{first.case} in {first.cell_label}{more}"
+
+
+def _group_job(
+    unexplained: Sequence[Record],
+    shared: int,
+    passing: Mapping[tuple[str, str, str], list[Record]],
+    findings: Sequence[Mapping[str, Any]],
+    listing: Callable[[str], Sequence[str]],
+) -> AutoJob | tuple[str, str]:
+    """The cheapest search for one failure group's new members, or (kind, why) there is none."""
+    first = unexplained[0]
+    done = next(
+        (f for f in findings if first.signature and f.get("signature") == first.signature), None
     )
+    if done is not None:
+        return "bisected", _finding_text(done)
+    options, why = _options(unexplained, passing, findings, listing)
+    if not options:
+        return why
+    best = min(options, key=lambda j: (j.cost, j.request.id))
+    return replace(best, shared=shared)
 
 
 def immediate_finding(job: AutoJob) -> BisectFinding:

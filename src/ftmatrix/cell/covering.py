@@ -1,7 +1,7 @@
 """Pairwise covering: a small subset of combinations in which every value pair occurs.
 
 Used on both sides of the host/cell boundary: the plan covers version pairs with it, and
-cases cover the knobs users turn (``cases/_knobs.py``) with it inside a cell. Standard
+cases cover the knobs users turn (``cases/helpers/knobs.py``) with it inside a cell. Standard
 library only, so a cell's venv can import it.
 """
 

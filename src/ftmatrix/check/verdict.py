@@ -39,10 +39,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
+from ftmatrix.check.compare import (
+    VersionChange,
+    constraint_applies,
+    is_older,
+    releases_apart,
+    same_version,
+)
 from ftmatrix.check.results import KnownIssueLink, Results
 from ftmatrix.check.stack import Stack
 from ftmatrix.constraints import Constraint
@@ -54,27 +60,6 @@ PYTHON = "python"  # the axis name of the Python series
 WHOLE_CELL_OPERATIONS = frozenset({"cell", "install"})
 OUTPUT_SCHEMA = 1  # the shape of --json (docs/guides/check.md)
 SHOWN = 3  # nearest cells named per verdict in the text; --json has them all
-
-
-@dataclass(frozen=True, kw_only=True)
-class VersionChange:
-    """One axis where a cell differs from the stack: yours -> the cell's."""
-
-    package: str
-    yours: str | None
-    cell: str | None
-    steps: int
-
-    def text(self) -> str:
-        return f"{self.package} {_value(self.yours)} -> {_value(self.cell)}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "package": self.package,
-            "yours": self.yours,
-            "cell": self.cell,
-            "versions": self.steps,
-        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +82,7 @@ class Match:
     def rank(self) -> tuple[int, int, int, str]:
         # Fewest axes, then fewest releases apart; among equals an upgrade before a
         # downgrade (what a user would rather do), then the label, for a stable order.
-        downgrades = sum(1 for c in self.changes if _older(c.cell, c.yours))
+        downgrades = sum(1 for c in self.changes if is_older(c.cell, c.yours))
         return (len(self.changes), self.steps, downgrades, self.label)
 
     def distance_text(self) -> str:
@@ -205,7 +190,7 @@ def check_stack(
             for found in results.constraints
             if (found.operation, found.hardware) == (operation, hw)
             for c in found.constraints
-            if _constraint_applies(c, stack)
+            if constraint_applies(c, stack)
         ]
         verdicts.append(_verdict(operation, hw, matches, constraints, results))
     return CheckReport(
@@ -308,11 +293,14 @@ def _match(
     for axis in compared:
         yours = stack.python if axis == PYTHON else stack.version(axis)
         theirs = cell.python if axis == PYTHON else cell.pins.get(axis)
-        if _same(yours, theirs):
+        if same_version(yours, theirs):
             continue
         changes.append(
             VersionChange(
-                package=axis, yours=yours, cell=theirs, steps=_steps(yours, theirs, tested[axis])
+                package=axis,
+                yours=yours,
+                cell=theirs,
+                steps=releases_apart(yours, theirs, tested[axis]),
             )
         )
     return replace(_operation_match(cell, operation), changes=tuple(changes))
@@ -557,65 +545,8 @@ def lookup_table(results: Results) -> dict[str, Any]:
     }
 
 
-def _constraint_applies(constraint: Constraint, stack: Stack) -> bool:
-    """Do the stack's versions fall under the line (and every pin of its ``when``)?"""
-    package = canonicalize_name(constraint.package)
-    yours = stack.version(package)
-    if not stack.knows(package) or yours is None:
-        return False
-    if constraint.kind == "exclude":
-        hit = _same(yours, constraint.versions[0])
-    elif constraint.kind == "below":
-        hit = _public(yours) >= _public(constraint.versions[0])
-    else:
-        hit = _public(yours) <= _public(constraint.versions[-1])
-    return hit and all(
-        stack.knows(name) and _same(stack.version(name), version)
-        for name, version in constraint.when
-    )
-
-
 def _pins(record: Record) -> dict[str, str | None]:
     return {str(canonicalize_name(k)): v for k, v in record.pins.items()}
-
-
-def _same(a: str | None, b: str | None) -> bool:
-    """Equal versions; a local label (``+cpu``) counts only where both sides have one."""
-    if a is None or b is None:
-        return a is b
-    try:
-        va, vb = Version(a), Version(b)
-    except InvalidVersion:
-        return a == b
-    if va.local is None or vb.local is None:
-        return va.public == vb.public
-    return va == vb
-
-
-def _public(text: str) -> Version:
-    return Version(Version(text).public)
-
-
-def _older(a: str | None, b: str | None) -> bool:
-    try:
-        return a is not None and b is not None and _public(a) < _public(b)
-    except InvalidVersion:
-        return False
-
-
-def _steps(yours: str | None, theirs: str | None, tested: set[str]) -> int:
-    """Releases apart, among the versions tested on this axis and yours."""
-    if yours is None or theirs is None:
-        return 1  # installed against not installed: one step, whatever the version
-    try:
-        values = sorted({_public(v) for v in tested} | {_public(yours)})
-        return abs(values.index(_public(yours)) - values.index(_public(theirs)))
-    except (InvalidVersion, ValueError):
-        return 1
-
-
-def _value(version: str | None) -> str:
-    return "(not installed)" if version is None else version
 
 
 def _case_dict(record: Record, results: Results) -> dict[str, Any]:

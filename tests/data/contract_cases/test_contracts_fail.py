@@ -107,14 +107,14 @@ def test_grpo_contract(
     record_property: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import _compat
+    from helpers import compat
     from test_grpo import run_grpo_two_steps
     from trl import GRPOTrainer
 
     if broken == "unnamed":
         # A release none of whose signatures names the log-prob arguments (as trl 1.14's
         # `(self, model, *args, ...)` once did): the case reads them at the model's boundary.
-        monkeypatch.setattr(_compat, "LOGPS_ARGUMENTS", (*_compat.LOGPS_ARGUMENTS, "unnamed"))
+        monkeypatch.setattr(compat, "LOGPS_ARGUMENTS", (*compat.LOGPS_ARGUMENTS, "unnamed"))
     trainer_class = {
         "real": lambda: GRPOTrainer,
         "ignores-logits-to-keep": lambda: GRPOTrainer,
@@ -337,9 +337,9 @@ def test_grpo_update_contract(
 
 
 def adapter_setting(saved: str | None, path: str, tied: bool, lora_on_embeddings: bool) -> Any:
-    """One setting of the adapter knob table (cases/_adapters.py)."""
-    from _adapters import ADAPTER_KNOBS
-    from _knobs import Setting
+    """One setting of the adapter knob table (cases/helpers/adapters.py)."""
+    from helpers.adapters import ADAPTER_KNOBS
+    from helpers.knobs import Setting
 
     names = [knob.name for knob in ADAPTER_KNOBS]
     values = (saved, path, tied, lora_on_embeddings)
@@ -350,7 +350,7 @@ def load_dropping_modules_to_save(adapter_dir: Path, base_dir: Path, auto_class:
     """peft's loader, then the saved copies (``modules_to_save``) put back to the base's
     weights: LoRA comes back, the trained head does not."""
     import torch
-    from _adapters import load_with_peft
+    from helpers.adapters import load_with_peft
 
     model = load_with_peft(adapter_dir, base_dir, auto_class)
     with torch.no_grad():
@@ -379,7 +379,7 @@ def merge_untying_the_head(model: Any) -> Any:
 def test_adapter_roundtrip_contract(
     broken: str, tokenizer: Any, tmp_path: Path, record_property: Any
 ) -> None:
-    from _adapters import LOADERS, adapter_shape, run_adapter_roundtrip, save_base
+    from helpers.adapters import LOADERS, adapter_shape, run_adapter_roundtrip, save_base
 
     setting = {
         "real": adapter_setting("lm_head", "peft", False, False),
@@ -415,8 +415,13 @@ def checkpointing_without_input_grads(model: Any, kwargs: dict[str, Any]) -> Non
 def test_checkpointing_gradient_contract(
     broken: str, tokenizer: Any, tmp_path: Path, record_property: Any
 ) -> None:
-    from _adapters import CHECKPOINTING_KNOBS, AdapterShape, run_checkpointing_gradient, save_base
-    from _knobs import Setting
+    from helpers.adapters import (
+        CHECKPOINTING_KNOBS,
+        AdapterShape,
+        run_checkpointing_gradient,
+        save_base,
+    )
+    from helpers.knobs import Setting
 
     names = [knob.name for knob in CHECKPOINTING_KNOBS]
     setting = Setting(
@@ -435,7 +440,7 @@ def test_checkpointing_gradient_contract(
 
 def knob_setting(knobs: Any, **values: Any) -> Any:
     """The setting of ``knobs`` (a case's knob table) at ``values``, every other knob off."""
-    from _knobs import Setting
+    from helpers.knobs import Setting
 
     return Setting(tuple(knobs), tuple((k.name, values.get(k.name, k.off)) for k in knobs))
 
@@ -542,7 +547,7 @@ def unscaled_under_accumulation(trainer_class: type) -> type:
 def test_reward_update_contract(
     broken: str, tiny_model_dir: Path, tokenizer: Any, tmp_path: Path, record_property: Any
 ) -> None:
-    from _knobs import knob_params
+    from helpers.knobs import knob_params
     from test_preference import REWARD_KNOBS, run_reward_update
     from trl import RewardTrainer
 
@@ -572,7 +577,7 @@ def test_preference_accumulation_contract(
 def test_sft_mask_contract(
     broken: str, tiny_model: Any, tokenizer: Any, tmp_path: Path, record_property: Any
 ) -> None:
-    from _knobs import knob_params
+    from helpers.knobs import knob_params
     from test_sft import SFT_MASK_KNOBS, run_sft_mask
     from trl import SFTTrainer
 

@@ -68,12 +68,12 @@
     return a < b ? -1 : (a > b ? 1 : 0);
   }
 
-  function publicKey(text) {  // _public; null where the text is not a version
+  function publicKey(text) {  // compare.public_version; null where the text is not a version
     var v = parseVersion(text);
     return v ? sortKey(v, false) : null;
   }
 
-  function same(a, b) {  // _same
+  function same(a, b) {  // compare.same_version
     if (a === null || b === null) { return a === b; }
     var va = parseVersion(a), vb = parseVersion(b);
     if (!va || !vb) { return a === b; }
@@ -81,13 +81,13 @@
     return compare(sortKey(va, true), sortKey(vb, true)) === 0;
   }
 
-  function older(a, b) {  // _older
+  function older(a, b) {  // compare.is_older
     if (a === null || b === null) { return false; }
     var ka = publicKey(a), kb = publicKey(b);
     return ka !== null && kb !== null && compare(ka, kb) < 0;
   }
 
-  function steps(yours, theirs, tested) {  // _steps
+  function steps(yours, theirs, tested) {  // compare.releases_apart
     if (yours === null || theirs === null) { return 1; }
     var keys = [];
     var all = tested.concat([yours]);
@@ -298,7 +298,7 @@
       changes: changes, steps: total, rank: [changes.length, total, downgrades, entry.label]};
   }
 
-  function constraintApplies(constraint, stack) {  // _constraint_applies
+  function constraintApplies(constraint, stack) {  // compare.constraint_applies
     var yours = versionOf(stack, constraint.package);
     if (!knows(stack, constraint.package) || yours === null) { return false; }
     var hit;

@@ -14,8 +14,8 @@ import pytest
 @pytest.mark.requires_packages(trl=">=0.20")  # SFTConfig(max_length=...), processing_class
 def test_sft_two_steps(tiny_model, tokenizer, tmp_path, record_property):
     import torch
-    from _tiny import CORPUS
     from datasets import Dataset
+    from helpers.tiny import CORPUS
     from trl import SFTConfig, SFTTrainer
 
     before = [p.detach().clone() for p in tiny_model.parameters()]

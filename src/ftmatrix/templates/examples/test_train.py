@@ -14,7 +14,7 @@ import pytest
 @pytest.mark.requires_packages(transformers=">=4.46")  # the Trainer's arguments as spelt here
 def test_trainer_two_steps(tiny_model, tokenizer, tmp_path, record_property):
     import torch
-    from _tiny import CORPUS
+    from helpers.tiny import CORPUS
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
     before = [p.detach().clone() for p in tiny_model.parameters()]

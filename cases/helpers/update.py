@@ -27,7 +27,7 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
-from _contracts import (
+from helpers.contracts import (
     IGNORE,
     ContractError,
     Contracts,
@@ -133,11 +133,12 @@ def expected_after_dpo_step(model: Any, rows: Iterable[Any], beta: float) -> dic
 
     Per pair: ``-log sigmoid(beta * ((policy chosen - policy rejected) - (reference chosen
     - reference rejected)))``, each a summed log-prob of the completion's tokens, computed
-    from the raw logits (:func:`_contracts.token_log_probs`).
+    from the raw logits (:func:`helpers.contracts.token_log_probs`).
     """
     import torch
-    from _compat import preference_sequences
-    from _contracts import token_log_probs
+
+    from helpers.compat import preference_sequences
+    from helpers.contracts import token_log_probs
 
     weights = {
         name: p.detach().clone().requires_grad_(True)
@@ -434,7 +435,8 @@ def _grpo_reference_loss(
     max_completion_length: int,
 ) -> Any:
     import torch
-    from _contracts import token_log_probs
+
+    from helpers.contracts import token_log_probs
 
     sequence_means, token_sums, tokens, sequences = [], [], 0, 0
     for batch in micro_batches:

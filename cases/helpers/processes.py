@@ -9,8 +9,8 @@ case's :class:`ChildProcessFailure`, so the record's exception type, message, bl
 signature are the child's, and known issues match as in-process. A child that died of
 a signal is a ``crash``. :func:`serving` keeps a server beside the case.
 
-Imported as ``_processes`` by the cases (cases/ is on their path) and by the scripts in
-cases/scripts/, which put cases/ on theirs.
+Imported as ``helpers.processes`` by the cases (cases/ is on their path) and by the scripts
+in cases/scripts/, which put cases/ on theirs.
 """
 
 from __future__ import annotations

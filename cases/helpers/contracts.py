@@ -39,7 +39,7 @@ class Contracts:
     """The contracts one case checks: each recorded on its own and able to fail alone.
 
     ``check(name, function, *args)`` runs one check (a function of this module or of
-    ``_update``: it returns the gap it saw or raises ``ContractError``); a failure is
+    ``helpers.update``: it returns the gap it saw or raises ``ContractError``); a failure is
     recorded and kept, and the next check still runs. :meth:`conclude` (the end of
     :func:`contracts`) raises one ``ContractError`` naming every broken contract.
     """

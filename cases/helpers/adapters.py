@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _knobs import Knob
+from helpers.knobs import Knob
 
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
@@ -44,7 +44,7 @@ def tied_merges() -> list[Any]:
     LoRA on the head where nothing is saved whole (its update merged into the weight the
     embeddings share), and each side saved whole (merged while the configuration still
     ties them)."""
-    from _knobs import Setting
+    from helpers.knobs import Setting
 
     names = [knob.name for knob in ADAPTER_KNOBS]
     return [
@@ -110,7 +110,8 @@ def adapter_shape(setting: Any) -> AdapterShape:
 def save_base(folder: Path, tokenizer: Any, shape: AdapterShape) -> Path:
     """The tiny Llama base of ``shape`` (its head, its tie), saved with its tokenizer."""
     import torch
-    from _tiny import build_model
+
+    from helpers.tiny import build_model
 
     model = build_model("llama", tokenizer, tie_word_embeddings=shape.tied)
     if shape.head == "score":
@@ -159,7 +160,7 @@ def adapted_model(
 
 
 def model_inputs(tokenizer: Any) -> dict[str, Any]:
-    from _tiny import CORPUS
+    from helpers.tiny import CORPUS
 
     return dict(tokenizer(list(CORPUS[:2]), return_tensors="pt", padding=True))
 
@@ -199,7 +200,7 @@ def check_tied_weights(where: str, model: Any) -> int:
     """A model whose configuration ties its head to its embeddings holds one weight for both
     (one tensor: what a consumer of the configuration, a reload, a converter, assumes); one
     that does not tie them may hold two. Returns 1 if tied."""
-    from _contracts import ContractError, contract_message
+    from helpers.contracts import ContractError, contract_message
 
     head = model.get_output_embeddings()
     if head is None or not getattr(model.config, "tie_word_embeddings", False):
@@ -226,8 +227,9 @@ def check_tied_weights(where: str, model: Any) -> int:
 def check_written_once(folder: Path, model: Any) -> int:
     """A saved model with tied embeddings writes the tied weight once (no ``lm_head.weight``
     beside ``embed_tokens.weight``); returns how many tensors the checkpoint holds."""
-    from _contracts import ContractError, contract_message
     from safetensors import safe_open
+
+    from helpers.contracts import ContractError, contract_message
 
     names: set[str] = set()
     for file in folder.glob("*.safetensors"):
@@ -263,7 +265,7 @@ def run_adapter_roundtrip(
     ``loaders`` and ``merge`` replace peft's and transformers' own (tests/test_contracts.py
     passes deliberately wrong ones).
     """
-    from _contracts import check_tensors_close, contracts
+    from helpers.contracts import check_tensors_close, contracts
 
     shape = adapter_shape(setting)
     inputs = model_inputs(tokenizer)
@@ -331,7 +333,7 @@ def trainable_gradients(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
 
 def check_gradients(quantity: str, got: dict[str, Any], reference: dict[str, Any]) -> float:
     """Every trainable weight has a gradient, equal to the reference's; returns the largest gap."""
-    from _contracts import ContractError, check_tensors_close, contract_message
+    from helpers.contracts import ContractError, check_tensors_close, contract_message
 
     missing = sorted(name for name, grad in got.items() if grad is None)
     if missing or set(got) != set(reference):
@@ -364,7 +366,7 @@ def run_checkpointing_gradient(
     ``enable`` replaces transformers' ``gradient_checkpointing_enable`` (tests/test_contracts.py
     passes a deliberately wrong one).
     """
-    from _contracts import contracts
+    from helpers.contracts import contracts
 
     saved = setting["modules_to_save"]
     shape = AdapterShape("causal", False, tuple(ATTENTION), (saved,) if saved else ())
