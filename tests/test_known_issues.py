@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import DATA, make_record
 from packaging.specifiers import SpecifierSet
 
@@ -307,8 +308,8 @@ def test_each_trainer_knob_failure_group_has_its_own_entry(record, expected) -> 
 def test_each_entry_links_its_owning_projects_report(entry):
     owner = REPOSITORIES[entry.package]
     assert entry.repository == owner
-    if entry.upstream is None:
-        assert entry.seen_in, "no owning report: the threads that report it are named"
+    if entry.upstream is None:  # said so, with the threads that report it where any do
+        assert entry.reported.startswith(f"no report in {owner} found"), entry.id
     else:
         assert report_repository(entry.upstream) == owner
     if entry.fix is not None:
@@ -368,7 +369,6 @@ def test_a_fix_elsewhere_a_blog_post_and_an_unknown_package_are_refused():
         "k.yaml: [0].fix: https://github.com/unslothai/unsloth/pull/5129 is in "
         "unslothai/unsloth, not in huggingface/trl (the faulty or the fixed package's "
         "repository)",
-        "k.yaml: [1].upstream: null needs the threads that report it under seen-in",
         "k.yaml: [1].package: 'mylib' has no repository in the table; add it under "
         "repositories: (known: accelerate, bitsandbytes, datasets, peft, torch, torchao, "
         "transformers, trl, unsloth, unsloth-zoo, vllm)",
@@ -541,3 +541,84 @@ def test_two_causes_in_one_record_are_both_shown():
     assert [c.id for c in group.causes] == ["peft-side", "transformers-side"]
     markdown = render_markdown(build_grid([record]), [group])
     assert "peft-side" in markdown and "transformers-side" in markdown
+
+
+# Real records of test_import.py (torch 2.13.0, transformers 5.23.0; the proofs of
+# 2026-11-27): one message, "No module named 'requests'", from two breaks. trl 0.19.1 imports
+# requests under a flag transformers 5.3+ makes truthy, in trl/extras/vllm_client.py; trl
+# 0.28.0 and 0.29.0 import it unguarded in trl/generation/vllm_client.py, and 0.28.0 shows
+# the flag's break on DPOTrainer's `import weave` as well.
+IMPORTS = [
+    Record.from_mapping(json.loads(line))
+    for line in (DATA / "import_records.jsonl").read_text().splitlines()
+]
+
+
+def test_one_message_from_two_files_is_two_causes():
+    causes = {
+        (r.packages["trl"], case_parts(r.case)[1]): [e.id for e in explain_all(r, KNOWN)]
+        for r in IMPORTS
+    }
+    assert causes == {
+        ("0.19.1", "trl.GRPOTrainer"): ["trl-optional-imports-truthy-tuple"],
+        ("0.28.0", "trl"): ["trl-optional-imports-truthy-tuple"],
+        ("0.28.0", "trl.GRPOTrainer"): ["trl-vllm-client-imports-requests-unguarded"],
+        ("0.29.0", "trl.GRPOTrainer"): ["trl-vllm-client-imports-requests-unguarded"],
+    }
+    # What a proof asks (the shape, wherever the versions are): 0.29.0's red is not the
+    # flag's, so it does not contradict the flag's fix.
+    flag = next(e for e in KNOWN if e.id == "trl-optional-imports-truthy-tuple")
+    newest = next(r for r in IMPORTS if r.packages["trl"] == "0.29.0")
+    assert not flag.matches(newest, in_range=False)
+
+
+def test_the_frame_is_where_it_broke_not_the_importer_that_re_raised_it():
+    def entry(frame: str):
+        (parsed,) = parse_known_issues(
+            [
+                {
+                    "id": "f",
+                    "title": "t",
+                    "package": "trl",
+                    "upstream": "https://github.com/huggingface/trl/issues/1",
+                    "match": {"message": "No module named 'requests'", "frame": frame},
+                }
+            ],
+            source="k.yaml",
+        )
+        return parsed
+
+    record = make_record(
+        status=Status.FAIL,
+        exception_type="RuntimeError",
+        message="Failed to import trl.trainer.grpo_trainer because of the following error (look "
+        "up to see its traceback):\nNo module named 'requests'",
+        framework_frame="trl/import_utils.py:_get_module",
+        root_exception_type="ModuleNotFoundError",
+        root_message="No module named 'requests'",
+        root_frame="trl/generation/vllm_client.py:<module>",
+    )
+    assert entry("trl/generation/").matches(record)
+    assert not entry("trl/import_utils").matches(record)  # it only re-raised
+    # A pattern at the frame's start: anywhere in trl but that file.
+    elsewhere = entry("trl/(?!generation/vllm_client\\.py)")
+    assert not elsewhere.matches(record)
+    assert elsewhere.matches(replace(record, root_frame="trl/trainer/callbacks.py:<module>"))
+    # A record without a root cause is judged by its own frame.
+    assert entry("trl/import_utils").matches(replace(record, root_frame=None))
+
+
+def test_an_entry_without_an_owning_report_says_so():
+    (entry,) = entry_with(upstream=None)
+    assert entry.reported == "no report in huggingface/trl found"
+
+
+def test_the_guides_frame_example_is_the_shipped_entries():
+    guide = (Path(__file__).parent.parent / "docs" / "guides" / "known-issues.md").read_text()
+    blocks = [yaml.safe_load(b.split("```", 1)[0]) for b in guide.split("```yaml\n")[1:]]
+    example = next(b for b in blocks if b[0]["id"] == "trl-optional-imports-truthy-tuple")
+    shipped = {e.id: e for e in KNOWN}
+    for shown in example:
+        entry = shipped[shown["id"]]
+        assert entry.frame and shown["match"]["frame"] == entry.frame.pattern
+        assert entry.message and shown["match"]["message"] == entry.message.pattern

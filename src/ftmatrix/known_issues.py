@@ -6,7 +6,7 @@ report (``upstream``: an issue or pull request in the package's repository, per
 discussed (``seen-in``). It explains a failed record only where its whole signature fits:
 
 - the exception and message patterns (the message names the quantity a contract
-  compared) and the framework frame;
+  compared) and the frame where it broke (the root cause's innermost framework frame);
 - the installed packages (``match.packages``, by default the ``affected`` ranges);
 - the case functions it is about (``match.cases``, globs);
 - which contracts fail and which hold (``match.contracts``), read from the record's
@@ -103,7 +103,7 @@ class KnownIssue:
     signatures: tuple[str, ...] = ()
     exception: re.Pattern[str] | None = None
     message: re.Pattern[str] | None = None
-    frame: str | None = None
+    frame: re.Pattern[str] | None = None  # matched at the start of where it broke
     packages: Mapping[str, SpecifierSet] = field(default_factory=dict)
     cases: tuple[str, ...] = ()
     failing_contracts: tuple[str, ...] = ()
@@ -140,21 +140,21 @@ class KnownIssue:
     def _patterns_match(self, record: Record) -> bool:
         if self.exception is None and self.message is None:
             return False
+        # The frame where it broke (the root cause's), never the importer that re-raised
+        # it: two breaks with one message in different files stay apart.
+        broke_at = record.root_frame or record.framework_frame or ""
+        if self.frame is not None and not self.frame.match(broke_at):
+            return False
         # The raised error or its root cause: a pattern written for either matches
         # both the wrapped and the unwrapped report of one break.
         sides = [
-            (record.exception_type, record.message, record.framework_frame),
-            (record.root_exception_type, record.root_message, record.root_frame),
+            (record.exception_type, record.message),
+            (record.root_exception_type, record.root_message),
         ]
         return any(
-            all(
-                [
-                    self.exception is None or bool(self.exception.search(kind or "")),
-                    self.message is None or bool(self.message.search(message or "")),
-                    self.frame is None or (frame or "").startswith(self.frame),
-                ]
-            )
-            for kind, message, frame in sides
+            (self.exception is None or bool(self.exception.search(kind or "")))
+            and (self.message is None or bool(self.message.search(message or "")))
+            for kind, message in sides
             if kind or message
         )
 
@@ -352,13 +352,12 @@ def _parse_entry(
     for key in ("title", "package"):
         if not isinstance(item.get(key), str) or not item[key]:
             problems.append(f"{at}.{key}: missing or not text")
+    # null is a finding too ("no report found"), shown as such: never a guessed link.
     if "upstream" not in item:
         problems.append(
             f"{at}.upstream: missing (the owning project's report; null only where none "
-            "exists, with the threads that do under seen-in)"
+            "exists, with the threads that do, if any, under seen-in)"
         )
-    elif item["upstream"] is None and not item.get("seen-in"):
-        problems.append(f"{at}.upstream: null needs the threads that report it under seen-in")
     workaround = item.get("workaround")
     if workaround is not None and (not isinstance(workaround, str) or not workaround.strip()):
         problems.append(f"{at}.workaround: must be text (what to do instead), got {workaround!r}")
@@ -396,7 +395,7 @@ def _parse_entry(
         signatures=tuple(str(s) for s in match.get("signatures") or ()),
         exception=patterns.get("exception"),
         message=patterns.get("message"),
-        frame=match.get("frame"),
+        frame=patterns.get("frame"),
         packages=packages,
         cases=_strings(match.get("cases"), f"{at}.match.cases", problems),
         failing_contracts=failing,
@@ -592,7 +591,7 @@ def _proof(raw: Any, at: str, problems: list[str]) -> Proof:
 
 def _patterns(match: Mapping[str, Any], at: str, problems: list[str]) -> dict[str, re.Pattern[str]]:
     patterns = {}
-    for key in ("exception", "message"):
+    for key in ("exception", "message", "frame"):
         if match.get(key) is None:
             continue
         try:
