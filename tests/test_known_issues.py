@@ -622,3 +622,18 @@ def test_the_guides_frame_example_is_the_shipped_entries():
         entry = shipped[shown["id"]]
         assert entry.frame and shown["match"]["frame"] == entry.frame.pattern
         assert entry.message and shown["match"]["message"] == entry.message.pattern
+
+
+def test_load_adapters_two_imports_are_two_causes_at_their_boundary():
+    # Real records of test_adapter_roundtrip through load_adapter with peft 0.18.1 (the
+    # proofs of 2026-11-27): 5.17.0 fails on the TP helper's import before it reaches the
+    # weight conversion's; 5.18.0 no longer imports the helper.
+    records = [
+        Record.from_mapping(json.loads(line))
+        for line in (DATA / "load_adapter_records.jsonl").read_text().splitlines()
+    ]
+    causes = {r.packages["transformers"]: [e.id for e in explain_all(r, KNOWN)] for r in records}
+    assert causes == {
+        "5.17.0": ["transformers-load-adapter-imports-peft-tp-helper"],
+        "5.18.0": ["transformers-load-adapter-needs-peft-0.19"],
+    }
