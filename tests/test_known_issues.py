@@ -637,3 +637,20 @@ def test_load_adapters_two_imports_are_two_causes_at_their_boundary():
         "5.17.0": ["transformers-load-adapter-imports-peft-tp-helper"],
         "5.18.0": ["transformers-load-adapter-needs-peft-0.19"],
     }
+
+
+def test_dpos_doubled_step_is_the_trainers_before_4_48_and_trls_after():
+    # Real records of test_dpo_exact_update (the proofs of 2026-11-27): on transformers
+    # 4.46.3 even trl 0.14.0 (which fixed DPO) steps exactly 2x at accumulation 2, as the
+    # Trainer divides no trainer's own loss there; on 4.48.1, trl 0.13.0 does, trl's break.
+    records = [
+        Record.from_mapping(json.loads(line))
+        for line in (DATA / "dpo_accumulation_records.jsonl").read_text().splitlines()
+    ]
+    assert {r.packages["trl"] for r in records} == {"0.13.0", "0.14.0"}
+    assert causes_by_release(records) == {
+        ("4.46.3", "accumulation-2"): ["transformers-custom-loss-accumulation-unscaled"],
+        ("4.48.1", "accumulation-2"): ["trl-dpo-accumulation-unscaled"],
+    }
+    failed = next(r for r in records if r.status is Status.FAIL)
+    assert contract_verdicts(failed)["update_direction"] == "pass"  # a longer step, not another
