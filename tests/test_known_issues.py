@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import DATA, make_record
 from packaging.specifiers import SpecifierSet
 
@@ -309,7 +310,8 @@ def test_each_trainer_knob_failure_group_has_its_own_entry(record, expected) -> 
 def test_each_entry_links_its_owning_projects_report(entry):
     owner = REPOSITORIES[entry.package]
     assert entry.repository == owner
-    if entry.upstream is None:
+    if entry.upstream is None:  # said so, and the threads that report it are named
+        assert entry.reported.startswith(f"no report in {owner} found"), entry.id
         assert entry.seen_in, "no owning report: the threads that report it are named"
     else:
         assert report_repository(entry.upstream) == owner
@@ -549,3 +551,120 @@ def test_two_causes_in_one_record_are_both_shown():
         )
     )
     assert "peft-side" in markdown and "transformers-side" in markdown
+
+
+# Real records of test_import.py (torch 2.13.0, transformers 5.23.0; the proofs of
+# 2026-11-27): one message, "No module named 'requests'", from two breaks. trl 0.19.1 imports
+# requests under a flag transformers 5.3+ makes truthy, in trl/extras/vllm_client.py; trl
+# 0.28.0 and 0.29.0 import it unguarded in trl/generation/vllm_client.py, and 0.28.0 shows
+# the flag's break on DPOTrainer's `import weave` as well.
+IMPORTS = [
+    Record.from_mapping(json.loads(line))
+    for line in (DATA / "import_records.jsonl").read_text().splitlines()
+]
+
+
+def test_one_message_from_two_files_is_two_causes():
+    causes = {
+        (r.packages["trl"], case_parts(r.case)[1]): [e.id for e in explain_all(r, KNOWN)]
+        for r in IMPORTS
+    }
+    assert causes == {
+        ("0.19.1", "trl.GRPOTrainer"): ["trl-optional-imports-truthy-tuple"],
+        ("0.28.0", "trl"): ["trl-optional-imports-truthy-tuple"],
+        # The unguarded import in trl/generation/vllm_client.py: no report of it exists, so
+        # it is shown unexplained, never under the flag's words (known_issues.yaml says why).
+        ("0.28.0", "trl.GRPOTrainer"): [],
+        ("0.29.0", "trl.GRPOTrainer"): [],
+    }
+    # What a proof asks (the shape, wherever the versions are): 0.29.0's red is not the
+    # flag's, so it does not contradict the flag's fix.
+    flag = next(e for e in KNOWN if e.id == "trl-optional-imports-truthy-tuple")
+    newest = next(r for r in IMPORTS if r.packages["trl"] == "0.29.0")
+    assert not flag.matches(newest, in_range=False)
+
+
+def test_the_frame_is_where_it_broke_not_the_importer_that_re_raised_it():
+    def entry(frame: str):
+        (parsed,) = parse_known_issues(
+            [
+                {
+                    "id": "f",
+                    "title": "t",
+                    "package": "trl",
+                    "upstream": "https://github.com/huggingface/trl/issues/1",
+                    "match": {"message": "No module named 'requests'", "frame": frame},
+                }
+            ],
+            source="k.yaml",
+        )
+        return parsed
+
+    record = make_record(
+        status=Status.FAIL,
+        exception_type="RuntimeError",
+        message="Failed to import trl.trainer.grpo_trainer because of the following error (look "
+        "up to see its traceback):\nNo module named 'requests'",
+        framework_frame="trl/import_utils.py:_get_module",
+        root_exception_type="ModuleNotFoundError",
+        root_message="No module named 'requests'",
+        root_frame="trl/generation/vllm_client.py:<module>",
+    )
+    assert entry("trl/generation/").matches(record)
+    assert not entry("trl/import_utils").matches(record)  # it only re-raised
+    # A pattern at the frame's start: anywhere in trl but that file.
+    elsewhere = entry("trl/(?!generation/vllm_client\\.py)")
+    assert not elsewhere.matches(record)
+    assert elsewhere.matches(replace(record, root_frame="trl/trainer/callbacks.py:<module>"))
+    # A record without a root cause is judged by its own frame.
+    assert entry("trl/import_utils").matches(replace(record, root_frame=None))
+
+
+def test_an_entry_without_an_owning_report_says_so():
+    (entry,) = entry_with(upstream=None, **{"seen-in": ["https://github.com/org/repo/issues/2"]})
+    assert entry.reported == (
+        "no report in huggingface/trl found; seen in https://github.com/org/repo/issues/2"
+    )
+
+
+def test_the_guides_frame_example_is_the_shipped_entries():
+    guide = (Path(__file__).parent.parent / "docs" / "guides" / "known-issues.md").read_text()
+    blocks = [yaml.safe_load(b.split("```", 1)[0]) for b in guide.split("```yaml\n")[1:]]
+    example = next(b for b in blocks if b[0]["id"] == "trl-optional-imports-truthy-tuple")
+    shipped = {e.id: e for e in KNOWN}
+    for shown in example:
+        entry = shipped[shown["id"]]
+        assert entry.frame and shown["match"]["frame"] == entry.frame.pattern
+        assert entry.message and shown["match"]["message"] == entry.message.pattern
+
+
+def test_load_adapters_two_imports_are_two_causes_at_their_boundary():
+    # Real records of test_adapter_roundtrip through load_adapter with peft 0.18.1 (the
+    # proofs of 2026-11-27): 5.17.0 fails on the TP helper's import before it reaches the
+    # weight conversion's; 5.18.0 no longer imports the helper.
+    records = [
+        Record.from_mapping(json.loads(line))
+        for line in (DATA / "load_adapter_records.jsonl").read_text().splitlines()
+    ]
+    causes = {r.packages["transformers"]: [e.id for e in explain_all(r, KNOWN)] for r in records}
+    assert causes == {
+        "5.17.0": ["transformers-load-adapter-imports-peft-tp-helper"],
+        "5.18.0": ["transformers-load-adapter-needs-peft-0.19"],
+    }
+
+
+def test_dpos_doubled_step_is_the_trainers_before_4_48_and_trls_after():
+    # Real records of test_dpo_exact_update (the proofs of 2026-11-27): on transformers
+    # 4.46.3 even trl 0.14.0 (which fixed DPO) steps exactly 2x at accumulation 2, as the
+    # Trainer divides no trainer's own loss there; on 4.48.1, trl 0.13.0 does, trl's break.
+    records = [
+        Record.from_mapping(json.loads(line))
+        for line in (DATA / "dpo_accumulation_records.jsonl").read_text().splitlines()
+    ]
+    assert {r.packages["trl"] for r in records} == {"0.13.0", "0.14.0"}
+    assert causes_by_release(records) == {
+        ("4.46.3", "accumulation-2"): ["transformers-custom-loss-accumulation-unscaled"],
+        ("4.48.1", "accumulation-2"): ["trl-dpo-accumulation-unscaled"],
+    }
+    failed = next(r for r in records if r.status is Status.FAIL)
+    assert contract_verdicts(failed)["update_direction"] == "pass"  # a longer step, not another

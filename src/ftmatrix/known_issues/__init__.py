@@ -6,7 +6,7 @@ report (``upstream``: an issue or pull request in the package's repository, per
 discussed (``seen-in``). It explains a failed record only where its whole signature fits:
 
 - the exception and message patterns (the message names the quantity a contract
-  compared) and the framework frame;
+  compared) and the frame where it broke (the root cause's innermost framework frame);
 - the installed packages (``match.packages``, by default the ``affected`` ranges);
 - the case functions it is about (``match.cases``, globs);
 - which contracts fail and which hold (``match.contracts``), read from the record's

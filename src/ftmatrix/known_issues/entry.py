@@ -50,7 +50,7 @@ class KnownIssue:
     signatures: tuple[str, ...] = ()
     exception: re.Pattern[str] | None = None
     message: re.Pattern[str] | None = None
-    frame: str | None = None
+    frame: re.Pattern[str] | None = None  # matched at the start of where it broke
     packages: Mapping[str, SpecifierSet] = field(default_factory=dict)
     cases: tuple[str, ...] = ()
     failing_contracts: tuple[str, ...] = ()
@@ -87,21 +87,21 @@ class KnownIssue:
     def _patterns_match(self, record: Record) -> bool:
         if self.exception is None and self.message is None:
             return False
+        # The frame where it broke (the root cause's), never the importer that re-raised
+        # it: two breaks with one message in different files stay apart.
+        broke_at = record.root_frame or record.framework_frame or ""
+        if self.frame is not None and not self.frame.match(broke_at):
+            return False
         # The raised error or its root cause: a pattern written for either matches
         # both the wrapped and the unwrapped report of one break.
         sides = [
-            (record.exception_type, record.message, record.framework_frame),
-            (record.root_exception_type, record.root_message, record.root_frame),
+            (record.exception_type, record.message),
+            (record.root_exception_type, record.root_message),
         ]
         return any(
-            all(
-                [
-                    self.exception is None or bool(self.exception.search(kind or "")),
-                    self.message is None or bool(self.message.search(message or "")),
-                    self.frame is None or (frame or "").startswith(self.frame),
-                ]
-            )
-            for kind, message, frame in sides
+            (self.exception is None or bool(self.exception.search(kind or "")))
+            and (self.message is None or bool(self.message.search(message or "")))
+            for kind, message in sides
             if kind or message
         )
 

@@ -127,7 +127,7 @@ def _parse_entry(
         signatures=tuple(str(s) for s in match.get("signatures") or ()),
         exception=patterns.get("exception"),
         message=patterns.get("message"),
-        frame=match.get("frame"),
+        frame=patterns.get("frame"),
         packages=packages,
         cases=_strings(match.get("cases"), f"{at}.match.cases", problems),
         failing_contracts=failing,
@@ -389,7 +389,7 @@ def _proof(raw: Any, at: str, problems: list[str]) -> Proof:
 
 def _patterns(match: Mapping[str, Any], at: str, problems: list[str]) -> dict[str, re.Pattern[str]]:
     patterns = {}
-    for key in ("exception", "message"):
+    for key in ("exception", "message", "frame"):
         if match.get(key) is None:
             continue
         try:
