@@ -31,6 +31,13 @@ from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.errors import FatalError, UsageError
 from ftmatrix.index import list_releases
+from ftmatrix.live_runs import (
+    IN_RUN_VARIABLE,
+    note_planned,
+    planned_without_records,
+    run_going_on,
+    runs_in_progress,
+)
 from ftmatrix.plan import Cell, Installability, Oracle, Plan, plan_cells, select_cells
 from ftmatrix.plan_cache import keep_plan, kept_plan
 from ftmatrix.report.planned import cells_without_records
@@ -45,13 +52,6 @@ from ftmatrix.resolve import (
 )
 from ftmatrix.retry import retried_each
 from ftmatrix.reuse import Decision, EarlierRun, cases_key, earlier_runs, plan_decisions
-from ftmatrix.run_progress import (
-    IN_RUN_VARIABLE,
-    note_planned,
-    planned_without_records,
-    run_going_on,
-    runs_in_progress,
-)
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.shard import cell_costs, shard_cells
 from ftmatrix.sharing import one_report_at_a_time

@@ -36,6 +36,7 @@ from ftmatrix.cell.records import WHOLE_CELL, Record, record_path
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import ExitCode, FatalError
 from ftmatrix.interpreters import Interpreter, find_interpreters
+from ftmatrix.live_runs import IN_RUN_VARIABLE, hold_run, note_planned
 from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
 from ftmatrix.planview import write_installability
@@ -48,7 +49,6 @@ from ftmatrix.progress_feed import (
     Tally,
     cells_chosen,
 )
-from ftmatrix.run_progress import IN_RUN_VARIABLE, hold_run, note_planned
 from ftmatrix.runner import (
     CellContext,
     record_cell_cannot_start,
@@ -309,7 +309,7 @@ def cell_log_path(run_folder: Path, cell: Cell) -> Path:
     return run_folder / f"{cell.id}.log"
 
 
-# The run's lock, held by this process once it ran a cell (run_progress): a report built
+# The run's lock, held by this process once it ran a cell (live_runs): a report built
 # meanwhile, between two cells of `nox -j 1`, says the run is in progress.
 HELD_RUNS: list[IO[str]] = []
 

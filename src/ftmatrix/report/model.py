@@ -18,6 +18,7 @@ from ftmatrix.cell.records import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.check.results import KnownIssueLink, Results, member_key, results_of
 from ftmatrix.known_issues import KnownIssue, load_known_issues
+from ftmatrix.live_runs import RunInProgress
 from ftmatrix.proofs import EntryProof
 from ftmatrix.report.changes import StatusChange, changes_since_previous
 from ftmatrix.report.failures import FailureGroup, failure_groups
@@ -25,7 +26,6 @@ from ftmatrix.report.grid import Grid, GridEntry, build_grid, grid_axes, grid_en
 from ftmatrix.report.installability import read_installability
 from ftmatrix.report.notices import quarantined
 from ftmatrix.report.probes import probe_summaries
-from ftmatrix.run_progress import RunInProgress
 from ftmatrix.store import load_findings, load_proofs, newest_records, pass_rate_table
 
 
@@ -99,7 +99,7 @@ class Sources(TypedDict, total=False):
     problems: Sequence[str]  # the record lines the merge could not read
     known_issues: Path | None  # a known_issues.yaml: failure groups linked to upstream reports
     missing: Sequence[str]  # planned cells without a record (report.planned)
-    in_progress: Sequence[RunInProgress]  # the runs still going on (run_progress)
+    in_progress: Sequence[RunInProgress]  # the runs still going on (live_runs)
 
 
 def collect_report(out_dir: Path, *, now: datetime, **sources: Unpack[Sources]) -> ReportData:

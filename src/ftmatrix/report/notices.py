@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ftmatrix.cell.records import quarantine_path
 from ftmatrix.cell.signature import clean_paths
+from ftmatrix.live_runs import RunInProgress
 from ftmatrix.report.md_text import md_code
-from ftmatrix.run_progress import RunInProgress
 
 
 def quarantined(records_root: Path) -> list[str]:

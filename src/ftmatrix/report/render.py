@@ -27,7 +27,7 @@ def render_report(out_dir: Path, *, now: datetime, **sources: Unpack[Sources]) -
 
     Merge the new records first (:func:`ftmatrix.store.merge_outputs`) and pass on the
     unreadable ones it names as ``problems``; ``in_progress``: the runs still going on
-    (:func:`ftmatrix.run_progress.runs_in_progress`), said first. ``known_issues`` (a
+    (:func:`ftmatrix.live_runs.runs_in_progress`), said first. ``known_issues`` (a
     known_issues.yaml) links failure groups to upstream reports.
     """
     data = collect_report(out_dir, now=now, **sources)

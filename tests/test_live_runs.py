@@ -15,7 +15,7 @@ from pathlib import Path
 from conftest import make_record
 
 from ftmatrix.cell.records import CellRecordFile, record_path
-from ftmatrix.run_progress import (
+from ftmatrix.live_runs import (
     IN_RUN_VARIABLE,
     RUN_LOCK,
     note_planned,
