@@ -223,6 +223,7 @@ class _Recorder:
         # Set in a pytest-xdist worker: each worker notes its own running case.
         self.worker = os.environ.get("PYTEST_XDIST_WORKER") or None
         self.current = current_case_path(path, self.worker)
+        self.starts = case_starts_path(path)
         self.collected = collected_cases_path(path)
         self.isolated = isolated_cases_path(path)
         self.packages = _installed_versions(by_display_name=True)
@@ -274,9 +275,13 @@ class _Recorder:
         }
         write_atomically(self.current, json.dumps(note), durable=False)
         os.environ[RUNNING_CASE_VARIABLE] = item.nodeid
-        # One short line per case, appended whole: workers share the file.
-        with case_starts_path(self.file.path).open("a", encoding="utf-8") as starts:
-            starts.write(json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n")
+        # One short line per case, appended whole by one write: workers share the file.
+        line = json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n"
+        starts = os.open(self.starts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(starts, line.encode("utf-8"))
+        finally:
+            os.close(starts)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
