@@ -538,15 +538,30 @@ def _keeper_dying() -> bool:
         return False  # a worker's parent is pytest-xdist's controller, not the keeper
     if os.getppid() != int(keeper):
         return True
+    # Read after every case: the three fields found in the raw bytes, not every line parsed.
     try:
-        status = Path(f"/proc/{keeper}/status").read_text()
+        fd = os.open(f"/proc/{keeper}/status", os.O_RDONLY)
+        try:
+            status = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
     except OSError:
         return True
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    if fields.get("State", "").strip()[:1] in ("Z", "X"):
+    if _status_field(status, b"State")[:1] in (b"Z", b"X"):
         return True
-    pending = int(fields.get("SigPnd", "0"), 16) | int(fields.get("ShdPnd", "0"), 16)
+    pending = int(_status_field(status, b"SigPnd") or b"0", 16)
+    pending |= int(_status_field(status, b"ShdPnd") or b"0", 16)
     return any(pending & (1 << (number - 1)) for number in _FATAL_SIGNALS)
+
+
+def _status_field(status: bytes, name: bytes) -> bytes:
+    """The value of ``name`` in a /proc/PID/status text, or b"" where it has none."""
+    at = (b"\n" + status).find(b"\n" + name + b":")  # where the name starts in ``status``
+    if at == -1:
+        return b""
+    start = at + len(name) + 1
+    end = status.find(b"\n", start)
+    return status[start : None if end == -1 else end].strip()
 
 
 def _wait_for_the_end() -> None:
