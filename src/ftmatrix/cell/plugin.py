@@ -3,9 +3,10 @@
 Activated with ``-p ftmatrix.cell.plugin --ftmatrix-cell CELL.json --ftmatrix-record
 OUT.jsonl``. It interprets the case markers (``operation``, ``requires_packages``,
 ``requires_hardware``), observes each case's phases, records the one status
-:mod:`ftmatrix.cell.outcome` makes of them, and rewrites the cell's record file
-atomically after every case. Imports: the standard library, pytest and packaging
-(pytest's own dependency), so the cell's environment holds nothing else of ours.
+:mod:`ftmatrix.cell.outcome` makes of them, and appends the case's record to the cell's
+record file when it ends, before the next case starts. Imports: the standard library,
+pytest and packaging (pytest's own dependency), so the cell's environment holds nothing
+else of ours.
 """
 
 from __future__ import annotations
