@@ -655,8 +655,9 @@ def pytest_command(
         "--continue-on-collection-errors",
         # The short summary of every case, passes too (the log's list of verdicts), but not
         # the passes' captured output (-rP): pytest finds each pass's teardown by scanning
-        # every report, a cost that grew with the square of the cell's cases (2,000 trivial
-        # cases: 5.5 s of the cell's 7). A failure's output is in its section as before.
+        # every report, a cost that grew with the square of the cell's cases (CPU seconds
+        # added: 0.3 at 1,000 trivial cases, 1.3 at 2,000, 5.9 at 4,000). A failure's
+        # output is in its section as before.
         "-rap",
         *ctx.pytest_args,
     ]
