@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -356,3 +358,28 @@ def test_the_case_api_is_one_module_and_the_plugins_old_names_still_work_and_war
 def test_the_markers_are_registered_once_by_the_plugin_not_by_the_cases_folder():
     conftest = (Path(__file__).parent.parent / "cases" / "conftest.py").read_text()
     assert "MARKERS" not in conftest and "addinivalue_line" not in conftest
+
+
+KEEPER_WITH_A_SIGNAL = """
+import os, signal, subprocess, sys
+if sys.argv[1] == "pending":  # a death sent to the keeper that it has not acted on yet
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    os.kill(os.getpid(), signal.SIGTERM)
+env = {**os.environ, "FTMATRIX_KEEPER": str(os.getpid())}
+env.pop("PYTEST_XDIST_WORKER", None)
+ask = "from ftmatrix.cell.plugin import _keeper_dying; print(_keeper_dying())"
+sys.exit(subprocess.run([sys.executable, "-c", ask], env=env).returncode)
+"""
+
+
+@pytest.mark.parametrize(("keeper", "dying"), [("pending", "True"), ("alive", "False")])
+def test_the_plugin_sees_a_death_sent_to_its_keeper_before_the_keeper_dies(keeper: str, dying: str):
+    """A case that kills its parent is blamed, not the next case: the plugin reads the
+    keeper's pending signals from /proc before it writes the case's record."""
+    ran = subprocess.run(
+        [sys.executable, "-c", KEEPER_WITH_A_SIGNAL, keeper],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ran.stdout.strip() == dying, ran.stderr

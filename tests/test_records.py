@@ -127,8 +127,53 @@ def test_a_file_written_atomically_has_the_mode_of_any_other_file(tmp_path: Path
     before = os.umask(0o022)
     try:
         write_atomically(tmp_path / "index.html", "<html>")
+        write_atomically(tmp_path / "note.json", "{}", durable=False)  # a running-case note
         (tmp_path / "plain.txt").write_text("x")
     finally:
         os.umask(before)
-    modes = {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
-    assert modes == {0o644}
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes == {"index.html": 0o644, "note.json": 0o644, "plain.txt": 0o644}
+
+
+def test_a_secret_set_between_two_records_is_masked_in_the_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Each record is redacted for the environment as it is when it is written: a case may
+    set a secret, and what was remembered of the texts before must not hide it."""
+    value = "set-by-a-case-4242"
+    file = CellRecordFile(tmp_path / "cell.jsonl")
+    file.add(make_record(case="test_x.py::test_a", reason=value, packages={"p": value}))
+    monkeypatch.setenv("CASE_API_TOKEN", value)
+    file.add(make_record(case="test_x.py::test_b", reason=value, packages={"p": value}))
+    first, second = (json.loads(line) for line in file.path.read_text().splitlines())
+    assert (first["reason"], first["packages"]) == (value, {"p": value})
+    masked = "<redacted:CASE_API_TOKEN>"
+    assert (second["reason"], second["packages"]) == (masked, {"p": masked})
+    monkeypatch.delenv("CASE_API_TOKEN")
+    file.add(make_record(case="test_x.py::test_c", reason=value))
+    assert json.loads(file.path.read_text().splitlines()[-1])["reason"] == value
+
+
+def test_a_cell_s_records_scan_the_environment_once_not_once_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Scanning the environment for secrets (and decoding it) was most of a trivial case's
+    recording; the running case's variables change with each case and are no secret."""
+    from ftmatrix.cell import redact as redact_module
+
+    scans = []
+    real = redact_module.secret_values
+
+    def counted(env: dict[str, str]) -> list[tuple[str, str]]:
+        scans.append(1)
+        return real(env)
+
+    monkeypatch.setattr(redact_module, "secret_values", counted)
+    monkeypatch.setenv("A_NEW_SECRET_KEY", "not-seen-before-1")  # no earlier redaction serves
+    file = CellRecordFile(tmp_path / "cell.jsonl")
+    for number in range(50):
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", f"test_x.py::test_{number} (call)")
+        monkeypatch.setenv("FTMATRIX_RUNNING_CASE", f"test_x.py::test_{number}")
+        file.add(make_record(case=f"test_x.py::test_{number}"))
+    assert len(scans) == 1
+    assert len(file.records) == 50

@@ -653,7 +653,12 @@ def pytest_command(
         "no:cacheprovider",
         # A case file that does not import is recorded; the others still run.
         "--continue-on-collection-errors",
-        "-rA",
+        # The short summary of every case, passes too (the log's list of verdicts), but not
+        # the passes' captured output (-rP): pytest finds each pass's teardown by scanning
+        # every report, a cost that grew with the square of the cell's cases (CPU seconds
+        # added: 0.3 at 1,000 trivial cases, 1.3 at 2,000, 5.9 at 4,000). A failure's
+        # output is in its section as before.
+        "-rap",
         *ctx.pytest_args,
     ]
     return command, targets

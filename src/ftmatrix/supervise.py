@@ -45,12 +45,13 @@ from ftmatrix.cell.records import (
     worker_case_paths,
     write_atomically,
 )
+from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.progress import Progress
 
 POLL_SECONDS = 0.25
 # What one attempt's output may add to the console (and a CI log): a passing case's
-# captured 100 MB, printed by pytest's -rA, once went there whole.
+# captured 100 MB, printed with its failure, once went there whole.
 ECHO_BYTES = 8 * 2**20
 LINE_BYTES = 64 * 2**10
 OUTPUT_TAIL_LINES = 60
@@ -686,12 +687,13 @@ def _pump(
     assert process.stdout is not None
     echoed = 0
     marker = UNWRITTEN_RECORD.encode()
+    redactor = Redactor(env, remember=False)  # the environment scanned once, not per line
     # Read in bounded pieces: one line of 100 MB (a tensor printed whole) never sits in memory.
     for raw in iter(lambda: process.stdout.readline(LINE_BYTES), b""):  # type: ignore[union-attr]
         # A record the plugin could not write (a full disk) is kept, not shown.
         shown = _handed_record(raw, process.stdout, unwritten) if raw.startswith(marker) else raw
         # What a cell prints becomes the run's log, which CI publishes: secrets masked.
-        line = redact(shown.decode("utf-8", "replace"), env) or ""
+        line = redactor.text(shown.decode("utf-8", "replace"))
         tail.append(line)
         if "Fatal Python error" in line:
             fatal.append(line)

@@ -3,9 +3,10 @@
 Activated with ``-p ftmatrix.cell.plugin --ftmatrix-cell CELL.json --ftmatrix-record
 OUT.jsonl``. It interprets the case markers (``operation``, ``requires_packages``,
 ``requires_hardware``), observes each case's phases, records the one status
-:mod:`ftmatrix.cell.outcome` makes of them, and rewrites the cell's record file
-atomically after every case. Imports: the standard library, pytest and packaging
-(pytest's own dependency), so the cell's environment holds nothing else of ours.
+:mod:`ftmatrix.cell.outcome` makes of them, and appends the case's record to the cell's
+record file when it ends, before the next case starts. Imports: the standard library,
+pytest and packaging (pytest's own dependency), so the cell's environment holds nothing
+else of ours.
 """
 
 from __future__ import annotations
@@ -223,6 +224,7 @@ class _Recorder:
         # Set in a pytest-xdist worker: each worker notes its own running case.
         self.worker = os.environ.get("PYTEST_XDIST_WORKER") or None
         self.current = current_case_path(path, self.worker)
+        self.starts = case_starts_path(path)
         self.collected = collected_cases_path(path)
         self.isolated = isolated_cases_path(path)
         self.packages = _installed_versions(by_display_name=True)
@@ -274,9 +276,13 @@ class _Recorder:
         }
         write_atomically(self.current, json.dumps(note), durable=False)
         os.environ[RUNNING_CASE_VARIABLE] = item.nodeid
-        # One short line per case, appended whole: workers share the file.
-        with case_starts_path(self.file.path).open("a", encoding="utf-8") as starts:
-            starts.write(json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n")
+        # One short line per case, appended whole by one write: workers share the file.
+        line = json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n"
+        starts = os.open(self.starts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(starts, line.encode("utf-8"))
+        finally:
+            os.close(starts)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -533,15 +539,30 @@ def _keeper_dying() -> bool:
         return False  # a worker's parent is pytest-xdist's controller, not the keeper
     if os.getppid() != int(keeper):
         return True
+    # Read after every case: the three fields found in the raw bytes, not every line parsed.
     try:
-        status = Path(f"/proc/{keeper}/status").read_text()
+        fd = os.open(f"/proc/{keeper}/status", os.O_RDONLY)
+        try:
+            status = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
     except OSError:
         return True
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    if fields.get("State", "").strip()[:1] in ("Z", "X"):
+    if _status_field(status, b"State")[:1] in (b"Z", b"X"):
         return True
-    pending = int(fields.get("SigPnd", "0"), 16) | int(fields.get("ShdPnd", "0"), 16)
+    pending = int(_status_field(status, b"SigPnd") or b"0", 16)
+    pending |= int(_status_field(status, b"ShdPnd") or b"0", 16)
     return any(pending & (1 << (number - 1)) for number in _FATAL_SIGNALS)
+
+
+def _status_field(status: bytes, name: bytes) -> bytes:
+    """The value of ``name`` in a /proc/PID/status text, or b"" where it has none."""
+    at = (b"\n" + status).find(b"\n" + name + b":")  # where the name starts in ``status``
+    if at == -1:
+        return b""
+    start = at + len(name) + 1
+    end = status.find(b"\n", start)
+    return status[start : None if end == -1 else end].strip()
 
 
 def _wait_for_the_end() -> None:

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ftmatrix.cell.redact import redact_data, redact_text
+from ftmatrix.cell.redact import Redactor, redact_text
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 
@@ -182,8 +183,9 @@ class Record:
         missing = [name for name in FIELDS if name not in data and name not in _OPTIONAL_FIELDS]
         if missing:
             raise ValueError(f"missing field(s): {', '.join(missing)}")
-        for name, (kinds, _) in FIELDS.items():
-            if name in data and not _is_json_type(data[name], kinds):
+        for name, types in _FIELD_TYPES.items():
+            if name in data and not _is_type(data[name], types):
+                kinds = FIELDS[name][0]
                 wanted = " or ".join([kinds] if isinstance(kinds, str) else kinds)
                 raise ValueError(
                     f"field {name!r}: expected {wanted}, got {type(data[name]).__name__}"
@@ -218,14 +220,22 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _is_json_type(value: Any, kinds: str | list[str]) -> bool:
-    """Is ``value`` of one of the JSON schema ``kinds`` (a bool is no number here)?"""
-    for kind in [kinds] if isinstance(kinds, str) else kinds:
-        if isinstance(value, bool) and kind in ("integer", "number"):
-            continue
-        if isinstance(value, _JSON_TYPES[kind]):
-            return True
-    return False
+def _python_types(kinds: str | list[str]) -> tuple[tuple[type, ...], bool]:
+    """The Python types of the JSON schema ``kinds``, and whether a bool is one (a bool
+    is no number here)."""
+    names = [kinds] if isinstance(kinds, str) else kinds
+    types = tuple(t for kind in names for t in _JSON_TYPES[kind])
+    return types, "boolean" in names
+
+
+# Each field's types, worked out once: every record read checks each of its fields.
+_FIELD_TYPES = {name: _python_types(kinds) for name, (kinds, _) in FIELDS.items()}
+
+
+def _is_type(value: Any, types: tuple[tuple[type, ...], bool]) -> bool:
+    """Is ``value`` of ``types`` (from :func:`_python_types`)?"""
+    allowed, bool_allowed = types
+    return isinstance(value, allowed) and (bool_allowed or not isinstance(value, bool))
 
 
 _OPTIONAL_FIELDS = frozenset(
@@ -443,11 +453,15 @@ def _locked(path: Path) -> Iterator[None]:
     records, and ``path`` itself is replaced on every write. Cells of a run share
     the folder, but each holds the lock only for one small rewrite.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     if fcntl is None:  # Windows, where nothing else of the supervisor works either
+        path.parent.mkdir(parents=True, exist_ok=True)
         yield
         return
-    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        folder = os.open(path.parent, os.O_RDONLY)
+    except FileNotFoundError:  # made once; asked before every record, it cost as much
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(folder, fcntl.LOCK_EX)
         yield
@@ -457,7 +471,12 @@ def _locked(path: Path) -> Iterator[None]:
 
 def operation_from_path(nodeid: str) -> str:
     """``test_sft.py::test_x`` -> ``sft``: the operation of a case without a marker."""
-    stem = Path(nodeid.split("::", 1)[0]).stem
+    return _operation_of_file(nodeid.split("::", 1)[0])
+
+
+@functools.lru_cache(maxsize=1024)
+def _operation_of_file(file: str) -> str:
+    stem = Path(file).stem
     return stem.removeprefix("test_") or stem
 
 
@@ -517,6 +536,9 @@ def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
     ``durable``: on disk before the rename (fsync), so a machine that goes down keeps it
     too; a note that lives only while its case runs (the running case) need not wait.
     """
+    if not durable:
+        _replace_quickly(path, text.encode("utf-8"))
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -530,6 +552,30 @@ def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _replace_quickly(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` as :func:`write_atomically` does, without its fsync,
+    in a few system calls: the plugin notes the running case this way before every case,
+    and the temporary file's random name, mode change and file object were most of the
+    note's cost. The temporary name is this thread's own; its mode is the umask's."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_native_id()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -651,35 +697,65 @@ def record_line(record: Record) -> str:
 
 def _line(record: Record) -> str:
     # The one place every record passes before it is written: every string of it
-    # (case ids, reasons, messages, metrics, their names) redacted by value. What every
-    # record of a cell repeats (its packages, hardware, pins) is redacted once per value:
-    # it was most of a trivial case's recording.
+    # (case ids, reasons, messages, metrics, their names) redacted by value, for the
+    # environment as it is now (a case may have set a secret in it).
+    redactor = _current_redactor()
     data = record.to_dict()
-    env = dict(os.environ)  # read once: os.environ decodes every variable it is asked for
     repeated = {name: data.pop(name) for name in _REPEATED_FIELDS}
-    # The field names are ours (FIELDS); every value is redacted.
-    data = dict(zip(data, redact_data(list(data.values()), env), strict=True))
-    key = tuple(sorted(_per_case_unset(env).items()))
+    # The field names are ours (FIELDS); every value is redacted (None and numbers have
+    # nothing to mask).
+    for name, value in data.items():
+        if isinstance(value, str):
+            data[name] = redactor.text(value)
+        elif isinstance(value, dict | list | tuple):
+            data[name] = redactor.data(value)
     for name, value in repeated.items():
-        data[name] = _redacted_once(json.dumps(value, sort_keys=True, default=str), key)
+        data[name] = redactor.data_once(json.dumps(value, sort_keys=True, default=str))
     return json.dumps(data, sort_keys=True, default=str) + "\n"
 
 
 # The fields each record of a cell holds alike.
 _REPEATED_FIELDS = ("packages", "host_packages", "hardware", "pins", "runner_labels")
-# Variables that name the running case (set anew for each): no secret, and kept out of
-# the key of what is redacted once, which they would change with every case.
+# Variables that name the running case (set anew for each): no secret, and left out of
+# the environment a record is redacted for, which they would change with every case.
 _PER_CASE_VARIABLES = frozenset({"PYTEST_CURRENT_TEST", "FTMATRIX_RUNNING_CASE"})
+_PER_CASE_KEYS = _PER_CASE_VARIABLES | {name.encode() for name in _PER_CASE_VARIABLES}
+# The environment the last record was redacted for, as os.environ holds it, and its Redactor.
+_redacted_for: tuple[dict[Any, Any], _Redactor] | None = None
 
 
-def _per_case_unset(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in _PER_CASE_VARIABLES}
+def _current_redactor() -> _Redactor:
+    """The Redactor of the environment as it is now: the last one while it is unchanged.
+
+    Compared as os.environ stores it (bytes on POSIX, copied at C speed): reading it as
+    text decodes every variable, which cost more than the rest of a trivial record.
+    """
+    global _redacted_for  # noqa: PLW0603 -- one process's environment, remembered
+    stored = getattr(os.environ, "_data", None)
+    if not isinstance(stored, dict):  # not CPython's os.environ: read it as text
+        stored = dict(os.environ)
+    now = {k: v for k, v in stored.items() if k not in _PER_CASE_KEYS}
+    if _redacted_for is None or _redacted_for[0] != now:
+        env = {k: v for k, v in os.environ.items() if k not in _PER_CASE_VARIABLES}
+        _redacted_for = (now, _Redactor(env))
+    return _redacted_for[1]
 
 
-@functools.lru_cache(maxsize=64)
-def _redacted_once(value: str, environment: tuple[tuple[str, str], ...]) -> Any:
-    """``value`` (JSON text) parsed and redacted for ``environment``; never mutated."""
-    return redact_data(json.loads(value), dict(environment))
+class _Redactor(Redactor):
+    """A Redactor that also remembers what every record of a cell repeats, as JSON text."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        super().__init__(env)
+        self._parsed: dict[str, Any] = {}
+
+    def data_once(self, value: str) -> Any:
+        """``value`` (JSON text) parsed and redacted; the same object each time, never
+        mutated (it is only written)."""
+        if value not in self._parsed:
+            if len(self._parsed) >= 64:
+                self._parsed.clear()
+            self._parsed[value] = self.data(json.loads(value))
+        return self._parsed[value]
 
 
 def redact(text: str | None, env: Mapping[str, str]) -> str | None:

@@ -152,7 +152,46 @@ def redact_data(data: Any, env: Mapping[str, str]) -> Any:
     """``data`` (JSON-like: dicts, lists, strings) with every string and key redacted."""
     # The environment is scanned once for the whole of ``data``, not once per string: a
     # record holds a few hundred (every installed package's name and version).
-    return _masked_data(data, _known(env))
+    return Redactor(env).data(data)
+
+
+class Redactor:
+    """:func:`redact_text` and :func:`redact_data` for one environment, each distinct
+    text masked once: a cell's records repeat most of their strings (its pins, packages,
+    the second a case ended), and masking them again was most of a trivial case's cost.
+    Masking depends on the text and the environment alone, so a remembered answer is
+    the answer; a changed environment needs a new Redactor."""
+
+    # Texts longer than this are masked each time (a traceback): they rarely repeat.
+    REMEMBERED_LENGTH = 1024
+    # Past this many texts the memory starts again (a cell of many cases' ids).
+    REMEMBERED_TEXTS = 50_000
+
+    def __init__(self, env: Mapping[str, str], *, remember: bool = True) -> None:
+        """``remember``: False for texts that seldom repeat (the lines a cell prints):
+        the environment is still scanned once, not once per text."""
+        self._secrets = _known(env)
+        self._masked: dict[str, str] = {}
+        self._remember = remember
+
+    def text(self, text: str) -> str:
+        masked = self._masked.get(text)
+        if masked is None:
+            masked = _masked(text, self._secrets)
+            if self._remember and len(text) <= self.REMEMBERED_LENGTH:
+                if len(self._masked) >= self.REMEMBERED_TEXTS:
+                    self._masked.clear()
+                self._masked[text] = masked
+        return masked
+
+    def data(self, data: Any) -> Any:
+        if isinstance(data, str):
+            return self.text(data)
+        if isinstance(data, dict):
+            return {self.data(k): self.data(v) for k, v in data.items()}
+        if isinstance(data, list | tuple):
+            return [self.data(v) for v in data]
+        return data
 
 
 def writable(text: str) -> str:
@@ -296,13 +335,3 @@ def _longest_tail_starting_at(text: str, form: str, at: int) -> int:
         if text[at] == form[-n] and text.startswith(form[-n:], at):
             return n
     return 0
-
-
-def _masked_data(data: Any, secrets: list[_Secret]) -> Any:
-    if isinstance(data, str):
-        return _masked(data, secrets)
-    if isinstance(data, dict):
-        return {_masked_data(k, secrets): _masked_data(v, secrets) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return [_masked_data(v, secrets) for v in data]
-    return data
