@@ -31,8 +31,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from ftmatrix.cell.records import CellRecordFile, Record  # noqa: E402 -- after the path above
 from ftmatrix.cell.status import Status  # noqa: E402
+from ftmatrix.cell_launch import cell_env, pytest_command  # noqa: E402
 from ftmatrix.config import HardwareClass, InstallOptions  # noqa: E402
-from ftmatrix.runner import CellContext, cell_env, pytest_command  # noqa: E402
+from ftmatrix.runner import CellContext  # noqa: E402
 from ftmatrix.supervise import CaseLimits, run_cases  # noqa: E402
 
 CASES = """
@@ -115,7 +116,14 @@ def cell(count: int, folder: Path, python: Path, cell_file: Path) -> dict[str, f
         env=dict(os.environ),
     )
     records = folder / "bench-out" / f"{count}.jsonl"
-    command, targets = pytest_command(python, cell_file, records, ctx)
+    command, targets = pytest_command(
+        python,
+        cell_file,
+        records,
+        cases_dir=ctx.cases_dir,
+        case_selection=ctx.case_selection,
+        pytest_args=ctx.pytest_args,
+    )
     started, cpu = time.perf_counter(), time.process_time() + children_cpu()
     with contextlib.redirect_stdout(io.StringIO()):
         run_cases(

@@ -13,18 +13,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import glob
 import json
 import os
-import re
 import tempfile
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from ftmatrix.cell.files import RUN_ID_RULE, CellFiles, is_run_id
 from ftmatrix.cell.redact import redact_data, redact_text
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
@@ -35,8 +34,6 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 1
-
-K = TypeVar("K", bound=Hashable)
 
 # Case id of a record that stands for the whole cell (it never got to run cases).
 WHOLE_CELL = "*"
@@ -363,11 +360,6 @@ def scan_records(path: Path) -> Scan:
     )
 
 
-def quarantine_path(record_file: Path) -> Path:
-    """Where a cell's unreadable record lines are kept, byte for byte, out of its records."""
-    return record_file.with_name(record_file.name + ".quarantine")
-
-
 def compact_records(record_file: Path) -> Scan:
     """Rewrite ``record_file`` with one line per case, its last record, and move its
     unreadable lines to its quarantine file (appended, bytes as found); what it read (the
@@ -377,7 +369,7 @@ def compact_records(record_file: Path) -> Scan:
     with _locked(record_file):
         scan = scan_records(record_file)
         if scan.damaged:
-            with quarantine_path(record_file).open("ab") as kept:
+            with CellFiles(record_file).quarantine.open("ab") as kept:
                 kept.write(b"".join(line + b"\n" for line in scan.damaged))
                 kept.flush()
                 os.fsync(kept.fileno())
@@ -461,25 +453,6 @@ def operation_from_path(nodeid: str) -> str:
     return stem.removeprefix("test_") or stem
 
 
-def record_path(out_dir: Path, run_id: str, cell_id: str) -> Path:
-    """Where a cell's records live: ``<out>/records/<run-id>/<cell-id>.jsonl``."""
-    return out_dir / "records" / run_id / f"{cell_id}.jsonl"
-
-
-def current_case_path(record_file: Path, worker: str | None = None) -> Path:
-    """Where the plugin notes the case now running, so a supervisor outside knows it.
-
-    A pytest-xdist ``worker`` (``gw0``, ...) has a note of its own.
-    """
-    suffix = f".current.{worker}" if worker else ".current"
-    return record_file.with_name(record_file.name + suffix)
-
-
-def worker_case_paths(record_file: Path) -> list[Path]:
-    """The running-case notes of every pytest-xdist worker of the cell."""
-    return sorted(record_file.parent.glob(glob.escape(record_file.name) + ".current.*"))
-
-
 # Set by the supervisor's keeper (ftmatrix.supervise.KEEPER) for the cases' pytest: the
 # keeper's pid, the parent a case might end.
 KEEPER_VARIABLE = "FTMATRIX_KEEPER"
@@ -488,27 +461,6 @@ KEEPER_VARIABLE = "FTMATRIX_KEEPER"
 # case starts inherits it, so the supervisor can tell exactly which case started a process
 # it had to end (start times alone are 10 ms coarse, and the next case starts sooner).
 RUNNING_CASE_VARIABLE = "FTMATRIX_RUNNING_CASE"
-
-
-def case_starts_path(record_file: Path) -> Path:
-    """Where the plugin appends each case's start (JSON lines: case, epoch seconds), so the
-    supervisor can tell which case started a process it had to end."""
-    return record_file.with_name(record_file.name + ".starts")
-
-
-def first_tries_path(record_file: Path) -> Path:
-    """Where the supervisor keeps crashed cases' first tries until their second try ends."""
-    return record_file.with_name(record_file.name + ".first-tries")
-
-
-def isolated_cases_path(record_file: Path) -> Path:
-    """Where the plugin lists the isolated cases, each run in a pytest process of its own."""
-    return record_file.with_name(record_file.name + ".isolated")
-
-
-def collected_cases_path(record_file: Path) -> Path:
-    """Where the plugin lists every case it collected for the cell."""
-    return record_file.with_name(record_file.name + ".cases")
 
 
 def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
@@ -567,52 +519,6 @@ def read_records(root: Path) -> ReadResult:
         records.extend(scan.records)
         problems.extend(scan.problems)
     return ReadResult(records=tuple(records), problems=tuple(problems))
-
-
-# A run id names a folder under records/ and work/: a plain name, never a path. Checked
-# wherever an id enters: the settings, a record read (merge, report, restore-history).
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-RUN_ID_RULE = (
-    "a folder name of letters, digits, '.', '_' and '-' "
-    "(at most 100, starting with a letter or digit, no '..')"
-)
-
-
-def is_run_id(text: str) -> bool:
-    """Is ``text`` a run id (:data:`RUN_ID_RULE`)?"""
-    return bool(RUN_ID.fullmatch(text)) and ".." not in text
-
-
-def ran_at(record: Record) -> str:
-    """When ``record`` ran, as a key that sorts by time: the UTC second it finished, then
-    '|1' where it was carried from an earlier run (the carrying run is the later one).
-    Never the run id's text: an id is any name (``ci-smoke``, a date of the future).
-    The history computes the same key in SQL (``ftmatrix.store``)."""
-    try:
-        finished = datetime.fromisoformat(record.finished_at.replace("Z", "+00:00"))
-        if finished.tzinfo is None:  # as SQLite reads it: UTC
-            finished = finished.replace(tzinfo=UTC)
-        when = finished.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    except (ValueError, TypeError, OverflowError):
-        when = ""
-    return f"{when}|{int(record.reused_from is not None)}"
-
-
-def newest_per(records: Iterable[Record], key: Callable[[Record], K]) -> dict[K, Record]:
-    """For each ``key(record)``, its newest record: the one that ran last (:func:`ran_at`),
-    on a tie of times the greater run id, then the first seen.
-
-    The one reading of "newest" for every consumer of a history: the grid and the
-    shards take the newest run per cell, constraints and autobisect the newest record
-    per (cell, case).
-    """
-    newest: dict[K, Record] = {}
-    for record in records:
-        at = key(record)
-        held = newest.get(at)
-        if held is None or (ran_at(record), record.run_id) > (ran_at(held), held.run_id):
-            newest[at] = record
-    return newest
 
 
 def _clean(text: str | None) -> str | None:
