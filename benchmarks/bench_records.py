@@ -116,14 +116,7 @@ def cell(count: int, folder: Path, python: Path, cell_file: Path) -> dict[str, f
         env=dict(os.environ),
     )
     records = folder / "bench-out" / f"{count}.jsonl"
-    command, targets = pytest_command(
-        python,
-        cell_file,
-        records,
-        cases_dir=ctx.cases_dir,
-        case_selection=ctx.case_selection,
-        pytest_args=ctx.pytest_args,
-    )
+    command, targets = pytest_command(python, cell_file, records, ctx)
     started, cpu = time.perf_counter(), time.process_time() + children_cpu()
     with contextlib.redirect_stdout(io.StringIO()):
         run_cases(

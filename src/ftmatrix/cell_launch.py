@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from ftmatrix.config import Limits
 from ftmatrix.sharing import usable_cpus
@@ -33,22 +34,26 @@ BYTECODE_PREFIX = "ftmatrix-bytecode-"
 PYTEST_INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 
 
+class CasesToRun(Protocol):
+    """Which cases a cell runs, and how (ftmatrix.runner.CellContext is one)."""
+
+    @property
+    def cases_dir(self) -> Path: ...
+    @property
+    def case_selection(self) -> Sequence[str]: ...
+    @property
+    def pytest_args(self) -> Sequence[str]: ...
+
+
 def pytest_command(
-    venv_python: Path,
-    cell_file: Path,
-    record_file: Path,
-    *,
-    cases_dir: Path,
-    case_selection: Sequence[str],
-    pytest_args: Sequence[str],
+    venv_python: Path, cell_file: Path, record_file: Path, ctx: CasesToRun
 ) -> tuple[list[str], list[str]]:
-    """The pytest command line (without targets) and the default case targets: the cases
-    ``case_selection`` names in ``cases_dir`` (all of them if none), with ``pytest_args``."""
+    """The pytest command line (without targets) and the default case targets."""
     # Absolute paths: the cell's pytest runs in a working directory of its own.
-    cases_dir = cases_dir.resolve()
+    cases_dir = ctx.cases_dir.resolve()
     cell_file, record_file = cell_file.resolve(), record_file.resolve()
     ini = next((cases_dir / n for n in PYTEST_INI_NAMES if (cases_dir / n).is_file()), None)
-    targets = [str(cases_dir / s) for s in case_selection] or [str(cases_dir)]
+    targets = [str(cases_dir / s) for s in ctx.case_selection] or [str(cases_dir)]
     command = [
         str(venv_python),
         "-m",
@@ -74,7 +79,7 @@ def pytest_command(
         # A case file that does not import is recorded; the others still run.
         "--continue-on-collection-errors",
         "-rA",
-        *pytest_args,
+        *ctx.pytest_args,
     ]
     return command, targets
 

@@ -495,14 +495,7 @@ def _run_cases(
     if stack is not None:
         cell_info["host_packages"] = stack.visible(installing)
     write_atomically(files.cell_info, json.dumps(cell_info))
-    command, targets = pytest_command(
-        venv_python,
-        files.cell_info,
-        files.records,
-        cases_dir=ctx.cases_dir,
-        case_selection=ctx.case_selection,
-        pytest_args=ctx.pytest_args,
-    )
+    command, targets = pytest_command(venv_python, files.cell_info, files.records, ctx)
     with lease_devices(
         ctx.hardware_class.gpus,
         machine_devices(run.fingerprint, ctx.env),
