@@ -21,10 +21,9 @@ from ftmatrix.run_progress import RunInProgress
 
 def quarantined(records_root: Path) -> list[str]:
     """One line per quarantine file under ``records_root``: how many lines it keeps."""
+    pattern = f"*{QUARANTINE_SUFFIX}"
     found = []
-    for path in (
-        sorted(records_root.rglob(f"*{QUARANTINE_SUFFIX}")) if records_root.is_dir() else []
-    ):
+    for path in sorted(records_root.rglob(pattern)) if records_root.is_dir() else []:
         lines = sum(1 for line in path.read_bytes().split(b"\n") if line.strip())
         found.append(
             f"{path}: {lines} unreadable record line(s) kept apart (quarantined); "
