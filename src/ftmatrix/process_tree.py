@@ -22,13 +22,76 @@ from pathlib import Path
 from ftmatrix.cell.records import RUNNING_CASE_VARIABLE
 
 
-def kill_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+@dataclass(frozen=True)
+class ProcessStat:
+    """One process as /proc/PID/stat shows it."""
+
+    ppid: int
+    pgid: int
+    rss: int  # bytes
+    name: str  # the command's name (/proc/PID/comm, as stat holds it)
+    started: float  # seconds since the epoch
+
+
+def process_table() -> dict[int, ProcessStat]:
+    """Every process on the machine: its parent, group and resident bytes, from /proc."""
+    table = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    ticks = os.sysconf("SC_CLK_TCK")
+    booted = _boot_time()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            head, tail = (entry / "stat").read_text().rsplit(")", 1)
+            fields = tail.split()
+            # Fields 2, 4, 5, 22 and 24 of /proc/PID/stat: name, parent, process group,
+            # start (clock ticks after boot) and resident pages.
+            table[int(entry.name)] = ProcessStat(
+                ppid=int(fields[1]),
+                pgid=int(fields[2]),
+                rss=int(fields[21]) * page,
+                name=head.split("(", 1)[-1],
+                started=booted + int(fields[19]) / ticks,
+            )
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
+def _boot_time() -> float:
+    """When the clock of /proc/PID/stat's start times began, seconds since the epoch.
+
+    Now less the seconds since boot that /proc/uptime counts, the clock the start
+    times count in (/proc/stat's ``btime`` is whole seconds, and a container's
+    ``CLOCK_BOOTTIME`` may count from another origin).
+    """
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return time.time() - float(Path("/proc/uptime").read_text().split()[0])
+    return 0.0
+
+
+def tree(pid: int, table: Mapping[int, ProcessStat]) -> list[int]:
+    """``pid`` and every process below it."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for child, process in table.items():
+        children[process.ppid].append(child)
+    tree, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        tree.append(current)
+        queue.extend(children.get(current, ()))
+    return tree
 
 
 def children_of(pid: int, table: Mapping[int, ProcessStat]) -> set[int]:
+    """The processes whose parent is ``pid``."""
     return {child for child, process in table.items() if process.ppid == pid}
+
+
+def tree_rss(pid: int, table: Mapping[int, ProcessStat]) -> int:
+    """Resident bytes of ``pid`` and every process below it."""
+    return sum(table[p].rss for p in tree(pid, table) if p in table)
 
 
 def case_processes(root: int, ours_before: Set[int], table: Mapping[int, ProcessStat]) -> set[int]:
@@ -43,6 +106,28 @@ def case_tree_rss(root: int, ours_before: Set[int], but: Set[int] = frozenset())
     included. ``but``: processes already killed, whose memory is on its way back."""
     table = process_table()
     return sum(table[p].rss for p in case_processes(root, ours_before, table) if p not in but)
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``process``'s whole process group (the cases' pytest started one)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def kill_tree(pid: int, pgid: int) -> list[int]:
+    """SIGKILL one pytest-xdist worker and what its case started, nothing else of the run.
+
+    Only a worker of the run's own group: a pid recycled by another program is spared.
+    Returns the processes killed.
+    """
+    table = process_table()
+    if pid not in table or table[pid].pgid != pgid:
+        return []
+    victims = tree(pid, table)
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(victim, signal.SIGKILL)
+    return victims
 
 
 @dataclass(frozen=True)
@@ -111,85 +196,3 @@ def starter_of(leftover: Leftover, starts: Sequence[tuple[str, float]]) -> str |
         if began <= leftover.started:
             starter = case
     return starter
-
-
-@dataclass(frozen=True)
-class ProcessStat:
-    """One process as /proc/PID/stat shows it."""
-
-    ppid: int
-    pgid: int
-    rss: int  # bytes
-    name: str  # the command's name (/proc/PID/comm, as stat holds it)
-    started: float  # seconds since the epoch
-
-
-def process_table() -> dict[int, ProcessStat]:
-    """Every process on the machine: its parent, group and resident bytes, from /proc."""
-    table = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    ticks = os.sysconf("SC_CLK_TCK")
-    booted = _boot_time()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            head, tail = (entry / "stat").read_text().rsplit(")", 1)
-            fields = tail.split()
-            # Fields 2, 4, 5, 22 and 24 of /proc/PID/stat: name, parent, process group,
-            # start (clock ticks after boot) and resident pages.
-            table[int(entry.name)] = ProcessStat(
-                ppid=int(fields[1]),
-                pgid=int(fields[2]),
-                rss=int(fields[21]) * page,
-                name=head.split("(", 1)[-1],
-                started=booted + int(fields[19]) / ticks,
-            )
-        except (OSError, IndexError, ValueError):
-            continue
-    return table
-
-
-def _boot_time() -> float:
-    """When the clock of /proc/PID/stat's start times began, seconds since the epoch.
-
-    Now less the seconds since boot that /proc/uptime counts, the clock the start
-    times count in (/proc/stat's ``btime`` is whole seconds, and a container's
-    ``CLOCK_BOOTTIME`` may count from another origin).
-    """
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        return time.time() - float(Path("/proc/uptime").read_text().split()[0])
-    return 0.0
-
-
-def tree(pid: int, table: Mapping[int, ProcessStat]) -> list[int]:
-    """``pid`` and every process below it."""
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    for child, process in table.items():
-        children[process.ppid].append(child)
-    tree, queue = [], [pid]
-    while queue:
-        current = queue.pop()
-        tree.append(current)
-        queue.extend(children.get(current, ()))
-    return tree
-
-
-def tree_rss(pid: int, table: Mapping[int, ProcessStat]) -> int:
-    return sum(table[p].rss for p in tree(pid, table) if p in table)
-
-
-def kill_tree(pid: int, pgid: int) -> list[int]:
-    """SIGKILL one pytest-xdist worker and what its case started, nothing else of the run.
-
-    Only a worker of the run's own group: a pid recycled by another program is spared.
-    Returns the processes killed.
-    """
-    table = process_table()
-    if pid not in table or table[pid].pgid != pgid:
-        return []
-    victims = tree(pid, table)
-    for victim in victims:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(victim, signal.SIGKILL)
-    return victims
