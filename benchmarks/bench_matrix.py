@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from ftmatrix.cell.records import read_records  # noqa: E402
+from ftmatrix.cell_launch import BYTECODE_PREFIX, cell_env  # noqa: E402
 from ftmatrix.pipeline import load  # noqa: E402
-from ftmatrix.runner import BYTECODE_PREFIX, cell_env  # noqa: E402
 
 Lines = list[tuple[float, str]]  # what a command printed, each line with when (seconds in)
 

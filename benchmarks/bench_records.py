@@ -31,8 +31,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from ftmatrix.cell.records import CellRecordFile, Record  # noqa: E402 -- after the path above
 from ftmatrix.cell.status import Status  # noqa: E402
+from ftmatrix.cell_launch import cell_env, pytest_command  # noqa: E402
 from ftmatrix.config import HardwareClass, InstallOptions  # noqa: E402
-from ftmatrix.runner import CellContext, cell_env, pytest_command  # noqa: E402
+from ftmatrix.runner import CellContext  # noqa: E402
 from ftmatrix.supervise import CaseLimits, run_cases  # noqa: E402
 
 CASES = """

@@ -33,7 +33,8 @@ try:
 except ImportError:  # the test extra brings it; without it, no page-load figure
     sync_playwright = None
 
-from ftmatrix.cell.records import CellRecordFile, Record, record_path  # noqa: E402
+from ftmatrix.cell.files import CellFiles  # noqa: E402
+from ftmatrix.cell.records import CellRecordFile, Record  # noqa: E402
 from ftmatrix.cell.status import Status  # noqa: E402
 from ftmatrix.report.render import render_report  # noqa: E402
 from ftmatrix.store import merge_outputs, open_store, refresh_pass_rates  # noqa: E402
@@ -170,7 +171,7 @@ def main() -> None:
 
     rng = random.Random(1)
     for cell in range(args.cells):  # tonight's shards' files, as the report job gets them
-        file = CellRecordFile(record_path(out, "tonight", f"cell{cell:04d}"))
+        file = CellRecordFile(CellFiles.of(out, "tonight", f"cell{cell:04d}").records)
         file.records = [synthetic(args.nights - 1, cell, c, rng) for c in range(args.cases)]
         file.save()
     start = time.perf_counter()

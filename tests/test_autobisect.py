@@ -22,7 +22,8 @@ from ftmatrix.bisection.auto import (
     within_budget,
 )
 from ftmatrix.bisection.cells import BisectRequest
-from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.cli import main
 from ftmatrix.known_issues import parse_known_issues
@@ -325,7 +326,7 @@ def test_the_cli_keeps_an_immediate_finding_and_does_not_find_it_twice(
         cell(Status.FAIL, case=case, attrs="21.2.0", signature="sig-attrs"),
     ):
         out = tmp_path / "reports"
-        CellRecordFile(record_path(out, record.run_id, record.cell_id)).add(record)
+        CellRecordFile(CellFiles.of(out, record.run_id, record.cell_id).records).add(record)
     # A GPU runner bisects its own class's failures: none here; a class never declared is a typo.
     assert main(["autobisect", "--hardware", "l4"], env=env) == 0
     assert capsys.readouterr().out.splitlines() == [
@@ -367,7 +368,7 @@ def test_a_real_autobisect_builds_the_cells_and_keeps_the_finding(tmp_path: Path
         cell(Status.PASS, case=case, attrs="21.3.0"),
         cell(Status.FAIL, case=case, attrs="20.3.0", signature="sig-attrs"),
     ):
-        CellRecordFile(record_path(out, record.run_id, record.cell_id)).add(record)
+        CellRecordFile(CellFiles.of(out, record.run_id, record.cell_id).records).add(record)
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text((DATA / "bisect_matrix.yaml").read_text() + "bisect: {budget: 3}\n")
     env = {

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from conftest import make_record
 
-from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.report.render import render_report
 from ftmatrix.store import merge_outputs
@@ -52,7 +53,7 @@ def report(tmp_path: Path) -> Path:
     ]
     for cell_id, label in labels:
         broken = label == labels[1][1]
-        CellRecordFile(record_path(tmp_path, "r1", cell_id)).add(
+        CellRecordFile(CellFiles.of(tmp_path, "r1", cell_id).records).add(
             make_record(
                 cell_id=cell_id,
                 cell_label=label,
@@ -152,7 +153,7 @@ def pivot_report(tmp_path: Path) -> Path:
             cell_label=f"cpu-py3.11-tf{tf}-trl{trl}-peft{number}",
             pins={"transformers": tf, "trl": trl, "peft": peft},
         )
-        file = CellRecordFile(record_path(tmp_path, "r1", cell_id))
+        file = CellRecordFile(CellFiles.of(tmp_path, "r1", cell_id).records)
         if isinstance(statuses, Status):
             file.add(
                 make_record(
@@ -459,7 +460,7 @@ def test_a_large_matrix_draws_the_any_two_axes_table_when_scrolled_to(
 
     monkeypatch.setattr(ftmatrix.report.page_grid, "SERVER_PIVOT_LIMIT", 0)
     for number, label in enumerate(["cpu-a", "cpu-b"]):
-        CellRecordFile(record_path(tmp_path, "r1", f"c{number}")).add(
+        CellRecordFile(CellFiles.of(tmp_path, "r1", f"c{number}").records).add(
             make_record(cell_id=f"c{number}", cell_label=label, pins={"trl": f"1.{number}.0"})
         )
     merge_outputs(tmp_path)

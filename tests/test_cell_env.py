@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ftmatrix.runner import BYTECODE_PREFIX, bytecode_cache, cell_env
+from ftmatrix.cell_launch import BYTECODE_PREFIX, bytecode_cache, cell_env
 
 
 def test_a_cell_writes_bytecode_under_its_prefix_even_where_the_caller_forbids_it(tmp_path: Path):

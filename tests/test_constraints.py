@@ -9,7 +9,8 @@ from pathlib import Path
 
 from conftest import SFT, cell
 
-from ftmatrix.cell.records import CellRecordFile, Record, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.constraints import derive_constraints, write_constraints
 from ftmatrix.report.render import render_report
@@ -227,7 +228,7 @@ def test_the_report_writes_the_constraints_files(tmp_path: Path):
         cell(Status.PASS, trl="0.19.1", transformers="4.57.6"),
         cell(Status.PASS, trl="1.16.0", transformers="5.23.0"),
     ]:
-        CellRecordFile(record_path(tmp_path, run, record.cell_id)).add(record)
+        CellRecordFile(CellFiles.of(tmp_path, run, record.cell_id).records).add(record)
     merge_outputs(tmp_path)
     render_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
     text = (tmp_path / "constraints" / "sft-cpu.txt").read_text()

@@ -15,14 +15,8 @@ from pathlib import Path
 
 from conftest import make_record
 
-from ftmatrix.cell.records import (
-    CellRecordFile,
-    compact_records,
-    quarantine_path,
-    read_records,
-    record_path,
-    scan_records,
-)
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile, compact_records, read_records, scan_records
 from ftmatrix.cell.status import Status
 
 NOT_AN_OBJECT = b'["a", "list", "of", "JSON"]'
@@ -32,7 +26,7 @@ NOT_UTF8 = b'{"schema": 1, "case": "caf\xe9"}'
 def damaged_file(tmp_path: Path) -> tuple[Path, bytes]:
     """A cell's records: a good one, a JSON list, a non-UTF-8 line, a good one, and the
     torn start of a record whose write never finished. Returns the file and the torn end."""
-    path = record_path(tmp_path, "20261127T000000Z", "abc123def456")
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
     file = CellRecordFile(path)
     file.add(make_record(case="a.py::t", run_id="20261127T000000Z"))
     with path.open("ab") as handle:
@@ -77,7 +71,7 @@ def test_compacting_keeps_the_damaged_bytes_in_quarantine_and_one_line_a_case(
     )
     assert len(compact_records(path).damaged) == 3
     assert (
-        quarantine_path(path).read_bytes()
+        CellFiles(path).quarantine.read_bytes()
         == NOT_AN_OBJECT + b"\n" + NOT_UTF8 + b"\n" + torn + b"\n"
     )
     lines = path.read_text(encoding="utf-8").splitlines()

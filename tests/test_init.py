@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ftmatrix.cell_launch import cell_env, plugin_root
 from ftmatrix.cli import main
 from ftmatrix.config import load_matrix
 from ftmatrix.errors import ExitCode, UsageError
@@ -36,7 +37,6 @@ from ftmatrix.init import (
     scaffold,
     shipped,
 )
-from ftmatrix.runner import cell_env, plugin_root
 
 ROOT = Path(__file__).parent.parent
 TEMPLATES = ROOT / "src" / "ftmatrix" / "templates"

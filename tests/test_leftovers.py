@@ -6,7 +6,7 @@ import os
 import subprocess
 
 from ftmatrix.cell.records import RUNNING_CASE_VARIABLE
-from ftmatrix.supervise import Leftover, _running_case_of, starter_of
+from ftmatrix.process_tree import Leftover, running_case_of, starter_of
 
 STARTS = [("test_a.py::first", 100.0), ("test_a.py::second", 105.2), ("test_b.py::last", 160.0)]
 
@@ -38,10 +38,10 @@ def test_a_process_inherits_the_running_case_and_the_supervisor_reads_it() -> No
     child = subprocess.Popen(["sleep", "30"], env=env)
     plain = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ["PATH"]})
     try:
-        assert _running_case_of(child.pid) == "test_a.py::first[x]"
-        assert _running_case_of(plain.pid) is None
+        assert running_case_of(child.pid) == "test_a.py::first[x]"
+        assert running_case_of(plain.pid) is None
     finally:
         for process in (child, plain):
             process.kill()
             process.wait()
-    assert _running_case_of(child.pid) is None  # gone: nothing to read
+    assert running_case_of(child.pid) is None  # gone: nothing to read

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from conftest import make_record
 
-from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.live_runs import (
     IN_RUN_VARIABLE,
     RUN_LOCK,
@@ -31,7 +32,7 @@ def a_run(out: Path) -> Path:
     """A run that planned two cells and recorded the first."""
     folder = out / "records" / RUN
     note_planned(folder, PLANNED)
-    CellRecordFile(record_path(out, RUN, "aaaaaaaaaaaa")).add(
+    CellRecordFile(CellFiles.of(out, RUN, "aaaaaaaaaaaa").records).add(
         make_record(run_id=RUN, cell_id="aaaaaaaaaaaa", cell_label="cpu-six1.16.0")
     )
     return folder

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
-from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.download import NotFound
 from ftmatrix.errors import ExitCode, UsageError
@@ -50,7 +51,7 @@ def a_history(out: Path) -> None:
     """Two nights of one cell whose failure text carries this machine's paths."""
     message = f"cannot import name 'X' from 'trl' ({out}/venv/lib/site-packages/trl/__init__.py)"
     for run_id, status in (("20261123T000000Z-aaaaaa", Status.PASS), ("20261124T000000Z-bbbbbb", Status.FAIL)):  # fmt: skip
-        CellRecordFile(record_path(out, run_id, "c1")).add(
+        CellRecordFile(CellFiles.of(out, run_id, "c1").records).add(
             make_record(
                 run_id=run_id,
                 cell_id="c1",

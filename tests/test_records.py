@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
+from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.records import (
     SCHEMA_VERSION,
     CellRecordFile,
     Record,
     json_schema,
-    newest_per,
     read_records,
-    record_path,
     redact,
 )
 from ftmatrix.cell.status import Status
+from ftmatrix.record_order import newest_per
 
 
 def test_round_trip_through_json():
@@ -37,7 +37,7 @@ def test_schema_lists_every_status_and_required_field():
 
 
 def test_cell_file_is_rewritten_whole_after_each_record(tmp_path: Path):
-    path = record_path(tmp_path, "run1", "cell1")
+    path = CellFiles.of(tmp_path, "run1", "cell1").records
     file = CellRecordFile(path)
     file.add(make_record(case="a"))
     file.add(make_record(case="b"))
@@ -48,7 +48,7 @@ def test_cell_file_is_rewritten_whole_after_each_record(tmp_path: Path):
 def test_adding_a_record_writes_the_others_back_as_they_were(tmp_path: Path):
     """A case costs one record's serialization: the lines already there (redacted when
     they were written) are kept byte for byte, not rebuilt from the file each time."""
-    path = record_path(tmp_path, "run1", "cell1")
+    path = CellFiles.of(tmp_path, "run1", "cell1").records
     file = CellRecordFile(path)
     file.add(make_record(case="a"))
     first = path.read_text()
@@ -67,7 +67,7 @@ def test_adding_a_record_writes_the_others_back_as_they_were(tmp_path: Path):
 
 
 def test_corrupt_and_truncated_lines_are_skipped_with_reasons(tmp_path: Path):
-    path = record_path(tmp_path, "run1", "cell1")
+    path = CellFiles.of(tmp_path, "run1", "cell1").records
     CellRecordFile(path).add(make_record())
     with path.open("a") as handle:
         handle.write('{"schema": 1, "status": "pass"\n')  # truncated
@@ -122,7 +122,7 @@ def test_a_file_written_atomically_has_the_mode_of_any_other_file(tmp_path: Path
     outlived the rename."""
     import stat
 
-    from ftmatrix.cell.records import write_atomically
+    from ftmatrix.cell.file_writes import write_atomically
 
     before = os.umask(0o022)
     try:

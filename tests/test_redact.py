@@ -24,7 +24,8 @@ from conftest import make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.redact import redact_text
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import PackageIndexError
@@ -217,7 +218,7 @@ def test_no_published_file_holds_a_secret_put_in_any_field(
     record = make_record(run_id="20261125T000000Z-abcdef", **values)
     os.environ["FTMATRIX_TEST_TOKEN"] = SECRET
     try:
-        CellRecordFile(record_path(out, record.run_id, record.cell_id)).add(record)
+        CellRecordFile(CellFiles.of(out, record.run_id, record.cell_id).records).add(record)
     finally:
         del os.environ["FTMATRIX_TEST_TOKEN"]
     merge_outputs(out)
@@ -353,9 +354,9 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
     pytester.makepyfile(test_printing=PRINTING_CASES)
     pytester.runpytest_subprocess(
         "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(tmp_path / "cell.json"),
-        "--ftmatrix-record", str(record_path(out, run_id, "cell1")),
+        "--ftmatrix-record", str(CellFiles.of(out, run_id, "cell1").records),
     )  # fmt: skip
-    records = record_path(out, run_id, "cell1").read_text()
+    records = CellFiles.of(out, run_id, "cell1").records.read_text()
     assert records.count("\n") == 4 and "<redacted:LONG_TOKEN>" in records
     subprocess.run(
         [sys.executable, "-m", "ftmatrix", "report", "--out", str(out)], check=True,
@@ -370,7 +371,7 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
     assert {"index.html", "summary.md", "results.json", "site/index.html"} <= names
     pieces = ["c0rrect", "horse", "staple", "xyzWebhookSecret42", "hunter22ab", "000q001q"]
     pieces += [LONG_TOKEN[i : i + 8] for i in range(0, len(LONG_TOKEN) - 8, 8)]
-    for path in [*published, record_path(out, run_id, "cell1"), out / "history.sqlite"]:
+    for path in [*published, CellFiles.of(out, run_id, "cell1").records, out / "history.sqlite"]:
         body = path.read_bytes()
         for piece in pieces:
             assert piece.encode() not in body, (path.name, piece)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
-from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, Record, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import ConfigError
 from ftmatrix.known_issues import KnownIssue, parse_known_issues
@@ -85,7 +86,7 @@ def test_failure_detail_has_the_reproduce_command():
 
 
 def test_markdown_and_json_reports(tmp_path: Path):
-    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(
+    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(
         make_record(status=Status.FAIL, message="a | b\nsecond line")
     )
     merge_outputs(tmp_path)
@@ -101,7 +102,7 @@ def test_markdown_and_json_reports(tmp_path: Path):
 
 def test_rendering_reads_the_history_and_never_writes_it(tmp_path: Path):
     # Merging is its own step: records not merged yet are not in the report, nor the history.
-    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(make_record(status=Status.FAIL))
+    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(make_record(status=Status.FAIL))
     assert len(render_report(tmp_path, now=NOW).records) == 0
     assert newest_records(tmp_path / "history.sqlite") == []
     merged = merge_outputs(tmp_path)
@@ -179,7 +180,7 @@ def test_pass_rate_per_operation_per_run():
 
 
 def test_badges_and_embedded_data_cannot_break_out_of_the_page(tmp_path: Path):
-    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(
+    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(
         make_record(status=Status.FAIL, message=XSS, pins={"trl": "</script><script>alert(3)"})
     )
     merge_outputs(tmp_path)
@@ -446,8 +447,8 @@ def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path
         operation="grpo",
         case="test_grpo.py::test_grpo",
     )
-    CellRecordFile(record_path(tmp_path, "r1", plain.cell_id)).add(plain)
-    CellRecordFile(record_path(tmp_path, "r1", probe.cell_id)).add(probe)
+    CellRecordFile(CellFiles.of(tmp_path, "r1", plain.cell_id).records).add(plain)
+    CellRecordFile(CellFiles.of(tmp_path, "r1", probe.cell_id).records).add(probe)
     merge_outputs(tmp_path)
     grid = render_report(tmp_path, now=NOW)
     assert grid.rows == ("cpu-py3.11-trl1.16.0",)  # the probe is not a row of the grid
@@ -500,7 +501,7 @@ def test_published_reports_show_no_path_of_the_machine(tmp_path: Path):
         reason=f"see {tmp_path}/log.txt",
         attempts=({"status": "fail", "message": message},),
     )
-    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(record)
+    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(record)
     merge_outputs(tmp_path)
     render_report(tmp_path, now=NOW)
     machine = (site, stdlib, str(cases), str(tmp_path), str(Path.home()))

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
-from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import SettingsError
 from ftmatrix.settings import Settings, newest_run_id
@@ -40,7 +41,7 @@ def write(out: Path, run_id: str, day: int, status: Status) -> None:
         finished_at=f"2026-11-{day}T03:00:05+00:00",
         **({"message": "broke", "exception_type": "RuntimeError"} if status is Status.FAIL else {}),
     )
-    CellRecordFile(record_path(out, run_id, record.cell_id)).add(record)
+    CellRecordFile(CellFiles.of(out, run_id, record.cell_id).records).add(record)
 
 
 @pytest.mark.parametrize("early_id", ["ci-smoke", "29991231T000000Z-future", "zzz"])
@@ -69,9 +70,9 @@ def test_the_newest_run_is_the_one_that_ran_last_whatever_its_id(
 def test_resume_takes_the_run_that_wrote_last(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     write(out, "20261125T030000Z-abcdef", 25, Status.PASS)
-    os.utime(record_path(out, "20261125T030000Z-abcdef", "abc123def456"), (1, 1))
+    os.utime(CellFiles.of(out, "20261125T030000Z-abcdef", "abc123def456").records, (1, 1))
     write(out, "ci-smoke", 26, Status.PASS)
-    os.utime(record_path(out, "ci-smoke", "abc123def456"), (1, 1))
+    os.utime(CellFiles.of(out, "ci-smoke", "abc123def456").records, (1, 1))
     write(out, "a-later-run", 27, Status.PASS)  # written now
     assert newest_run_id(out) == "a-later-run"
 
@@ -86,7 +87,7 @@ def test_a_record_with_a_bad_run_id_is_not_merged_and_is_named(tmp_path: Path) -
     out = tmp_path / "reports"
     write(out, "20261125T030000Z-abcdef", 25, Status.PASS)
     bad = make_record(run_id="../../etc")
-    path = record_path(out, "20261125T030000Z-abcdef", "other")
+    path = CellFiles.of(out, "20261125T030000Z-abcdef", "other").records
     CellRecordFile(path).add(bad)
     merged = merge_outputs(out)
     assert [p for p in merged.problems if "'../../etc' is not a folder name" in p], merged.problems

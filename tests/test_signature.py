@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.cell.records import CellRecordFile, Record, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile, Record
 from ftmatrix.cell.signature import (
     blame,
     clean_paths,
@@ -300,7 +301,7 @@ def test_real_hybridcache_failures_form_one_group_blamed_on_peft(tmp_path: Path)
     machine = set(re.findall(r"(/[^\s'\"()]+?)/lib/python3\.\d+/site-packages/", raw))
     assert machine
     for number, record in enumerate(records):
-        CellRecordFile(record_path(tmp_path, "r1", f"c{number}")).add(record)
+        CellRecordFile(CellFiles.of(tmp_path, "r1", f"c{number}").records).add(record)
     merge_outputs(tmp_path)
     render_report(tmp_path, now=datetime(2026, 11, 23, tzinfo=UTC))
     for name in ("index.html", "summary.md", "results.json"):

@@ -22,7 +22,8 @@ import pytest
 import yaml
 from conftest import make_record
 
-from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.cli import main
 from ftmatrix.config import TOP_LEVEL_KEYS, parse_matrix
@@ -116,7 +117,7 @@ def test_the_plan_json_example_has_the_keys_plan_prints(
 
 
 def test_the_results_json_table_names_every_key(tmp_path: Path):
-    CellRecordFile(record_path(tmp_path, "r1", "c1")).add(
+    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(
         make_record(cell_id="c1", status=Status.FAIL, exception_type="ValueError", message="x")
     )
     merge_outputs(tmp_path)

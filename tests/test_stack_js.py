@@ -23,7 +23,8 @@ import pytest
 from conftest import make_record
 from packaging.version import Version
 
-from ftmatrix.cell.records import CellRecordFile, Record, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.check.command import report_text
 from ftmatrix.check.compare import same_version
@@ -275,7 +276,7 @@ def test_the_page_embeds_what_check_computes_from_its_results_json(tmp_path: Pat
         if record.cell_label in kept:
             per_cell.setdefault((record.run_id, record.cell_id), []).append(record)
     for (run_id, cell_id), records in per_cell.items():  # one write per cell
-        file = CellRecordFile(record_path(tmp_path, run_id, cell_id))
+        file = CellRecordFile(CellFiles.of(tmp_path, run_id, cell_id).records)
         file.records = records
         file.save()
     merge_outputs(tmp_path)

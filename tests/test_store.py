@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from conftest import make_record
 
-from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.store import (
     SCHEMA_VERSION,
@@ -51,9 +52,9 @@ def test_merge_order_does_not_matter(tmp_path: Path, order):
 
 def test_shards_merge_and_corrupt_files_are_counted_not_fatal(tmp_path: Path):
     shard_one, shard_two = tmp_path / "one", tmp_path / "two"
-    CellRecordFile(record_path(shard_one, "r1", "c1")).add(make_record(cell_id="c1"))
-    CellRecordFile(record_path(shard_two, "r1", "c2")).add(make_record(cell_id="c2"))
-    broken = record_path(shard_two, "r1", "c3")
+    CellRecordFile(CellFiles.of(shard_one, "r1", "c1").records).add(make_record(cell_id="c1"))
+    CellRecordFile(CellFiles.of(shard_two, "r1", "c2").records).add(make_record(cell_id="c2"))
+    broken = CellFiles.of(shard_two, "r1", "c3").records
     broken.write_text('{"schema": 1, "status": "pa')  # a truncated upload
     result = merge_records(tmp_path / "h.sqlite", [shard_one, shard_two])
     assert (result.added, result.unchanged) == (2, 0)

@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
-from ftmatrix.cell.records import CellRecordFile, Record, collected_cases_path, read_records
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile, Record, read_records
+from ftmatrix.cell_launch import cell_env, parallel_args, worker_count
 from ftmatrix.config import ConfigError, Limits, parse_matrix
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import with_test_runners
-from ftmatrix.runner import cell_env, memory_limit_bytes, parallel_args, worker_count
+from ftmatrix.runner import memory_limit_bytes
 from ftmatrix.sharing import cell_running, cells_at_once, one_install_at_a_time, torch_threads
 
 pytest_plugins = ["pytester"]
@@ -189,5 +191,5 @@ def test_the_shared_pass_leaves_the_exclusive_cases_to_run_alone(
             "test_wants_a_gpu": "skip",
         }
     # The supervisor learns every case either way: the left-out ones are still to run.
-    listed = json.loads(collected_cases_path(out).read_text())
+    listed = json.loads(CellFiles(out).collected.read_text())
     assert [case.split("::")[1] for case in listed] == everything

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from conftest import make_record
 
-from ftmatrix.cell.records import CellRecordFile, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cli import build_parser
 from ftmatrix.errors import ExitCode
 from ftmatrix.settings import ENV_VARS
@@ -235,12 +236,12 @@ def test_planned_cells_that_produced_nothing_fail_the_night_loudly(tmp_path: Pat
     assert planned["run_id"] == "20261125T021700Z-abcdef" and len(planned["cells"]) == 4
     # Last night's records of every cell are in the history: they must not count.
     for index, label in enumerate(planned["cells"]):
-        CellRecordFile(record_path(out, "20261124T021700Z-000000", f"c{index}")).add(
+        CellRecordFile(CellFiles.of(out, "20261124T021700Z-000000", f"c{index}").records).add(
             make_record(run_id="20261124T021700Z-000000", cell_id=f"c{index}", cell_label=label)
         )
     # Tonight, only the first shard's two cells came back.
     for index, label in enumerate(planned["cells"][:2]):
-        CellRecordFile(record_path(out, planned["run_id"], f"c{index}")).add(
+        CellRecordFile(CellFiles.of(out, planned["run_id"], f"c{index}").records).add(
             make_record(run_id=planned["run_id"], cell_id=f"c{index}", cell_label=label)
         )
     done = subprocess.run(
@@ -269,7 +270,7 @@ def test_planned_cells_that_produced_nothing_fail_the_night_loudly(tmp_path: Pat
     assert pages["with"]["path"] == "reports/site"
     # Every planned cell with a record of tonight: no complaint.
     for index, label in enumerate(lost, start=2):
-        CellRecordFile(record_path(out, planned["run_id"], f"c{index}")).add(
+        CellRecordFile(CellFiles.of(out, planned["run_id"], f"c{index}").records).add(
             make_record(run_id=planned["run_id"], cell_id=f"c{index}", cell_label=label)
         )
     done = subprocess.run(
@@ -284,7 +285,7 @@ def test_planned_cells_that_produced_nothing_fail_the_night_loudly(tmp_path: Pat
     (stale / "plan.json").write_text((out / "plan.json").read_text())
     os.utime(stale / "plan.json", (1_600_000_000, 1_600_000_000))  # left there before the run
     later = "20261126T021700Z-ffffff"
-    CellRecordFile(record_path(stale, later, "c0")).add(
+    CellRecordFile(CellFiles.of(stale, later, "c0").records).add(
         make_record(run_id=later, cell_id="c0", cell_label=planned["cells"][0])
     )
     done = subprocess.run(
@@ -297,7 +298,7 @@ def test_planned_cells_that_produced_nothing_fail_the_night_loudly(tmp_path: Pat
 def test_the_report_job_merges_two_shards_with_the_previous_history(tmp_path: Path):
     out = tmp_path / "reports"
     # Last night's history, as the cache would restore it.
-    CellRecordFile(record_path(tmp_path / "old", "r0", "c1")).add(
+    CellRecordFile(CellFiles.of(tmp_path / "old", "r0", "c1").records).add(
         make_record(run_id="r0", cell_id="c1", cell_label="cpu-a")
     )
     subprocess.run(
@@ -309,7 +310,7 @@ def test_the_report_job_merges_two_shards_with_the_previous_history(tmp_path: Pa
     shutil.copy(tmp_path / "old" / "history.sqlite", out / "history.sqlite")
     # Two shards' artifacts downloaded with merge-multiple into one records folder.
     for cell_id, label in (("c1", "cpu-a"), ("c2", "cpu-b")):
-        CellRecordFile(record_path(out, "r1", cell_id)).add(
+        CellRecordFile(CellFiles.of(out, "r1", cell_id).records).add(
             make_record(run_id="r1", cell_id=cell_id, cell_label=label)
         )
     done = subprocess.run(

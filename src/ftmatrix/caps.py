@@ -30,7 +30,7 @@ from packaging.specifiers import Specifier
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
 from ftmatrix.index import requires_dist

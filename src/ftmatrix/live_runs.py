@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.files import OWNER_SUFFIX, RECORDS_SUFFIX
 
 RUN_LOCK = ".run"
 PLANNED_FILE = "planned.json"
@@ -104,14 +105,14 @@ def runs_in_progress(records_root: Path, env: Mapping[str, str]) -> list[RunInPr
     )
     for folder in folders:
         running_cells = [
-            owner.name.removesuffix(".owner")
-            for owner in sorted(folder.glob("*.owner"))
+            owner.name.removesuffix(OWNER_SUFFIX)
+            for owner in sorted(folder.glob(f"*{OWNER_SUFFIX}"))
             if _held(owner)
         ]
         if folder.name == own or not (running_cells or _held(folder / RUN_LOCK)):
             continue
         planned = planned_cells(folder)
-        recorded = {p.name.removesuffix(".jsonl") for p in folder.glob("*.jsonl")}
+        recorded = {p.name.removesuffix(RECORDS_SUFFIX) for p in folder.glob(f"*{RECORDS_SUFFIX}")}
         not_started = [
             label
             for cell_id, label in sorted(planned.items(), key=lambda item: item[1])

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ftmatrix import __version__
-from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.config import Matrix
 from ftmatrix.plan import UNRESOLVED, Cell, Covering, Plan, PlanFinding
 from ftmatrix.resolve import RESOLVER_ENV, cache_dir

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.interpreters import SOURCE, Interpreter, find_interpreters
 from ftmatrix.messages import conflict_summary

@@ -32,12 +32,14 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.records import CellRecordFile, Record, record_path, write_atomically
+from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.config import Limits, Timeouts
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import Lock
-from ftmatrix.store import DONE_SUFFIX, newest_cell_runs
+from ftmatrix.store import newest_cell_runs
 
 RECORD_VERSION = 1
 """What ftmatrix's records mean. Bump it when a change to ftmatrix changes the result a
@@ -410,12 +412,6 @@ def reuse_cell(
     return decision, None
 
 
-def done_path(records: Path, cell_id: str) -> Path:
-    """The marker beside a cell's ``records`` once a run finished the cell: its key, the run
-    that really ran its cases, and when (merged into the history's ``cell_runs``)."""
-    return records.with_name(f"{cell_id}{DONE_SUFFIX}")
-
-
 def reuse_records_of_cell(
     out_dir: Path, run_id: str, cell_id: str, earlier: EarlierRun, key: CellKey
 ) -> list[Record]:
@@ -424,12 +420,12 @@ def reuse_records_of_cell(
     The marker keeps the run that really ran the cases (``since``) and its day, so the
     results' age counts from there, however many nights reused them.
     """
-    path = record_path(out_dir, run_id, cell_id)
+    files = CellFiles.of(out_dir, run_id, cell_id)
     records = carried_forward(earlier.records, run_id=run_id, since=earlier.since)
-    file = CellRecordFile(path)
+    file = CellRecordFile(files.records)
     file.records = records
     file.save()
     ran_at = earlier.ran_on.isoformat() if earlier.ran_on else None
     marker = {"key": key.to_dict(), "since": earlier.since, "ran_at": ran_at}
-    write_atomically(done_path(path, cell_id), json.dumps(marker))
+    write_atomically(files.done, json.dumps(marker))
     return records

@@ -32,8 +32,10 @@ from typing import IO, Any, NoReturn
 import nox
 
 from ftmatrix.case_selection import check_case_selection, split_pytest_args
-from ftmatrix.cell.records import WHOLE_CELL, Record, record_path
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
+from ftmatrix.cell_launch import worker_count
 from ftmatrix.errors import ExitCode, FatalError
 from ftmatrix.interpreters import Interpreter, find_interpreters
 from ftmatrix.live_runs import IN_RUN_VARIABLE, hold_run, note_planned
@@ -49,12 +51,7 @@ from ftmatrix.progress_feed import (
     Tally,
     cells_chosen,
 )
-from ftmatrix.runner import (
-    CellContext,
-    record_cell_cannot_start,
-    run_cell,
-    worker_count,
-)
+from ftmatrix.runner import CellContext, record_cell_cannot_start, run_cell
 from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
 
@@ -263,8 +260,9 @@ def run_matrix_cell(
         workers=worker_count(loaded.matrix.limits),
         threads=context.torch_threads_each(),
     )
-    run_folder = record_path(loaded.settings.out, loaded.settings.run_id, cell.id).parent
-    PROGRESS.log_to(cell_log_path(run_folder, cell))
+    files = CellFiles.of(loaded.settings.out, loaded.settings.run_id, cell.id)
+    run_folder = files.run_folder
+    PROGRESS.log_to(files.log)
 
     def log(text: str) -> None:
         session.log(text)
@@ -294,19 +292,13 @@ def run_matrix_cell(
     session.log(
         f"{cell.label}: "
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        + f"; pytest's output: {cell_log_path(run_folder, cell)}"
+        + f"; pytest's output: {files.log}"
     )
     problem = no_verdict(records)
     if problem:
         session.error(f"{cell.label}: no verdict: {problem}")
     if not session.parallel:
         session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
-
-
-def cell_log_path(run_folder: Path, cell: Cell) -> Path:
-    """The cell's log file: its whole pytest output and the run's notes, beside its records
-    (which CI keeps as an artifact)."""
-    return run_folder / f"{cell.id}.log"
 
 
 # The run's lock, held by this process once it ran a cell (live_runs): a report built

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ftmatrix.cell.records import RUN_ID_RULE, is_run_id
+from ftmatrix.cell.files import RUN_ID_RULE, is_run_id
 from ftmatrix.errors import SettingsError
 
 ENV_VARS = {

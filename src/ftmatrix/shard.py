@@ -10,8 +10,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
-from ftmatrix.cell.records import Record, newest_per
+from ftmatrix.cell.records import Record
 from ftmatrix.plan import Cell
+from ftmatrix.record_order import newest_per
 
 
 def shard_cells(

@@ -17,11 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ftmatrix.cell.files import DONE_SUFFIX
 from ftmatrix.cell.records import Record, read_records
 from ftmatrix.errors import HistoryError
-
-# Beside a cell's records once its run finished it: what it was run with (its reuse key).
-DONE_SUFFIX = ".done.json"
 
 # Passed and judged cases per operation, for the runs the ``runs`` subquery names.
 _PASS_RATES_OF_RUNS = """
@@ -34,7 +32,7 @@ _PASS_RATES_OF_RUNS = """
 # When each cell's run ran, as a key that sorts by time (never by run id: an id is any
 # name, `ci-smoke` or a date of the future): the UTC time its last record finished, and
 # '|1' after it where that record was carried from an earlier run (reused): the run
-# carrying a result comes after the run that made it. records.ran_at is its Python twin.
+# carrying a result comes after the run that made it. record_order.ran_at is its Python twin.
 _RAN_AT = (
     "MAX(COALESCE(strftime('%Y-%m-%dT%H:%M:%S', finished_at), '')"
     " || CASE WHEN json_extract(data, '$.reused_from') IS NULL THEN '|0' ELSE '|1' END)"

@@ -36,7 +36,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.config import InstallOptions, Limits
 from ftmatrix.errors import UsageError, WheelhouseError
 from ftmatrix.messages import conflict_summary

@@ -32,9 +32,10 @@ from ftmatrix.bisection.search import (
     Step,
     releases_between,
 )
-from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
+from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, cell_statuses, explain
+from ftmatrix.record_order import newest_per
 from ftmatrix.versions import parse_version
 
 

@@ -24,7 +24,8 @@ from ftmatrix.bisection.search import (
     confirm,
     releases_between,
 )
-from ftmatrix.cell.records import WHOLE_CELL, write_atomically
+from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.records import WHOLE_CELL
 from ftmatrix.cell.status import Status
 from ftmatrix.config import Matrix
 from ftmatrix.index import list_releases

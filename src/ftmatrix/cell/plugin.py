@@ -31,6 +31,8 @@ from packaging.version import Version
 
 from ftmatrix.cell import api as _api
 from ftmatrix.cell.api import gpu_lease
+from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
 from ftmatrix.cell.outcome import Failure, case_status
@@ -41,15 +43,10 @@ from ftmatrix.cell.records import (
     UNWRITTEN_RECORD,
     CellRecordFile,
     Record,
-    case_starts_path,
-    collected_cases_path,
-    current_case_path,
-    isolated_cases_path,
     operation_from_path,
     record_line,
     redact,
     shorten,
-    write_atomically,
 )
 from ftmatrix.cell.signature import (
     clean_paths,
@@ -223,10 +220,8 @@ class _Recorder:
         self.file = CellRecordFile(path)
         # Set in a pytest-xdist worker: each worker notes its own running case.
         self.worker = os.environ.get("PYTEST_XDIST_WORKER") or None
-        self.current = current_case_path(path, self.worker)
-        self.starts = case_starts_path(path)
-        self.collected = collected_cases_path(path)
-        self.isolated = isolated_cases_path(path)
+        self.files = CellFiles(path)
+        self.current = self.files.running_case(self.worker)
         self.packages = _installed_versions(by_display_name=True)
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}
@@ -248,7 +243,7 @@ class _Recorder:
             # a case its gate already answers (n/a, skip) is recorded here, with no process.
             isolated = [i for i in items if is_isolated(i) and gate(i) is None]
             if isolated:
-                _note_isolated(self.isolated, [i.nodeid for i in isolated])
+                _note_isolated(self.files.isolated, [i.nodeid for i in isolated])
                 config.hook.pytest_deselected(items=isolated)
                 items[:] = [i for i in items if i not in isolated]
         if config.getoption("--ftmatrix-parallel"):
@@ -260,8 +255,8 @@ class _Recorder:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # The supervisor needs the whole list to finish a cell whose process died.
-        if not self.collected.exists():
-            write_atomically(self.collected, json.dumps(self.selected))
+        if not self.files.collected.exists():
+            write_atomically(self.files.collected, json.dumps(self.selected))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -278,7 +273,7 @@ class _Recorder:
         os.environ[RUNNING_CASE_VARIABLE] = item.nodeid
         # One short line per case, appended whole by one write: workers share the file.
         line = json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n"
-        starts = os.open(self.starts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        starts = os.open(self.files.starts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(starts, line.encode("utf-8"))
         finally:
@@ -293,7 +288,7 @@ class _Recorder:
         """
         if not error:
             return
-        note_path = current_case_path(self.file.path, str(node.gateway.id))
+        note_path = self.files.running_case(str(node.gateway.id))
         try:
             note = json.loads(note_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -10,22 +10,18 @@ it imports the standard library only.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import glob
 import json
 import os
-import re
-import tempfile
-import threading
-import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from ftmatrix.cell.file_writes import append_line, locked_folder, sync_file, write_atomically
+from ftmatrix.cell.files import RUN_ID_RULE, CellFiles, is_run_id
 from ftmatrix.cell.redact import Redactor, redact_text
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
@@ -36,8 +32,6 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 1
-
-K = TypeVar("K", bound=Hashable)
 
 # Case id of a record that stands for the whole cell (it never got to run cases).
 WHOLE_CELL = "*"
@@ -312,15 +306,15 @@ class CellRecordFile:
     def add(self, record: Record) -> None:
         """Append ``record``; it replaces an earlier record of the same case."""
         line = _line(record).encode("utf-8")
-        with _locked(self.path):
-            _append(self.path, line)
+        with locked_folder(self.path):
+            append_line(self.path, line)
         if self._records is not None:
             self._records.pop(record.case, None)
             self._records[record.case] = record
 
     def save(self) -> None:
         """Replace the file by ``records``, one line each."""
-        with _locked(self.path):
+        with locked_folder(self.path):
             write_atomically(self.path, "".join(_line(r) for r in self.records))
 
 
@@ -373,21 +367,16 @@ def scan_records(path: Path) -> Scan:
     )
 
 
-def quarantine_path(record_file: Path) -> Path:
-    """Where a cell's unreadable record lines are kept, byte for byte, out of its records."""
-    return record_file.with_name(record_file.name + ".quarantine")
-
-
 def compact_records(record_file: Path) -> Scan:
     """Rewrite ``record_file`` with one line per case, its last record, and move its
     unreadable lines to its quarantine file (appended, bytes as found); what it read (the
     records kept, the lines moved). Once per cell (its cases done, or on resume), so
     readers of the file see one record a case. The cases a moved line held have no record
     now: a resumed run runs them again."""
-    with _locked(record_file):
+    with locked_folder(record_file):
         scan = scan_records(record_file)
         if scan.damaged:
-            with quarantine_path(record_file).open("ab") as kept:
+            with CellFiles(record_file).quarantine.open("ab") as kept:
                 kept.write(b"".join(line + b"\n" for line in scan.damaged))
                 kept.flush()
                 os.fsync(kept.fileno())
@@ -398,75 +387,6 @@ def compact_records(record_file: Path) -> Scan:
         else:
             sync_file(record_file)
     return scan
-
-
-# A record is on disk (fsync) at most this long after it was written: every record's own
-# fsync cost a trivial case several times its run. A process killed (kill -9) loses nothing
-# either way; a machine that goes down may lose the last moments' records, and a resumed
-# run runs those cases again (the runner syncs the file before it marks the cell done).
-SYNC_SECONDS = 0.5
-_last_sync = 0.0
-
-
-def _append(path: Path, line: bytes) -> None:
-    """Append ``line`` to ``path``: whole, on a line of its own, synced now and then.
-
-    A line torn by an earlier write that never finished stays alone on its line (unread,
-    reported), never glued to this one. A write that fails (a full disk) leaves the file
-    as it was before it.
-    """
-    global _last_sync  # noqa: PLW0603 -- one process's clock of its last fsync
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError:
-            os.ftruncate(fd, size)  # no half line left behind
-            raise
-        if time.monotonic() - _last_sync >= SYNC_SECONDS:
-            os.fsync(fd)
-            _last_sync = time.monotonic()
-    finally:
-        os.close(fd)
-
-
-def sync_file(path: Path) -> None:
-    """Put ``path``'s written data on disk (before a marker that says it is whole)."""
-    with contextlib.suppress(FileNotFoundError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path``'s folder; the holder's death releases it.
-
-    The folder, not a file beside ``path``: a lock file would be left among the
-    records, and ``path`` itself is replaced on every write. Cells of a run share
-    the folder, but each holds the lock only for one small rewrite.
-    """
-    if fcntl is None:  # Windows, where nothing else of the supervisor works either
-        path.parent.mkdir(parents=True, exist_ok=True)
-        yield
-        return
-    try:
-        folder = os.open(path.parent, os.O_RDONLY)
-    except FileNotFoundError:  # made once; asked before every record, it cost as much
-        path.parent.mkdir(parents=True, exist_ok=True)
-        folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(folder)
 
 
 def operation_from_path(nodeid: str) -> str:
@@ -480,25 +400,6 @@ def _operation_of_file(file: str) -> str:
     return stem.removeprefix("test_") or stem
 
 
-def record_path(out_dir: Path, run_id: str, cell_id: str) -> Path:
-    """Where a cell's records live: ``<out>/records/<run-id>/<cell-id>.jsonl``."""
-    return out_dir / "records" / run_id / f"{cell_id}.jsonl"
-
-
-def current_case_path(record_file: Path, worker: str | None = None) -> Path:
-    """Where the plugin notes the case now running, so a supervisor outside knows it.
-
-    A pytest-xdist ``worker`` (``gw0``, ...) has a note of its own.
-    """
-    suffix = f".current.{worker}" if worker else ".current"
-    return record_file.with_name(record_file.name + suffix)
-
-
-def worker_case_paths(record_file: Path) -> list[Path]:
-    """The running-case notes of every pytest-xdist worker of the cell."""
-    return sorted(record_file.parent.glob(glob.escape(record_file.name) + ".current.*"))
-
-
 # Set by the supervisor's keeper (ftmatrix.supervise.KEEPER) for the cases' pytest: the
 # keeper's pid, the parent a case might end.
 KEEPER_VARIABLE = "FTMATRIX_KEEPER"
@@ -507,88 +408,6 @@ KEEPER_VARIABLE = "FTMATRIX_KEEPER"
 # case starts inherits it, so the supervisor can tell exactly which case started a process
 # it had to end (start times alone are 10 ms coarse, and the next case starts sooner).
 RUNNING_CASE_VARIABLE = "FTMATRIX_RUNNING_CASE"
-
-
-def case_starts_path(record_file: Path) -> Path:
-    """Where the plugin appends each case's start (JSON lines: case, epoch seconds), so the
-    supervisor can tell which case started a process it had to end."""
-    return record_file.with_name(record_file.name + ".starts")
-
-
-def first_tries_path(record_file: Path) -> Path:
-    """Where the supervisor keeps crashed cases' first tries until their second try ends."""
-    return record_file.with_name(record_file.name + ".first-tries")
-
-
-def isolated_cases_path(record_file: Path) -> Path:
-    """Where the plugin lists the isolated cases, each run in a pytest process of its own."""
-    return record_file.with_name(record_file.name + ".isolated")
-
-
-def collected_cases_path(record_file: Path) -> Path:
-    """Where the plugin lists every case it collected for the cell."""
-    return record_file.with_name(record_file.name + ".cases")
-
-
-def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never half.
-
-    ``durable``: on disk before the rename (fsync), so a machine that goes down keeps it
-    too; a note that lives only while its case runs (the running case) need not wait.
-    """
-    if not durable:
-        _replace_quickly(path, text.encode("utf-8"))
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # mkstemp's 0600 would outlive the rename: the report's files were 0600 among 0644s.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _replace_quickly(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` as :func:`write_atomically` does, without its fsync,
-    in a few system calls: the plugin notes the running case this way before every case,
-    and the temporary file's random name, mode change and file object were most of the
-    note's cost. The temporary name is this thread's own; its mode is the umask's."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_native_id()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-@functools.cache
-def _umask() -> int:
-    """The process's umask, read where setting it to learn it would race other threads."""
-    try:
-        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -613,52 +432,6 @@ def read_records(root: Path) -> ReadResult:
         records.extend(scan.records)
         problems.extend(scan.problems)
     return ReadResult(records=tuple(records), problems=tuple(problems))
-
-
-# A run id names a folder under records/ and work/: a plain name, never a path. Checked
-# wherever an id enters: the settings, a record read (merge, report, restore-history).
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-RUN_ID_RULE = (
-    "a folder name of letters, digits, '.', '_' and '-' "
-    "(at most 100, starting with a letter or digit, no '..')"
-)
-
-
-def is_run_id(text: str) -> bool:
-    """Is ``text`` a run id (:data:`RUN_ID_RULE`)?"""
-    return bool(RUN_ID.fullmatch(text)) and ".." not in text
-
-
-def ran_at(record: Record) -> str:
-    """When ``record`` ran, as a key that sorts by time: the UTC second it finished, then
-    '|1' where it was carried from an earlier run (the carrying run is the later one).
-    Never the run id's text: an id is any name (``ci-smoke``, a date of the future).
-    The history computes the same key in SQL (``ftmatrix.store``)."""
-    try:
-        finished = datetime.fromisoformat(record.finished_at.replace("Z", "+00:00"))
-        if finished.tzinfo is None:  # as SQLite reads it: UTC
-            finished = finished.replace(tzinfo=UTC)
-        when = finished.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    except (ValueError, TypeError, OverflowError):
-        when = ""
-    return f"{when}|{int(record.reused_from is not None)}"
-
-
-def newest_per(records: Iterable[Record], key: Callable[[Record], K]) -> dict[K, Record]:
-    """For each ``key(record)``, its newest record: the one that ran last (:func:`ran_at`),
-    on a tie of times the greater run id, then the first seen.
-
-    The one reading of "newest" for every consumer of a history: the grid and the
-    shards take the newest run per cell, constraints and autobisect the newest record
-    per (cell, case).
-    """
-    newest: dict[K, Record] = {}
-    for record in records:
-        at = key(record)
-        held = newest.get(at)
-        if held is None or (ran_at(record), record.run_id) > (ran_at(held), held.run_id):
-            newest[at] = record
-    return newest
 
 
 def _clean(text: str | None) -> str | None:

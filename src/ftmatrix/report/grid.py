@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ftmatrix.cell.records import WHOLE_CELL, Record, newest_per
+from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.messages import headline
+from ftmatrix.record_order import newest_per
 from ftmatrix.versions import version_order
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
-from ftmatrix.cell.records import quarantine_path
+from ftmatrix.cell.files import QUARANTINE_SUFFIX
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.live_runs import RunInProgress
 from ftmatrix.report.md_text import md_code
@@ -21,7 +21,7 @@ from ftmatrix.report.md_text import md_code
 
 def quarantined(records_root: Path) -> list[str]:
     """One line per quarantine file under ``records_root``: how many lines it keeps."""
-    pattern = quarantine_path(Path("*.jsonl")).name
+    pattern = f"*{QUARANTINE_SUFFIX}"
     found = []
     for path in sorted(records_root.rglob(pattern)) if records_root.is_dir() else []:
         lines = sum(1 for line in path.read_bytes().split(b"\n") if line.strip())

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.errors import UsageError
 from ftmatrix.store import run_coverage
 

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.records import RUN_ID_RULE, Record, is_run_id
+from ftmatrix.cell.files import RUN_ID_RULE, is_run_id
+from ftmatrix.cell.records import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Unpack
 
-from ftmatrix.cell.records import write_atomically
+from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.check.results_writer import render_json
 from ftmatrix.constraints import write_constraints
 from ftmatrix.report.badges import badge_files

@@ -1,0 +1,235 @@
+"""The records a cell's supervisor writes itself: for the cases that ended without one.
+
+A case whose process died, or that the supervisor killed (past its time, past the
+memory limit), gets its verdict here; a crash is a first try, and the case waits for a
+second, alone, to tell a flake from a break. The records the plugin handed over because
+the disk refused them are written once it can. When the cell's cases are done, the
+processes they left running go on the records of the cases that started them, and the
+file is compacted to one line a case.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import errno
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import (
+    WHOLE_CELL,
+    CellRecordFile,
+    Record,
+    compact_records,
+    read_records,
+    redact,
+)
+from ftmatrix.cell.status import Status
+from ftmatrix.process_tree import Leftover, starter_of
+
+Log = Callable[[str], None]
+RecordFactory = Callable[..., Record]
+# Told of each case concluded here, once its record is written: (case, status).
+Concluded = Callable[[str, Status], None]
+
+
+class CaseVerdicts:
+    """Records the cases that ended without a record of their own, across passes.
+
+    A crash is a first try: the case waits in :attr:`second_tries` for a second, alone.
+    First tries are kept in a file until then: with workers, the second tries come after
+    the shared pass, and a run killed meanwhile must still know, once resumed, that the
+    case crashed once.
+    """
+
+    def __init__(
+        self,
+        files: CellFiles,
+        make_record: RecordFactory,
+        env: Mapping[str, str],
+        log: Log,
+        on_concluded: Concluded,
+        *,
+        resumed: bool,
+    ) -> None:
+        self.files = files
+        self.make_record = make_record
+        self.env = env
+        self.log = log
+        self.on_concluded = on_concluded
+        self.first_tries: dict[str, Record] = {}
+        if not resumed:
+            files.first_tries.unlink(missing_ok=True)  # from an earlier run of the cell
+        elif files.first_tries.exists():
+            self.first_tries = {r.case: r for r in read_records(files.first_tries).records}
+        self.waiting: list[Record] = []  # records the plugin handed over, not yet written
+        self.settle_second_tries()
+
+    @property
+    def second_tries(self) -> tuple[str, ...]:
+        """The crashed cases waiting for their second try, in the order they crashed."""
+        return tuple(self.first_tries)
+
+    def settle(self, handed: Sequence[Record]) -> None:
+        """After a pass: the records it handed over written (those the disk refuses
+        kept for later), the second tries merged."""
+        self.waiting = write_or_keep(self.files.records, [*self.waiting, *handed])
+        self.settle_second_tries()
+
+    def settle_second_tries(self) -> None:
+        """Merge a crashed case's first try into the record its second try just wrote.
+
+        Done at once, not at the end, so that a run killed later keeps the verdict.
+        """
+        file = CellRecordFile(self.files.records)
+        for case in list(self.first_tries):
+            second = next((r for r in file.records if r.case == case), None)
+            if second is not None:
+                file.add(merge_tries(self.first_tries.pop(case), second))
+        self._save()
+
+    def _save(self) -> None:
+        if not self.first_tries:
+            self.files.first_tries.unlink(missing_ok=True)
+            return
+        tries = self.first_tries.values()
+        text = "".join(json.dumps(r.to_dict()) + "\n" for r in tries)
+        write_atomically(self.files.first_tries, text)
+
+    def conclude_unrecorded(self, case: str, output: str) -> None:
+        """A case that ran alone and ended normally, yet left no record: ours, once.
+
+        Never expected; concluded so that the supervisor cannot run it forever.
+        """
+        if case not in recorded(self.files):
+            reason = "the case ran in a process of its own and left no record"
+            self.conclude({"case": case}, Status.ERROR, reason, output)
+
+    def conclude(self, note: Mapping[str, Any], status: Status, reason: str, output: str) -> None:
+        """The record of the case of running-case ``note``, which ended as ``status``."""
+        case = str(note["case"])
+        record = self.make_record(
+            case=case,
+            operation=str(note.get("operation") or "") or None,
+            status=status,
+            reason=reason,
+            message=reason,
+            traceback=redact(output, self.env),
+            duration=time.time() - float(note.get("started") or time.time()),
+        )
+        if status is Status.CRASH and case not in self.first_tries:
+            self.log(f"[ftmatrix] {case}: {reason}; trying it once more alone")
+            self.first_tries[case] = record
+            self._save()
+            return
+        first = self.first_tries.pop(case, None)
+        if first is not None:
+            record = merge_tries(first, record)
+        CellRecordFile(self.files.records).add(record)
+        if first is not None:
+            self._save()  # once the merged record is safe, not before
+        self.log(f"[ftmatrix] {case}: {status.value}: {reason}")
+        self.on_concluded(case, status)
+
+    def record_cell_problem(self, reason: str, output: str, *, crashed: bool) -> None:
+        """One record for the cell: pytest ended not as pytest ends, or before collecting."""
+        CellRecordFile(self.files.records).add(
+            self.make_record(
+                case=WHOLE_CELL,
+                status=Status.CRASH if crashed else Status.ERROR,
+                reason=reason,
+                message=reason,
+                traceback=output,
+            )
+        )
+
+    def record_unrun(self, cell_seconds: float) -> None:
+        """A timeout for every collected case without a record: the cell's time ran out."""
+        file = CellRecordFile(self.files.records)
+        done = {r.case for r in file.records}
+        reason = f"not run: the cell ran past its {cell_seconds:g} s limit first"
+        for case in json.loads(self.files.collected.read_text()):
+            if case not in done:
+                file.add(
+                    self.make_record(
+                        case=case, status=Status.TIMEOUT, reason=reason, message=reason
+                    )
+                )
+
+    def finish(self, ended: Sequence[Leftover], free_space: Callable[[], None]) -> list[Record]:
+        """The records a full disk refused written, once ``free_space`` freed what the cases
+        wrote (OSError if the disk still refuses them); the leftovers noted on their cases'
+        records; then one line a case (a case recorded twice kept both lines), durably: the
+        runner marks the cell done next. What cannot be read is kept apart."""
+        if self.waiting:
+            free_space()
+            refused = write_or_keep(self.files.records, self.waiting)
+            if refused:
+                cases = ", ".join(r.case for r in refused)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"the records of {cases}")
+        _note_leftovers(self.files, ended, self.log)
+        scan = compact_records(self.files.records)
+        if scan.damaged:
+            kept = self.files.quarantine
+            self.log(f"[ftmatrix] {len(scan.damaged)} unreadable record line(s) moved to {kept}")
+        return list(scan.records)
+
+
+def recorded(files: CellFiles) -> set[str]:
+    """The cases of the cell that have a record."""
+    return {r.case for r in CellRecordFile(files.records).records}
+
+
+def write_or_keep(record_file: Path, records: Sequence[Record]) -> list[Record]:
+    """Write ``records`` in order; those the disk refuses, returned to try again."""
+    refused = []
+    for record in records:
+        try:
+            CellRecordFile(record_file).add(record)
+        except OSError:
+            refused.append(record)
+    return refused
+
+
+def merge_tries(first: Record, second: Record) -> Record:
+    """One record for a case tried twice: the worse outcome, flaky if they differ."""
+    tries = [first, second]
+    worst = max(tries, key=lambda r: r.status.severity)
+    return replace(
+        worst,
+        flaky=first.status is not second.status,
+        attempts=tuple(
+            {"status": r.status.value, "reason": r.reason, "message": r.message} for r in tries
+        ),
+    )
+
+
+def _note_leftovers(files: CellFiles, leftovers: Sequence[Leftover], log: Log) -> None:
+    """Put each leftover on the record of the case that started it (metric
+    ``leftover_processes``) and say so; the case starts the plugin noted go with it."""
+    starts = []
+    with contextlib.suppress(OSError):
+        for line in files.starts.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                entry = json.loads(line)
+                starts.append((str(entry["case"]), float(entry["started"])))
+    files.starts.unlink(missing_ok=True)  # raw case ids: nothing of them stays
+    by_case: dict[str | None, list[str]] = collections.defaultdict(list)
+    for leftover in leftovers:
+        by_case[starter_of(leftover, starts)].append(str(leftover))
+    if not by_case:
+        return
+    cell = CellRecordFile(files.records)
+    for record in cell.records:
+        if record.case in by_case:
+            shown = ", ".join(by_case[record.case])
+            cell.add(replace(record, metrics={**record.metrics, "leftover_processes": shown}))
+    for case, names in by_case.items():
+        log(f"[ftmatrix] {case or 'before any case'} left running: {', '.join(names)} (ended)")
