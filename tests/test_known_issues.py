@@ -26,10 +26,10 @@ from ftmatrix.known_issues import (
     parse_known_issues,
 )
 from ftmatrix.proofs import unprovable_reason
+from ftmatrix.report.causes import causes_of
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import build_grid
 from ftmatrix.report.model import report_data
-from ftmatrix.report.causes import causes_of
 from ftmatrix.report.page import render_html
 from ftmatrix.report.summary import render_markdown
 from ftmatrix.repositories import REPOSITORIES, fix_repository, report_repository

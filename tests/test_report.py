@@ -557,8 +557,8 @@ def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_ca
         "5.23.0 moved" in html
     )
     assert (
-        "1 result in 1 cell</a>: <span title=\"peft 0.17.1 imports HybridCache, which "
-        "transformers 5.23.0 does not have\">peft 0.17.1 imports HybridCache" in html
+        '1 result in 1 cell</a>: <span title="peft 0.17.1 imports HybridCache, which '
+        'transformers 5.23.0 does not have">peft 0.17.1 imports HybridCache' in html
     )
     assert "<strong class=new>unexplained</strong>" in html
     assert "reused" not in html  # the records say nothing of reuse

@@ -83,7 +83,7 @@ def _cause(cause: Cause) -> str:
         f"{explained}{_signatures(cause)}{late_html}"
         f"<p class=versions>Versions: {_versions(cause.records)}</p>"
         + (f"<ul class=first-bad>{bad}</ul>" if bad else "")
-        + f"<details><summary>{cause.count_text()}</summary>{_cells(cause)}</details>"
+        + f"<details class=cells><summary>{cause.count_text()}</summary>{_cells(cause)}</details>"
         "</section>"
     )
 

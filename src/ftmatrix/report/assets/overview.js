@@ -151,7 +151,7 @@
   function openGroup(id, scroll) {
     var section = id && document.getElementById(id);
     if (!section || section.className.indexOf("group") < 0) { return; }
-    var inner = section.querySelector("details");
+    var inner = section.querySelector("details.cells") || section.querySelector("details");
     if (inner) { inner.open = true; }
     section.classList.add("chosen");
     if (scroll) { section.scrollIntoView(); }
