@@ -561,6 +561,10 @@ def test_the_first_screen_at_1400_px_names_what_varies_and_each_cause_once(
         expect(labels.first).to_have_attribute(
             "data-cell", "cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0"
         )
+        # No compatibility table where one package varies: a square still lists its records.
+        expect(page.locator("table.compat")).to_have_count(0)
+        page.locator("table.hud tbody tr").first.locator("button.sq[data-op='sft']").click()
+        expect(page.locator("#selection li")).to_have_count(2)
         # The headline: one line per cause, the known issue's title a link to its report.
         causes = page.locator("#headline ul.causes li")
         expect(causes).to_have_count(2)

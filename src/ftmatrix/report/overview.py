@@ -39,8 +39,7 @@ PREFERRED_PAIR = ("transformers", "trl")
 ALL_OPERATIONS = ""
 # The causes the headline names; the rest are a link away, in "Failures by cause".
 HEADLINE_CAUSES = 5
-SELECTION_PANEL = "<div id=selection tabindex=-1 aria-live=polite></div>"
-HEADLINE_TITLE = 90  # characters of a cause's title: one line at 1400 px
+HEADLINE_TITLE = 75  # characters of a cause's title: one line at 1400 px
 
 
 def package_axes(values: dict[str, list[str]]) -> list[str]:
@@ -176,7 +175,7 @@ def render_compatibility(entries: Sequence[GridEntry], values: dict[str, list[st
         "<label>operation <select id=compat-op>"
         f'<option value="">all (worst status)</option>{operations}</select></label></form>'
         f"<div id=compat-holder>{compatibility_table(entries, pair[0], pair[1])}</div>"
-        f"{SELECTION_PANEL}</section>"
+        "</section>"
     )
 
 
@@ -300,9 +299,5 @@ def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]], shown
         "<p class=meta>One square per cell and operation: the worst status of its cases"
         " and how many have it. Hover for the breakdown, click for the records.</p>"
         f"<table class=hud><thead><tr><th scope=col>cell</th>{head}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table>"
-        # Where the records of a square are listed: the compatibility table's panel, or
-        # this one where fewer than two packages vary and that table is not drawn.
-        + ("" if default_pair(values) else SELECTION_PANEL)
-        + "</section>"
+        f"<tbody>{''.join(body)}</tbody></table></section>"
     )
