@@ -3,6 +3,8 @@ counts that read sensibly with one run (issue #40, item 2)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from conftest import make_record
 
 from ftmatrix.cell.records import WHOLE_CELL
@@ -16,7 +18,11 @@ from ftmatrix.report.first_screen import (
     short_label,
     trend_text,
 )
-from ftmatrix.report.grid import grid_axes, grid_entries
+from ftmatrix.report.grid import build_grid, grid_axes, grid_entries
+from ftmatrix.report.model import report_data
+from ftmatrix.report.summary import render_markdown
+
+NOW = datetime(2026, 11, 27, tzinfo=UTC)
 
 OVER_COUNT = (
     "contracts broken: exact_update, update_scale\n"
@@ -77,6 +83,15 @@ def test_one_known_issue_over_two_signatures_is_one_cause_headed_by_its_title():
     assert cause.count_text() == "3 results in 1 cell"
     assert list(cause.cells) == ["cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0"]
     assert len(cause.cells["cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0"]) == 3
+    # The job summary heads it the same way: one line.
+    summary = render_markdown(report_data(build_grid(records), generated_at=NOW, groups=groups))
+    causes = summary.split("## Failures by cause", 1)[1].split("##", 1)[0].strip().splitlines()
+    assert causes == [
+        f"- 3 results in 1 cell, fail: {KNOWN[0].title} (known: [over-count]"
+        "(https://github.com/huggingface/transformers/issues/46204); "
+        "affects an unestablished range (claimed, not proven: no cases named to prove it with "
+        "(proof.cases)))"
+    ]
 
 
 def test_a_record_two_entries_explain_counts_once_under_each_and_never_twice_in_one():
