@@ -532,6 +532,66 @@ def causes_report(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def on_first_screen(page: Any, selector: str) -> None:
+    box = page.locator(selector).first.bounding_box()
+    assert box is not None and box["y"] < 900, (selector, box)
+
+
+def assert_cells_named_by_what_varies(page: Any) -> None:
+    from playwright.sync_api import expect
+
+    # The any-two-axes table opens on what varies: operations x transformers.
+    assert page.locator("#row-axis option:checked").inner_text() == "operation"
+    assert page.locator("#column-axis option:checked").inner_text() == "transformers"
+    heads = page.locator("table.grid thead th").all_inner_texts()
+    assert heads == ["operation \\ transformers", "4.57.6", "5.23.0"]
+    on_first_screen(page, "table.grid tbody tr")
+    expect(page.locator(".fixed-axes")).to_contain_text(
+        "Every cell: hardware cpu, python 3.11, torch 2.13.0, trl 1.16.0"
+    )
+    # The compact grid names each cell by the axis that varies.
+    labels = page.locator("table.hud th.label")
+    assert labels.all_inner_texts() == ["tf4.57.6", "tf5.23.0"]
+    expect(labels.first).to_have_attribute("data-cell", "cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0")
+    # Cells as rows of the any-two-axes table: named the same way, the label a hover away.
+    page.select_option("#row-axis", label="cell")
+    rows = page.locator("table.grid tbody th")
+    expect(rows).to_have_count(2)
+    assert rows.all_inner_texts() == ["tf4.57.6", "tf5.23.0"]
+    expect(rows.first).to_have_attribute("title", "cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0")
+    page.select_option("#row-axis", label="operation")
+    # No compatibility table where one package varies: a square still lists its records.
+    expect(page.locator("table.compat")).to_have_count(0)
+    page.locator("table.hud tbody tr").first.locator("button.sq[data-op='sft']").click()
+    expect(page.locator("#selection li")).to_have_count(2)
+
+
+def assert_one_cause_per_known_issue(page: Any) -> None:
+    from playwright.sync_api import expect
+
+    # The headline: one line per cause, the known issue's title a link to its report.
+    causes = page.locator("#headline ul.causes li")
+    expect(causes).to_have_count(2)
+    expect(causes.first.locator("a.issue")).to_have_attribute("href", OVER_COUNT_REPORT)
+    expect(causes.first.locator("a.issue")).to_have_text(OVER_COUNT_TITLE)
+    expect(causes.first.locator(".known a")).to_have_attribute("href", OVER_COUNT_REPORT)
+    expect(causes.first).to_contain_text("3 results in 1 cell")
+    expect(causes.nth(1)).to_contain_text("lora: merged logits is wrong")
+    expect(causes.nth(1).locator(".new")).to_have_text("unexplained")
+    on_first_screen(page, "#headline ul.causes")
+    # One section per known issue, however many signatures: its cell listed once.
+    sections = page.locator("section.group")
+    expect(sections).to_have_count(2)
+    over_count = sections.filter(has_text=OVER_COUNT_TITLE)
+    expect(over_count.locator("h3 a.issue")).to_have_attribute("href", OVER_COUNT_REPORT)
+    expect(over_count.locator("ul.signatures > li")).to_have_count(2)
+    causes.first.locator("a[data-group]").click()
+    expect(over_count).to_have_class(re.compile(r"\bchosen\b"))
+    cells = over_count.locator("ul.cause-cells > li")
+    expect(cells).to_have_count(1)
+    expect(cells.locator("li")).to_have_count(3)
+
+
 def test_the_first_screen_at_1400_px_names_what_varies_and_each_cause_once(
     causes_report: Path, tmp_path: Path
 ):
@@ -541,58 +601,15 @@ def test_the_first_screen_at_1400_px_names_what_varies_and_each_cause_once(
     problems: list[str] = []
     with sync_playwright() as playwright:
         page = open_first_screen(playwright, causes_report / "index.html", problems)
-
-        def on_first_screen(selector: str) -> None:
-            box = page.locator(selector).first.bounding_box()
-            assert box is not None and box["y"] < 900, (selector, box)
-
-        # The any-two-axes table opens on what varies: operations x transformers.
-        assert page.locator("#row-axis option:checked").inner_text() == "operation"
-        assert page.locator("#column-axis option:checked").inner_text() == "transformers"
-        heads = page.locator("table.grid thead th").all_inner_texts()
-        assert heads == ["operation \\ transformers", "4.57.6", "5.23.0"]
-        on_first_screen("table.grid tbody tr")
-        expect(page.locator(".fixed-axes")).to_contain_text(
-            "Every cell: hardware cpu, python 3.11, torch 2.13.0, trl 1.16.0"
-        )
-        # The compact grid names each cell by the axis that varies.
-        labels = page.locator("table.hud th.label")
-        assert labels.all_inner_texts() == ["tf4.57.6", "tf5.23.0"]
-        expect(labels.first).to_have_attribute(
-            "data-cell", "cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0"
-        )
-        # No compatibility table where one package varies: a square still lists its records.
-        expect(page.locator("table.compat")).to_have_count(0)
-        page.locator("table.hud tbody tr").first.locator("button.sq[data-op='sft']").click()
-        expect(page.locator("#selection li")).to_have_count(2)
-        # The headline: one line per cause, the known issue's title a link to its report.
-        causes = page.locator("#headline ul.causes li")
-        expect(causes).to_have_count(2)
-        expect(causes.first.locator("a.issue")).to_have_attribute("href", OVER_COUNT_REPORT)
-        expect(causes.first.locator("a.issue")).to_have_text(OVER_COUNT_TITLE)
-        expect(causes.first.locator(".known a")).to_have_attribute("href", OVER_COUNT_REPORT)
-        expect(causes.first).to_contain_text("3 results in 1 cell")
-        expect(causes.nth(1)).to_contain_text("lora: merged logits is wrong")
-        expect(causes.nth(1).locator(".new")).to_have_text("unexplained")
-        on_first_screen("#headline ul.causes")
+        assert_cells_named_by_what_varies(page)
         # The legend is open and readable; text is 16 px.
         legend = page.locator(".legend")
         expect(legend).to_be_visible()
         expect(legend.locator("dt")).to_have_count(len(Status))
-        on_first_screen(".legend")
+        on_first_screen(page, ".legend")
         assert page.evaluate("getComputedStyle(document.body).fontSize") == "16px"
         assert page.evaluate("document.documentElement.scrollWidth") <= 1400
-        # One section per known issue, however many signatures: its cell listed once.
-        sections = page.locator("section.group")
-        expect(sections).to_have_count(2)
-        over_count = sections.filter(has_text=OVER_COUNT_TITLE)
-        expect(over_count.locator("h3 a.issue")).to_have_attribute("href", OVER_COUNT_REPORT)
-        expect(over_count.locator("ul.signatures > li")).to_have_count(2)
-        causes.first.locator("a[data-group]").click()
-        expect(over_count).to_have_class(re.compile(r"\bchosen\b"))
-        cells = over_count.locator("ul.cause-cells > li")
-        expect(cells).to_have_count(1)
-        expect(cells.locator("li")).to_have_count(3)
+        assert_one_cause_per_known_issue(page)
         page.context.browser.close()
     assert problems == []
     # The docs' screenshots come from the same page and the same script.

@@ -14,6 +14,7 @@ from ftmatrix.report.causes import causes_of, cut, short_form
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.first_screen import (
     axes_shown,
+    cell_names,
     default_pivot_axes,
     short_label,
     trend_text,
@@ -170,6 +171,21 @@ def test_the_axes_that_vary_name_the_cells_and_open_the_any_two_axes_view():
     assert [short_label(r, shown.varying) for r in records] == ["tf4.57.6", "tf5.23.0"]
     # One package varies: its versions against the operations, never cells x cases.
     assert default_pivot_axes(shown) == ("operation", "transformers")
+
+
+def test_cell_names_are_the_varying_axes_unless_two_cells_share_them():
+    a = broken("c1", "test_sft.py::test_sft_x", "s", tf="4.57.6")
+    b = broken("c2", "test_sft.py::test_sft_x", "s", tf="5.23.0")
+    assert cell_names([a, b], ("transformers",)) == {
+        a.cell_label: "tf4.57.6",
+        b.cell_label: "tf5.23.0",
+    }
+    # Another profile's cell with the same versions (its support packages differ): both
+    # keep their labels rather than two rows reading the same.
+    twin = make_record(cell_id="c3", cell_label="cpu-py3.11-tf4.57.6-acc1.0", pins=a.pins)
+    names = cell_names([a, b, twin], ("transformers",))
+    assert names[a.cell_label] == a.cell_label and names[twin.cell_label] == twin.cell_label
+    assert names[b.cell_label] == "tf5.23.0"
 
 
 def test_transformers_and_trl_first_where_more_axes_vary():

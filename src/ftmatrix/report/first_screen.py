@@ -8,7 +8,8 @@ over the grid's axes (:func:`ftmatrix.report.grid.grid_axes`) and records' pins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
@@ -71,6 +72,14 @@ def short_label(record: Record, varying: Sequence[str]) -> str:
     (``tf4.57.6``, ``nounsloth``, ``py3.12``), so it still reads as a selector's glob."""
     parts = [_label_part(record, axis) for axis in varying]
     return "-".join(p for p in parts if p) or record.cell_label
+
+
+def cell_names(records: Iterable[Record], varying: Sequence[str]) -> dict[str, str]:
+    """Cell label -> its short name (:func:`short_label`); a label whose short name another
+    cell shares (cells of two profiles that differ in what is not an axis) keeps itself."""
+    names = {r.cell_label: short_label(r, varying) for r in records}
+    taken = Counter(names.values())
+    return {label: name if taken[name] == 1 else label for label, name in names.items()}
 
 
 def _label_part(record: Record, axis: str) -> str:

@@ -22,7 +22,7 @@ from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.report.causes import Cause, cut
 from ftmatrix.report.changes import StatusChange
-from ftmatrix.report.first_screen import AxesShown, short_label
+from ftmatrix.report.first_screen import AxesShown, cell_names
 from ftmatrix.report.grid import (
     CASE_AXES,
     CELL_AXES,
@@ -272,7 +272,7 @@ def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]], shown
         buckets.setdefault((entry.record.cell_label, entry.operation), []).append(
             entry.record.status
         )
-    labels = {e.record.cell_label: short_label(e.record, shown.varying) for e in entries}
+    labels = cell_names((e.record for e in entries), shown.varying)
     head = "".join(
         f'<th scope=col><span class=vertical title="{escape(op)}">{escape(op)}</span></th>'
         for op in operations

@@ -20,7 +20,7 @@ from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 from ftmatrix.check.results import Results
 from ftmatrix.check.verdict import lookup_table
-from ftmatrix.report.first_screen import default_pivot_axes, trend_text
+from ftmatrix.report.first_screen import cell_names, default_pivot_axes, trend_text
 from ftmatrix.report.model import ReportData
 from ftmatrix.report.notices import missing_html, notices_html
 from ftmatrix.report.overview import (
@@ -58,7 +58,7 @@ def render_html(data: ReportData) -> str:
         compatibility=render_compatibility(entries, values),
         hud=render_hud(entries, values, data.shown),
         pivot_controls=pivot_controls_html(grid, values, axes),
-        pivot=pivot_html(grid, entries, values, axes),
+        pivot=pivot_html(grid, entries, values, axes, cell_names(grid.records, data.shown.varying)),
         changes=changes_html(data.changes),
         groups=causes_html(data.causes),
         trend=_trend(data.trend),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 
 from ftmatrix.cell.records import WHOLE_CELL, Record
@@ -75,8 +75,19 @@ def pivot_html(
     entries: Sequence[GridEntry],
     values: dict[str, list[str]],
     axes: tuple[str, str] = (DEFAULT_ROWS, DEFAULT_COLUMNS),
+    names: Mapping[str, str] | None = None,
 ) -> str:
-    """The first view (``axes``: rows, columns) and the data the script redraws from."""
+    """The first view (``axes``: rows, columns) and the data the script redraws from.
+
+    ``names``: cell label -> the name a row or column of cells shows (the axes that vary,
+    :func:`ftmatrix.report.first_screen.cell_names`); the full label is its title."""
+    names = names or {}
+
+    def heading(axis: str, value: str) -> str:
+        if axis == "cell" and names.get(value, value) != value:
+            return f'<span title="{escape(value)}">{escape(names[value])}</span>'
+        return escape(value)
+
     if not grid.rows:
         return "<p>No records found. Run <code>nox -s matrix</code> first.</p>"
     row_axis, column_axis = axes
@@ -98,7 +109,7 @@ def pivot_html(
             summary + "<div class=scroll id=grid-holder><noscript><p>This table needs scripts; the"
             " grid above and the failures below do not.</p></noscript></div>"
             + explained
-            + _pivot_data(entries, values)
+            + _pivot_data(entries, values, names)
         )
     table = pivot(entries, rows=row_axis, columns=column_axis)
     rows = [v for v in values[row_axis] if any((v, c) in table for c in values[column_axis])]
@@ -111,13 +122,15 @@ def pivot_html(
             cells = f'<td colspan="{len(columns)}">{_grid_cell(spanning)}</td>'
         else:
             cells = "".join(f"<td>{_combined_cell(m)}</td>" for m in members)
-        body.append(f"<tr><th scope=row><code>{escape(row)}</code></th>{cells}</tr>")
-    head = "".join(f"<th scope=col>{escape(c)}</th>" for c in columns)
+        body.append(f"<tr><th scope=row><code>{heading(row_axis, row)}</code></th>{cells}</tr>")
+    head = "".join(f"<th scope=col>{heading(column_axis, c)}</th>" for c in columns)
     return (
         summary + "<div class=scroll id=grid-holder><table class=grid>"
         f"<thead><tr><th scope=col>{escape(row_axis)} \\ {escape(column_axis)}</th>{head}"
         "</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table></div>" + explained + _pivot_data(entries, values)
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+        + explained
+        + _pivot_data(entries, values, names)
     )
 
 
@@ -158,10 +171,14 @@ def _combined_cell(members: Sequence[GridEntry]) -> str:
     )
 
 
-def _pivot_data(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
+def _pivot_data(
+    entries: Sequence[GridEntry], values: dict[str, list[str]], names: Mapping[str, str]
+) -> str:
+    data = pivot_data(entries, values)
+    data["names"] = [names.get(label, label) for label in values.get("cell", [])]
     # JSON inside a script element: '<' escaped so no value can close the element.
-    data = json.dumps(pivot_data(entries, values), separators=(",", ":")).replace("<", "\\u003c")
-    return f'<script type="application/json" id=pivot-data>{data}</script>'
+    text = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    return f'<script type="application/json" id=pivot-data>{text}</script>'
 
 
 def _grid_cell(record: Record) -> str:
