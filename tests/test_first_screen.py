@@ -89,13 +89,13 @@ def test_one_known_issue_over_two_signatures_is_one_cause_headed_by_its_title():
     causes = summary.split("## Failures by cause", 1)[1].split("##", 1)[0].strip().splitlines()
     assert causes == [
         f"- 3 results in 1 cell, fail: {KNOWN[0].title} (known: [over-count]"
-        "(https://github.com/huggingface/transformers/issues/46204); "
-        "affects an unestablished range (claimed, not proven: no cases named to prove it with "
-        "(proof.cases)))"
+        "(https://github.com/huggingface/transformers/issues/46204) "
+        "(affects an unestablished range (claimed, not proven: no cases named to prove it with "
+        "(proof.cases))))"
     ]
 
 
-def test_a_record_two_entries_explain_counts_once_under_each_and_never_twice_in_one():
+def test_records_two_entries_explain_are_one_cause_naming_both_and_counted_once():
     second = parse_known_issues(
         [
             {
@@ -108,10 +108,14 @@ def test_a_record_two_entries_explain_counts_once_under_each_and_never_twice_in_
         ],
         source="known_issues.yaml",
     )
-    record = broken("c1", "test_train.py::test_train_exact_update[accumulation-1]", "sig")
-    causes = causes_of(failure_groups([record], [*KNOWN, *second]))
-    assert sorted(c.known.id for c in causes if c.known) == ["also", "over-count"]
-    assert [c.count_text() for c in causes] == ["1 result in 1 cell"] * 2
+    records = [
+        broken("c1", "test_train.py::test_train_exact_update[accumulation-1]", "sig-train"),
+        broken("c1", "test_sft.py::test_sft_exact_update[accumulation-1]", "sig-sft"),
+    ]
+    [cause] = causes_of(failure_groups(records, [*KNOWN, *second]))
+    assert [e.id for e in cause.entries] == ["over-count", "also"]
+    assert cause.title == KNOWN[0].title
+    assert cause.count_text() == "2 results in 1 cell"
 
 
 def test_unexplained_failures_are_headed_by_a_readable_short_form():

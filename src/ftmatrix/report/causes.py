@@ -2,10 +2,11 @@
 
 :mod:`ftmatrix.report.failures` groups records by error signature, and one known issue
 often fits several signatures (the same over-count breaks an SFT case and a Trainer
-case with different contracts). A :class:`Cause` gathers every group one entry explains,
-so one upstream report is one heading; a group no entry explains stays a cause of its
-own, headed by a readable short form of what broke. A record that two entries explain
-is listed under both (each heading's count is true of its own entry).
+case with different contracts). A :class:`Cause` gathers every group one explanation
+covers, so one upstream report is one heading; a group no entry explains stays a cause
+of its own, headed by a readable short form of what broke. Where two entries fit the same
+records (overlapping reports), they are that cause's explanation together: its records
+are counted once, under one heading naming both.
 """
 
 from __future__ import annotations
@@ -30,17 +31,21 @@ _BROKEN = re.compile(r"^contracts broken: (?P<names>[\w, ]+)$")
 class Cause:
     """Failures with one explanation: a known issue, or one unexplained signature."""
 
-    key: str  # "known:<entry id>", or the unexplained group's key
-    title: str  # the known issue's title, or the short form of what broke
-    known: KnownIssue | None
+    key: str  # "known:<entry id>[+<entry id>...]", or the unexplained group's key
+    title: str  # the (first) known issue's title, or the short form of what broke
+    entries: tuple[KnownIssue, ...]  # the known issues that explain it; none: unexplained
     groups: tuple[FailureGroup, ...]  # the signatures it covers, largest first
     records: tuple[Record, ...]  # each (cell, case) once, by cell then case
 
     @property
+    def known(self) -> KnownIssue | None:
+        """The known issue it is headed by; None: unexplained."""
+        return self.entries[0] if self.entries else None
+
+    @property
     def link(self) -> str | None:
-        """The owning project's report, where it is a web page."""
-        upstream = self.known.upstream if self.known else None
-        return upstream if upstream and upstream.startswith("https://") else None
+        """The owning project's report of its heading's issue, where it is a web page."""
+        return web_link(self.known)
 
     @property
     def status(self) -> Status:
@@ -70,26 +75,28 @@ class Cause:
 def causes_of(groups: Sequence[FailureGroup]) -> list[Cause]:
     """One cause per known issue among ``groups``, one per unexplained group; largest first."""
     gathered: dict[str, list[FailureGroup]] = {}
-    entries: dict[str, KnownIssue] = {}
     for group in groups:
-        if not group.causes:
-            gathered.setdefault(group.key, []).append(group)
-        for entry in group.causes:
-            entries.setdefault(entry.id, entry)
-            gathered.setdefault("known:" + entry.id, []).append(group)
+        key = "known:" + "+".join(e.id for e in group.causes) if group.causes else group.key
+        gathered.setdefault(key, []).append(group)
     causes = []
     for key, members in gathered.items():
-        known = entries.get(key.removeprefix("known:")) if key.startswith("known:") else None
+        entries = members[0].causes
         causes.append(
             Cause(
                 key=key,
-                title=known.title if known else short_form(members[0]),
-                known=known,
+                title=entries[0].title if entries else short_form(members[0]),
+                entries=entries,
                 groups=tuple(members),
                 records=_each_once(r for g in members for r in g.records),
             )
         )
     return sorted(causes, key=lambda c: (-len(c.records), c.title))
+
+
+def web_link(entry: KnownIssue | None) -> str | None:
+    """An entry's owning report, where it is a web page (never another scheme)."""
+    upstream = entry.upstream if entry else None
+    return upstream if upstream and upstream.startswith("https://") else None
 
 
 def _each_once(records: Iterable[Record]) -> tuple[Record, ...]:

@@ -20,7 +20,8 @@ from html import escape
 
 from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
-from ftmatrix.report.causes import Cause, cut
+from ftmatrix.known_issues import KnownIssue
+from ftmatrix.report.causes import Cause, cut, web_link
 from ftmatrix.report.changes import StatusChange
 from ftmatrix.report.first_screen import AxesShown, cell_names
 from ftmatrix.report.grid import (
@@ -113,16 +114,21 @@ def _cause_item(cause: Cause) -> str:
         title = (
             f'<a class=issue href="{escape(cause.link)}" title="{escape(cause.title)}">{short}</a>'
         )
-    if cause.known:
-        name = escape(cause.known.id)
-        name = f'<a href="{escape(cause.link)}">{name}</a>' if cause.link else name
-        known = f" <span class=known>known issue {name}</span>"
-        if not cause.link:
-            known += " <span class=known>(no upstream report yet)</span>"
+    if cause.entries:
+        names = ", ".join(_entry_name(e) for e in cause.entries)
+        word = "known issue" if len(cause.entries) == 1 else "known issues"
+        known = f" <span class=known>{word} {names}</span>"
     else:
         known = " <strong class=new>unexplained</strong>"
     count = f'<a href="#group={cause.anchor}" data-group="{cause.anchor}">{cause.count_text()}</a>'
     return f"<li>{count}: {title}{known}</li>"
+
+
+def _entry_name(entry: KnownIssue) -> str:
+    link = web_link(entry)
+    if link:
+        return f'<a href="{escape(link)}">{escape(entry.id)}</a>'
+    return f"{escape(entry.id)} (no upstream report yet)"
 
 
 def _changes_headline(changes: Sequence[StatusChange]) -> str:

@@ -63,8 +63,9 @@ def _cause(cause: Cause) -> str:
     title = escape(cause.title)
     if cause.link:
         title = f'<a class=issue href="{escape(cause.link)}">{title}</a>'
-    if cause.known:
-        explained = _known_html(cause.known, cause.groups[0].claims.get(cause.known.id, ""))
+    if cause.entries:
+        claims = cause.groups[0].claims
+        explained = "".join(_known_html(e, claims.get(e.id, "")) for e in cause.entries)
     else:
         explained = (
             "<p><strong class=new>unexplained</strong>: no known issue's signature fits it</p>"

@@ -90,14 +90,15 @@ def _causes(causes: tuple[Cause, ...]) -> list[str]:
 
 
 def _known(cause: Cause) -> str:
-    """The cause's known issue, linked to its owning report; or that none explains it."""
-    known = cause.known
-    if known is None:
+    """The cause's known issues, each linked to its owning report; or that none explains it."""
+    if not cause.entries:
         return "**unexplained**"
-    claim = md_text(cause.groups[0].claims.get(known.id, ""))
-    name = md_link(known.id, known.upstream) if known.upstream else md_text(known.id)
-    where = "" if known.upstream else f" ({md_text(known.reported)})"
-    return f"known: {name}{where}; {claim}"
+    claims = cause.groups[0].claims
+    return "known: " + "; ".join(
+        (md_link(e.id, e.upstream) if e.upstream else f"{md_text(e.id)} ({md_text(e.reported)})")
+        + f" ({md_text(claims.get(e.id, ''))})"
+        for e in cause.entries
+    )
 
 
 def _problems(grid: Grid) -> list[str]:
