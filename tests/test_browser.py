@@ -503,7 +503,8 @@ def causes_report(tmp_path: Path) -> Path:
         "test_dpo.py::test_dpo_two_steps": ("dpo", None),
     }
     for cell_id, tf in (("c1", "4.57.6"), ("c2", "5.23.0")):
-        file = CellRecordFile(record_path(tmp_path, "r1", cell_id))
+        # Where a run writes a cell's records (docs/reference/output.md).
+        file = CellRecordFile(tmp_path / "records" / "r1" / f"{cell_id}.jsonl")
         for case, (operation, signature) in cases.items():
             over_counted = tf == "4.57.6" and operation in ("sft", "train")
             lora_broken = tf == "5.23.0" and operation == "lora"
