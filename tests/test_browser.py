@@ -7,6 +7,7 @@ Slow tier. Playwright's own browser download is impossible here, so it drives
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -84,7 +85,7 @@ def test_report_in_chromium(report: Path, tmp_path: Path):
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(report.as_uri())
+        page.goto(report.as_uri() + "#rows=cell&cols=case")  # cells x cases, as chosen
 
         rows = page.locator("table.grid tbody tr:visible")
         assert rows.count() == 3
@@ -213,7 +214,8 @@ def pivot_page(pivot_report: Path) -> Iterator[tuple[Any, list[str]]]:
         page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: problems.append(str(e)))
         page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
-        page.goto(pivot_report.as_uri())
+        # Cells x cases, as a reader chooses it (the page opens on the axes that vary).
+        page.goto(pivot_report.as_uri() + "#rows=cell&cols=case")
         yield page, problems
         browser.close()
 
@@ -398,7 +400,9 @@ def test_first_screen_answers_at_1280_px_and_a_square_opens_its_records(pivot_pa
     # The compact grid: cells x operations, a square opens that cell's records there.
     hud = page.locator("table.hud tbody tr")
     expect(hud).to_have_count(len(PIVOT_CELLS))
-    hud_square = hud.filter(has_text="peft5").locator("button.sq[data-op='grpo']")
+    # Rows are named by the axes that vary; the full label is the row's data-cell.
+    peft5 = hud.filter(has=page.locator("th[data-cell$='-peft5']"))
+    hud_square = peft5.locator("button.sq[data-op='grpo']")
     hud_square.hover()
     expect(hud_square).to_have_attribute(
         "title", "cpu-py3.11-tf5.23.0-trl0.19.1-peft5 grpo: 1 fail"
@@ -427,7 +431,7 @@ def test_a_deep_link_restores_the_view(pivot_report: Path):
         expect(items).to_have_count(2)  # peft 0.17.1 x trl 0.19.1, grpo: n/a and pass
         expect(page.locator("#pivot-summary")).to_contain_text("13 of 26 results")
         assert page.locator("#row-axis option:checked").inner_text() == "transformers"
-        expect(page.locator(f"#{group} details")).to_have_attribute("open", "")
+        expect(page.locator(f"#{group} details.cells")).to_have_attribute("open", "")
         # Keyboard: a square is a button; Enter opens its records.
         page.locator("table.compat button.sq").first.focus()
         page.keyboard.press("Enter")
@@ -470,6 +474,147 @@ def test_a_large_matrix_draws_the_any_two_axes_table_when_scrolled_to(
     with sync_playwright() as playwright:
         page = open_page(playwright, (tmp_path / "index.html").as_uri(), problems)
         page.locator("#grid-holder").scroll_into_view_if_needed()
-        expect(page.locator("table.grid tbody tr")).to_have_count(2)
+        # Opened on what varies: operations (one, sft) x trl.
+        expect(page.locator("table.grid tbody tr")).to_have_count(1)
+        expect(page.locator("table.grid thead th")).to_have_count(3)
         page.context.browser.close()
     assert problems == []
+
+
+OVER_COUNT_TITLE = "transformers' Trainer counts every label position for num_items_in_batch"
+OVER_COUNT_REPORT = "https://github.com/huggingface/transformers/issues/46204"
+
+
+@pytest.fixture
+def causes_report(tmp_path: Path) -> Path:
+    """Two cells differing in transformers only; one known issue over two signatures (SFT's
+    and the Trainer's), one unexplained break, the rest passing."""
+    known = tmp_path / "known_issues.yaml"
+    known.write_text(
+        f'- id: over-count\n  title: "{OVER_COUNT_TITLE}"\n  package: transformers\n'
+        f"  upstream: {OVER_COUNT_REPORT}\n"
+        "  match: {message: 'contracts broken: exact_update'}\n",
+        encoding="utf-8",
+    )
+    cases = {
+        "test_sft.py::test_sft_exact_update[accumulation-1]": ("sft", "sig-sft"),
+        "test_sft.py::test_sft_exact_update[accumulation-2]": ("sft", "sig-sft"),
+        "test_train.py::test_train_exact_update[accumulation-1]": ("train", "sig-train"),
+        "test_lora.py::test_lora_roundtrip": ("lora", "sig-lora"),
+        "test_dpo.py::test_dpo_two_steps": ("dpo", None),
+    }
+    for cell_id, tf in (("c1", "4.57.6"), ("c2", "5.23.0")):
+        # Where a run writes a cell's records (docs/reference/output.md).
+        file = CellRecordFile(tmp_path / "records" / "r1" / f"{cell_id}.jsonl")
+        for case, (operation, signature) in cases.items():
+            over_counted = tf == "4.57.6" and operation in ("sft", "train")
+            lora_broken = tf == "5.23.0" and operation == "lora"
+            file.add(
+                make_record(
+                    cell_id=cell_id,
+                    cell_label=f"cpu-py3.11-torch2.13.0-tf{tf}-trl1.16.0",
+                    pins={"torch": "2.13.0", "transformers": tf, "trl": "1.16.0"},
+                    case=case,
+                    operation=operation,
+                    status=Status.FAIL if over_counted or lora_broken else Status.PASS,
+                    exception_type="helpers.contracts.ContractError",
+                    message=(
+                        "contracts broken: exact_update, update_scale\nexact_update: weights "
+                        "after one SGD step (batch 4 x 1) against minus the reference gradient"
+                        if over_counted
+                        else "contracts broken: merged_logits\nmerged_logits: ..."
+                        if lora_broken
+                        else None
+                    ),
+                    signature=signature if over_counted or lora_broken else None,
+                )
+            )
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=datetime(2026, 11, 27, tzinfo=UTC), known_issues=known)
+    return tmp_path
+
+
+def on_first_screen(page: Any, selector: str) -> None:
+    box = page.locator(selector).first.bounding_box()
+    assert box is not None and box["y"] < 900, (selector, box)
+
+
+def assert_cells_named_by_what_varies(page: Any) -> None:
+    from playwright.sync_api import expect
+
+    # The any-two-axes table opens on what varies: operations x transformers.
+    assert page.locator("#row-axis option:checked").inner_text() == "operation"
+    assert page.locator("#column-axis option:checked").inner_text() == "transformers"
+    heads = page.locator("table.grid thead th").all_inner_texts()
+    assert heads == ["operation \\ transformers", "4.57.6", "5.23.0"]
+    on_first_screen(page, "table.grid tbody tr")
+    expect(page.locator(".fixed-axes")).to_contain_text(
+        "Every cell: hardware cpu, python 3.11, torch 2.13.0, trl 1.16.0"
+    )
+    # The compact grid names each cell by the axis that varies.
+    labels = page.locator("table.hud th.label")
+    assert labels.all_inner_texts() == ["tf4.57.6", "tf5.23.0"]
+    expect(labels.first).to_have_attribute("data-cell", "cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0")
+    # Cells as rows of the any-two-axes table: named the same way, the label a hover away.
+    page.select_option("#row-axis", label="cell")
+    rows = page.locator("table.grid tbody th")
+    expect(rows).to_have_count(2)
+    assert rows.all_inner_texts() == ["tf4.57.6", "tf5.23.0"]
+    expect(rows.first).to_have_attribute("title", "cpu-py3.11-torch2.13.0-tf4.57.6-trl1.16.0")
+    page.select_option("#row-axis", label="operation")
+    # No compatibility table where one package varies: a square still lists its records.
+    expect(page.locator("table.compat")).to_have_count(0)
+    page.locator("table.hud tbody tr").first.locator("button.sq[data-op='sft']").click()
+    expect(page.locator("#selection li")).to_have_count(2)
+
+
+def assert_one_cause_per_known_issue(page: Any) -> None:
+    from playwright.sync_api import expect
+
+    # The headline: one line per cause, the known issue's title a link to its report.
+    causes = page.locator("#headline ul.causes li")
+    expect(causes).to_have_count(2)
+    expect(causes.first.locator("a.issue")).to_have_attribute("href", OVER_COUNT_REPORT)
+    expect(causes.first.locator("a.issue")).to_have_text(OVER_COUNT_TITLE)
+    expect(causes.first.locator(".known a")).to_have_attribute("href", OVER_COUNT_REPORT)
+    expect(causes.first).to_contain_text("3 results in 1 cell")
+    expect(causes.nth(1)).to_contain_text("lora: merged logits is wrong")
+    expect(causes.nth(1).locator(".new")).to_have_text("unexplained")
+    on_first_screen(page, "#headline ul.causes")
+    # One section per known issue, however many signatures: its cell listed once.
+    sections = page.locator("section.group")
+    expect(sections).to_have_count(2)
+    over_count = sections.filter(has_text=OVER_COUNT_TITLE)
+    expect(over_count.locator("h3 a.issue")).to_have_attribute("href", OVER_COUNT_REPORT)
+    expect(over_count.locator("ul.signatures > li")).to_have_count(2)
+    causes.first.locator("a[data-group]").click()
+    expect(over_count).to_have_class(re.compile(r"\bchosen\b"))
+    cells = over_count.locator("ul.cause-cells > li")
+    expect(cells).to_have_count(1)
+    expect(cells.locator("li")).to_have_count(3)
+
+
+def test_the_first_screen_at_1400_px_names_what_varies_and_each_cause_once(
+    causes_report: Path, tmp_path: Path
+):
+    from playwright.sync_api import expect, sync_playwright
+    from screenshots import open_first_screen, write_screenshots
+
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        page = open_first_screen(playwright, causes_report / "index.html", problems)
+        assert_cells_named_by_what_varies(page)
+        # The legend is open and readable; text is 16 px.
+        legend = page.locator(".legend")
+        expect(legend).to_be_visible()
+        expect(legend.locator("dt")).to_have_count(len(Status))
+        on_first_screen(page, ".legend")
+        assert page.evaluate("getComputedStyle(document.body).fontSize") == "16px"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+        assert_one_cause_per_known_issue(page)
+        page.context.browser.close()
+    assert problems == []
+    # The docs' screenshots come from the same page and the same script.
+    shots = write_screenshots(causes_report, tmp_path / "shots")
+    assert [p.name for p in shots] == ["report-first-screen.png", "report-cause.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in shots)

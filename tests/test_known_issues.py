@@ -26,10 +26,10 @@ from ftmatrix.known_issues import (
     parse_known_issues,
 )
 from ftmatrix.proofs import unprovable_reason
+from ftmatrix.report.causes import causes_of
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import build_grid
 from ftmatrix.report.model import report_data
-from ftmatrix.report.overview import group_id
 from ftmatrix.report.page import render_html
 from ftmatrix.report.summary import render_markdown
 from ftmatrix.repositories import REPOSITORIES, fix_repository, report_repository
@@ -476,8 +476,8 @@ def test_the_report_groups_one_signature_by_its_causes(tmp_path: Path):
     page = render_html(
         report_data(grid, generated_at=datetime(2026, 11, 27, tzinfo=UTC), groups=groups)
     )
-    doubled = next(g for g in groups if g.known and g.known.id.endswith("doubled"))
-    section = page[page.index(f'<section class=group id="{group_id(doubled)}"') :]
+    doubled = next(c for c in causes_of(groups) if c.known and c.known.id.endswith("doubled"))
+    section = page[page.index(f'<section class=group id="{doubled.anchor}"') :]
     section = section[: section.index("</section>")]
     assert "transformers/issues/35663" in section and "46204" not in section
     assert "label tokens / (label tokens + rows)" not in section

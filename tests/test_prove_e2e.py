@@ -86,7 +86,7 @@ def test_prove_proves_a_real_entry_and_names_the_cell_that_refutes_a_wrong_one(t
     merge_records(report / "history.sqlite", [report / "records"])
     render_report(report, now=datetime.now(UTC), known_issues=tmp_path / "known_issues.yaml")
     summary = (report / "summary.md").read_text()
-    causes = [line for line in summary.splitlines() if line.startswith("- ") and " x fail " in line]
+    causes = [line for line in summary.splitlines() if line.startswith("- ") and ", fail: " in line]
     assert len(causes) == 1, summary
     assert "transformers/issues/35663" in causes[0] and "proven" in causes[0]
     assert "46204" not in summary and "over-count" not in summary

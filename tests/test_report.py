@@ -16,6 +16,7 @@ from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import ConfigError
 from ftmatrix.known_issues import KnownIssue, parse_known_issues
+from ftmatrix.report.causes import causes_of
 from ftmatrix.report.changes import changes_since_previous, pass_rates
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import (
@@ -31,6 +32,7 @@ from ftmatrix.report.model import report_data
 from ftmatrix.report.overview import compatibility_table
 from ftmatrix.report.page import render_html
 from ftmatrix.report.page_failures import reproduce_command
+from ftmatrix.report.page_grid import pivot_html
 from ftmatrix.report.render import render_report
 from ftmatrix.report.summary import render_markdown
 from ftmatrix.store import merge_outputs, newest_records
@@ -73,9 +75,11 @@ def test_uninstallable_cell_spans_its_row_with_the_resolver_reason():
         cell_id="c2",
         cell_label="cpu-py3.11-tf4.40.0-trl1.16.0",
     )
-    page = render_html(report_data(build_grid([make_record(), cell]), generated_at=NOW))
-    assert '<td colspan="1"><span class="status s-uninstallable"' in page
-    assert "depends on transformers&gt;=4.56.2" in page
+    data = report_data(build_grid([make_record(), cell]), generated_at=NOW)
+    # With cells as rows (the page opens on the axes that vary; here none but the cell).
+    table = pivot_html(data.grid, data.entries, data.axes, ("cell", "case"))
+    assert '<td colspan="1"><span class="status s-uninstallable"' in table
+    assert "depends on transformers&gt;=4.56.2" in render_html(data)
     assert reproduce_command(cell) == "nox -s 'matrix(cpu-py3.11-tf4.40.0-trl1.16.0)'"
 
 
@@ -401,7 +405,9 @@ def test_axis_values_and_cases_from_records_stay_inert_in_the_pivot():
         status=Status.FAIL,
         message="</script><!--",
     )
-    page = render_html(report_data(build_grid([evil]), generated_at=NOW))
+    # A second cell with another value: the axis varies, so it is offered as a filter.
+    other = make_record(cell_id="c2", cell_label="cpu-other", pins={XSS: "1", "trl": "1"})
+    page = render_html(report_data(build_grid([evil, other]), generated_at=NOW))
     assert "<script>alert" not in page
     assert "<img src=x" not in page
     assert "</script><!--" not in page
@@ -544,16 +550,18 @@ def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_ca
         status=Status.UNINSTALLABLE,
         reason="No solution found",
     )
-    groups = failure_groups([after])
-    html = render_headline([after, down], changes_since_previous([before, after]), groups)
+    causes = causes_of(failure_groups([after]))
+    html = render_headline([after, down], changes_since_previous([before, after]), causes)
     assert "<strong>1</strong> cell ran 1 case; <strong>1</strong> could not install." in html
     assert (
         "<strong>broke</strong>: 1 result (sft) in 1 cell when transformers 5.22.0 \u2192 "
         "5.23.0 moved" in html
     )
-    assert "1 &times; peft 0.17.1 imports HybridCache, which transformers 5.23.0 does not have" in (
-        html
+    assert (
+        '1 result in 1 cell</a>: <span title="peft 0.17.1 imports HybridCache, which '
+        'transformers 5.23.0 does not have">peft 0.17.1 imports HybridCache' in html
     )
+    assert "<strong class=new>unexplained</strong>" in html
     assert "reused" not in html  # the records say nothing of reuse
     assert "Nothing broke" in render_headline([before], [], [])
 

@@ -20,8 +20,10 @@ from ftmatrix.check.results import KnownIssueLink, Results, member_key, results_
 from ftmatrix.known_issues import KnownIssue, load_known_issues
 from ftmatrix.live_runs import RunInProgress
 from ftmatrix.proofs import EntryProof
+from ftmatrix.report.causes import Cause, causes_of
 from ftmatrix.report.changes import StatusChange, changes_since_previous
 from ftmatrix.report.failures import FailureGroup, failure_groups
+from ftmatrix.report.first_screen import AxesShown, axes_shown
 from ftmatrix.report.grid import Grid, GridEntry, build_grid, grid_axes, grid_entries, reused_cells
 from ftmatrix.report.installability import read_installability
 from ftmatrix.report.notices import quarantined
@@ -38,7 +40,9 @@ class ReportData:
     entries: tuple[GridEntry, ...]  # the grid's (cell, case) results, as the pivot reads them
     axes: dict[str, list[str]]  # every axis of the entries and its values, in order
     reused: Mapping[str, str]  # cell label -> the run its results were carried from
-    groups: tuple[FailureGroup, ...]  # failures grouped by cause, with their known issues
+    groups: tuple[FailureGroup, ...]  # failures grouped by signature, with their known issues
+    causes: tuple[Cause, ...]  # the groups gathered by known issue: one heading per entry
+    shown: AxesShown  # the cell-level axes that vary, and the rest said once
     changes: tuple[StatusChange, ...]  # regressions and fixes since the previous run
     trend: Mapping[str, list[tuple[str, float]]]  # operation -> (run, pass rate), oldest first
     probes: tuple[Record, ...]  # the cap probes' records: shown apart, never in the grid
@@ -72,13 +76,16 @@ def report_data(
     ``latest`` defaults to the grid's records and the probes (what the history's newest
     records are, where they were not read from one)."""
     entries = tuple(grid_entries(grid.records))
+    axes = grid_axes(entries)
     return ReportData(
         generated_at=generated_at,
         grid=grid,
         entries=entries,
-        axes=grid_axes(entries),
+        axes=axes,
         reused=reused_cells(grid.records),
         groups=tuple(groups),
+        causes=tuple(causes_of(groups)),
+        shown=axes_shown(axes),
         changes=tuple(changes),
         trend=dict(trend or {}),
         probes=tuple(probes),

@@ -14,17 +14,16 @@ reader picks other packages or an operation, and lists the records of a square.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from html import escape
 
 from ftmatrix.cell.records import WHOLE_CELL, Record
-from ftmatrix.cell.signature import unwrap_message
 from ftmatrix.cell.status import Status
-from ftmatrix.messages import headline
+from ftmatrix.known_issues import KnownIssue
+from ftmatrix.report.causes import Cause, cut, web_link
 from ftmatrix.report.changes import StatusChange
-from ftmatrix.report.failures import FailureGroup
+from ftmatrix.report.first_screen import AxesShown, cell_names
 from ftmatrix.report.grid import (
     CASE_AXES,
     CELL_AXES,
@@ -39,11 +38,9 @@ from ftmatrix.versions import version_order
 # first compatibility table shows when the matrix has both axes.
 PREFERRED_PAIR = ("transformers", "trl")
 ALL_OPERATIONS = ""
-
-
-def group_id(group: FailureGroup) -> str:
-    """The id of a failure group's section (``#group=...`` opens it): stable per cause."""
-    return "g-" + hashlib.sha256(group.key.encode()).hexdigest()[:10]
+# The causes the headline names; the rest are a link away, in "Failures by cause".
+HEADLINE_CAUSES = 5
+HEADLINE_TITLE = 75  # characters of a cause's title: one line at 1400 px
 
 
 def package_axes(values: dict[str, list[str]]) -> list[str]:
@@ -61,7 +58,7 @@ def default_pair(values: dict[str, list[str]]) -> tuple[str, str] | None:
 
 
 def render_headline(
-    records: Sequence[Record], changes: Sequence[StatusChange], groups: Sequence[FailureGroup]
+    records: Sequence[Record], changes: Sequence[StatusChange], causes: Sequence[Cause]
 ) -> str:
     """What happened, in a few lines: runs and cells, breaks and fixes, largest causes."""
     cells = {r.cell_id for r in records}
@@ -86,20 +83,17 @@ def render_headline(
         )
     parts = [f"<p class=facts>{'; '.join(facts)}.</p>"]
     parts.append(_changes_headline(changes))
-    if groups:
-        items = "".join(
-            f'<li><a href="#group={group_id(g)}" data-group="{group_id(g)}">'
-            f"{len(g.records)} &times; {escape(_cause_text(g))}</a>"
-            + (
-                f" <span class=known>known: {escape(', '.join(c.id for c in g.causes))}</span>"
-                if g.causes
-                else " <strong class=new>unexplained</strong>"
-            )
-            + "</li>"
-            for g in groups[:3]
+    if causes:
+        items = "".join(_cause_item(c) for c in causes[:HEADLINE_CAUSES])
+        more = (
+            f' <a href="#causes">{len(causes) - HEADLINE_CAUSES} more below</a>'
+            if len(causes) > HEADLINE_CAUSES
+            else ""
         )
-        more = f" (of {len(groups)})" if len(groups) > 3 else ""
-        parts.append(f"<p class=causes-head>Largest causes{more}:</p><ul class=causes>{items}</ul>")
+        parts.append(
+            f"<p class=causes-head>{_n(len(causes), 'cause')}, largest first:{more}</p>"
+            f"<ul class=causes>{items}</ul>"
+        )
     return f"<section id=headline aria-label=headline>{''.join(parts)}</section>"
 
 
@@ -111,10 +105,30 @@ def _n(count: int, word: str) -> str:
     return f"{count} {_plural(count, word)}"
 
 
-def _cause_text(group: FailureGroup) -> str:
-    if group.blame:
-        return group.blame
-    return (headline(unwrap_message(group.message)) or group.status.value)[:160]
+def _cause_item(cause: Cause) -> str:
+    """A cause in the headline: its title (a link to the owning project's report), the
+    known issue's name, and how much it broke (a link to its section below)."""
+    short = escape(cut(cause.title, HEADLINE_TITLE))
+    title = f'<span title="{escape(cause.title)}">{short}</span>'
+    if cause.link:
+        title = (
+            f'<a class=issue href="{escape(cause.link)}" title="{escape(cause.title)}">{short}</a>'
+        )
+    if cause.entries:
+        names = ", ".join(_entry_name(e) for e in cause.entries)
+        word = "known issue" if len(cause.entries) == 1 else "known issues"
+        known = f" <span class=known>{word} {names}</span>"
+    else:
+        known = " <strong class=new>unexplained</strong>"
+    count = f'<a href="#group={cause.anchor}" data-group="{cause.anchor}">{cause.count_text()}</a>'
+    return f"<li>{count}: {title}{known}</li>"
+
+
+def _entry_name(entry: KnownIssue) -> str:
+    link = web_link(entry)
+    if link:
+        return f'<a href="{escape(link)}">{escape(entry.id)}</a>'
+    return f"{escape(entry.id)} (no upstream report yet)"
 
 
 def _changes_headline(changes: Sequence[StatusChange]) -> str:
@@ -167,7 +181,7 @@ def render_compatibility(entries: Sequence[GridEntry], values: dict[str, list[st
         "<label>operation <select id=compat-op>"
         f'<option value="">all (worst status)</option>{operations}</select></label></form>'
         f"<div id=compat-holder>{compatibility_table(entries, pair[0], pair[1])}</div>"
-        "<div id=selection tabindex=-1 aria-live=polite></div></section>"
+        "</section>"
     )
 
 
@@ -240,8 +254,22 @@ def _square(statuses: Sequence[Status], where: str | None, data: dict[str, str])
     )
 
 
-def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
-    """Cells x operations as small squares: the worst status of the cell's cases there."""
+def fixed_axes_html(shown: AxesShown) -> str:
+    """What every cell shares, said once above the grids that name cells by the rest."""
+    if not shown.fixed:
+        return ""
+    varying = ", ".join(shown.varying) or "nothing: one cell"
+    return (
+        f"<p class=fixed-axes>Every cell: {escape(shown.fixed_text())}. "
+        f"Cells differ in {escape(varying)}.</p>"
+    )
+
+
+def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]], shown: AxesShown) -> str:
+    """Cells x operations as small squares: the worst status of the cell's cases there.
+
+    Each row is named by the axes that vary (``tf4.57.6``), its full label in its title
+    and ``data-cell``; what every cell shares is said once above the table."""
     operations = values["operation"]
     if not entries or not operations:
         return ""
@@ -250,13 +278,13 @@ def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> st
         buckets.setdefault((entry.record.cell_label, entry.operation), []).append(
             entry.record.status
         )
-    labels = sorted({e.record.cell_label for e in entries})
+    labels = cell_names((e.record for e in entries), shown.varying)
     head = "".join(
         f'<th scope=col><span class=vertical title="{escape(op)}">{escape(op)}</span></th>'
         for op in operations
     )
     body = []
-    for label in labels:
+    for label in sorted(labels):
         tds = "".join(
             "<td>"
             + (
@@ -267,7 +295,10 @@ def render_hud(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> st
             + "</td>"
             for op in operations
         )
-        body.append(f"<tr><th scope=row class=label>{escape(label)}</th>{tds}</tr>")
+        body.append(
+            f'<tr><th scope=row class=label data-cell="{escape(label)}" title="{escape(label)}">'
+            f"{escape(labels[label])}</th>{tds}</tr>"
+        )
     return (
         "<section id=hud aria-labelledby=hud-title>"
         "<h2 id=hud-title>Every cell, every operation</h2>"

@@ -20,10 +20,16 @@ from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 from ftmatrix.check.results import Results
 from ftmatrix.check.verdict import lookup_table
+from ftmatrix.report.first_screen import cell_names, default_pivot_axes, trend_text
 from ftmatrix.report.model import ReportData
 from ftmatrix.report.notices import missing_html, notices_html
-from ftmatrix.report.overview import render_compatibility, render_headline, render_hud
-from ftmatrix.report.page_failures import changes_html, failures_html, groups_html
+from ftmatrix.report.overview import (
+    fixed_axes_html,
+    render_compatibility,
+    render_headline,
+    render_hud,
+)
+from ftmatrix.report.page_failures import causes_html, changes_html, failures_html
 from ftmatrix.report.page_grid import pivot_controls_html, pivot_html
 from ftmatrix.report.page_installability import installability_html
 from ftmatrix.report.probes import probes_html
@@ -36,6 +42,7 @@ SCRIPTS = ("state.js", "records.js", "pivot.js", "overview.js", "stack.js", "rep
 def render_html(data: ReportData) -> str:
     """One self-contained HTML page: no script or style is fetched from anywhere."""
     grid, entries, values = data.grid, data.entries, data.axes
+    axes = default_pivot_axes(data.shown)
     unreadable = "".join(f"<li>{escape(clean_paths(p))}</li>" for p in data.problems)
     return _page_template().substitute(
         style=_asset("report.css") + status_css(),
@@ -43,16 +50,17 @@ def render_html(data: ReportData) -> str:
         records=len(grid.records),
         cells=len(grid.rows),
         runs=escape(", ".join(grid.runs) or "none"),
+        fixed_axes=fixed_axes_html(data.shown),
         missing=notices_html(data.in_progress, data.unreadable) + missing_html(data.missing),
-        headline=render_headline(grid.records, data.changes, data.groups),
+        headline=render_headline(grid.records, data.changes, data.causes),
         counts=_summary(Counter(r.status for r in grid.records), data.reused),
-        legend=_legend(),
+        legend=_legend(Counter(r.status for r in grid.records)),
         compatibility=render_compatibility(entries, values),
-        hud=render_hud(entries, values),
-        pivot_controls=pivot_controls_html(grid, values),
-        pivot=pivot_html(grid, entries, values),
+        hud=render_hud(entries, values, data.shown),
+        pivot_controls=pivot_controls_html(grid, values, axes),
+        pivot=pivot_html(grid, entries, values, axes, cell_names(grid.records, data.shown.varying)),
         changes=changes_html(data.changes),
-        groups=groups_html(data.groups),
+        groups=causes_html(data.causes),
         trend=_trend(data.trend),
         stack_checker=_stack_checker(data.results),
         failures=failures_html(grid),
@@ -68,24 +76,27 @@ def render_html(data: ReportData) -> str:
 
 
 def _summary(counts: Counter[Status], reused: Mapping[str, str]) -> str:
-    chips = "".join(
-        f"<li>{status_chip(status)} {counts[status]}</li>" for status in Status if counts[status]
-    )
+    # How many of each status is in the legend, beside what the status means.
+    chips = ""
     if reused:
         chips += (
             f'<li class=reused title="results carried from an earlier run: lock, cases and '
             f'hardware unchanged">reused {len(reused)} {"cell" if len(reused) == 1 else "cells"}'
             "</li>"
         )
-    return f"<ul class=counts>{chips or '<li>No records yet.</li>'}</ul>"
+    if not counts:
+        chips = "<li>No records yet.</li>"
+    return f"<ul class=counts>{chips}</ul>" if chips else ""
 
 
-def _legend() -> str:
-    rows = "".join(
-        f"<tr><td>{status_chip(status)}</td><td>{escape(status.meaning)}</td></tr>"
+def _legend(counts: Counter[Status]) -> str:
+    # Open, not folded away: a first-time reader needs it to read the colours at all.
+    items = "".join(
+        f"<div><dt>{status_chip(status)}</dt><dd><strong class=count>{counts[status]}</strong> "
+        f"{escape(status.meaning)}</dd></div>"
         for status in Status
     )
-    return f"<details class=legend><summary>Legend</summary><table>{rows}</table></details>"
+    return f"<section class=legend aria-label=Legend><dl>{items}</dl></section>"
 
 
 def _trend(trend: Mapping[str, list[tuple[str, float]]]) -> str:
@@ -105,7 +116,7 @@ def _trend(trend: Mapping[str, list[tuple[str, float]]]) -> str:
             f'<svg width="{width}" height="{height}" role="img" aria-label="{escape(title)}">'
             f"<title>{escape(title)}</title>"
             f'<path d="{path}" fill="none" stroke="#0072b2" stroke-width="2"/></svg></td>'
-            f"<td>{points[-1][1]:.0%} in the newest of {len(points)} runs</td></tr>"
+            f"<td>{escape(trend_text(points))}</td></tr>"
         )
     return f"<h2>Pass rate per operation</h2><table class=trend>{''.join(rows)}</table>"
 

@@ -13,11 +13,11 @@ from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES
 from ftmatrix.known_issues import KnownIssue
 from ftmatrix.messages import headline
+from ftmatrix.report.causes import Cause, cut
 from ftmatrix.report.changes import StatusChange
-from ftmatrix.report.failures import FailureGroup
 from ftmatrix.report.grid import Grid, record_anchor, reuse_note
-from ftmatrix.report.overview import group_id
 from ftmatrix.report.status_chips import status_chip
+from ftmatrix.versions import version_order
 
 
 def reproduce_command(record: Record) -> str:
@@ -52,54 +52,92 @@ def changes_html(changes: Sequence[StatusChange]) -> str:
     return f"<h2>Changed since the previous run</h2><ul class=changes>{''.join(items)}</ul>"
 
 
-def groups_html(groups: Sequence[FailureGroup]) -> str:
-    if not groups:
+def causes_html(causes: Sequence[Cause]) -> str:
+    """Failures by cause: one section per known issue (or unexplained signature)."""
+    if not causes:
         return ""
-    return "<h2>Failures by cause</h2>" + "".join(_group(g) for g in groups)
+    return "<h2 id=causes>Failures by cause</h2>" + "".join(_cause(c) for c in causes)
 
 
-def _group(group: FailureGroup) -> str:
-    first = headline(group.message)
-    if group.causes:
-        known = "".join(_cause_html(c, group.claims[c.id]) for c in group.causes)
+def _cause(cause: Cause) -> str:
+    title = escape(cause.title)
+    if cause.link:
+        title = f'<a class=issue href="{escape(cause.link)}">{title}</a>'
+    if cause.entries:
+        claims = cause.groups[0].claims
+        explained = "".join(_known_html(e, claims.get(e.id, "")) for e in cause.entries)
     else:
-        known = "<p><strong class=new>unexplained</strong>: no known issue's signature fits it</p>"
-    late = (
-        f"<p class=late>Still failing after its fix: {escape(', '.join(group.late_fixes))}</p>"
-        if group.late_fixes
-        else ""
+        explained = (
+            "<p><strong class=new>unexplained</strong>: no known issue's signature fits it</p>"
+        )
+    late = sorted({x for g in cause.groups for x in g.late_fixes})
+    late_html = (
+        f"<p class=late>Still failing after its fix: {escape(', '.join(late))}</p>" if late else ""
     )
     bad = "".join(
         f"<li>first bad {escape(str(f.get('axis')))} {escape(str(f.get('first_bad')))} "
         f"(last good {escape(str(f.get('last_good')))})</li>"
-        for f in group.first_bad
-    )
-    versions = "; ".join(f"{escape(k)} {escape(', '.join(v))}" for k, v in group.versions.items())
-    cells = "".join(
-        f'<li><a href="#{record_anchor(r)}"><code>{escape(r.cell_label)}</code> '
-        f"<code>{escape(r.case)}</code></a></li>"
-        for r in group.records
+        for f in {repr(f): f for g in cause.groups for f in g.first_bad}.values()
     )
     return (
-        f'<section class=group id="{group_id(group)}"><h3>{status_chip(group.status)} '
-        f"{len(group.records)} x "
-        f"<code>{escape(group.exception_type or '')}</code> {escape(first[:300])}</h3>"
-        + (f"<p class=blame>{escape(group.blame)}</p>" if group.blame else "")
-        + f"{known}{late}<p class=versions>Versions: {versions}</p>"
+        f'<section class=group id="{cause.anchor}"><h3>{status_chip(cause.status)} {title}</h3>'
+        f"{explained}{_signatures(cause)}{late_html}"
+        f"<p class=versions>Versions: {_versions(cause.records)}</p>"
         + (f"<ul class=first-bad>{bad}</ul>" if bad else "")
-        + f"<details><summary>{len(group.records)} cells</summary><ul>{cells}</ul></details>"
+        + f"<details class=cells><summary>{cause.count_text()}</summary>{_cells(cause)}</details>"
         "</section>"
     )
 
 
-def _cause_html(cause: KnownIssue, proven: str) -> str:
-    """One known issue beside a failure group: its owning report, its range, its workaround."""
+def _signatures(cause: Cause) -> str:
+    """How it broke: each signature's readable line, the whole message a click away."""
+    items = []
+    for group in cause.groups:
+        line = group.blame or headline(group.message)
+        kind = (group.exception_type or "").rsplit(".", 1)[-1]
+        items.append(
+            f"<li><details class=signature><summary>{len(group.records)} &times; "
+            f"<code>{escape(kind)}</code> {escape(cut(line))}</summary>"
+            f"<pre class=message>{escape(group.message)}</pre></details></li>"
+        )
+    return f"<ul class=signatures>{''.join(items)}</ul>"
+
+
+def _versions(records: Sequence[Record]) -> str:
+    seen: dict[str, set[str]] = {}
+    for record in records:
+        for package, version in record.pins.items():
+            seen.setdefault(package, set()).add(version or "none")
+    return "; ".join(
+        f"{escape(k)} {escape(', '.join(sorted(v, key=version_order)))}" for k, v in seen.items()
+    )
+
+
+def _cells(cause: Cause) -> str:
+    """Each cell once, its cases under it, each a link to its record."""
+    by_cell: dict[str, list[Record]] = {r.cell_label: [] for r in cause.records}
+    for record in cause.records:
+        by_cell[record.cell_label].append(record)
+    items = "".join(
+        f"<li><code>{escape(label)}</code><ul>"
+        + "".join(
+            f'<li><a href="#{record_anchor(r)}"><code>{escape(r.case)}</code></a></li>'
+            for r in records
+        )
+        + "</ul></li>"
+        for label, records in by_cell.items()
+    )
+    return f"<ul class=cause-cells>{items}</ul>"
+
+
+def _known_html(cause: KnownIssue, proven: str) -> str:
+    """The known issue of a cause: its owning report, its range, its workaround."""
     link = (
         f'<a href="{escape(cause.upstream)}">{escape(cause.id)}</a>'
         if cause.upstream and cause.upstream.startswith("https://")
         else f"{escape(cause.id)} ({escape(cause.reported)})"
     )
-    text = f"known issue {link}: {escape(cause.title)} <span class=claim>{escape(proven)}</span>"
+    text = f"known issue {link} <span class=claim>{escape(proven)}</span>"
     if cause.workaround:
         text += f" <em>Workaround: {escape(cause.workaround)}</em>"
     return f"<p class=cause>{text}</p>"

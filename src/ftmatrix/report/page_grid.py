@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 
 from ftmatrix.cell.records import WHOLE_CELL, Record
@@ -30,9 +30,13 @@ from ftmatrix.report.status_chips import status_chip
 SERVER_PIVOT_LIMIT = 3000
 
 
-def pivot_controls_html(grid: Grid, values: dict[str, list[str]]) -> str:
-    """The table's axes and filters; hidden until the script runs: without it these
-    controls could do nothing."""
+def pivot_controls_html(
+    grid: Grid,
+    values: dict[str, list[str]],
+    axes: tuple[str, str] = (DEFAULT_ROWS, DEFAULT_COLUMNS),
+) -> str:
+    """The table's axes (``axes``: rows, columns first) and filters; hidden until the
+    script runs: without it these controls could do nothing."""
     if not grid.rows:
         return ""
 
@@ -52,11 +56,12 @@ def pivot_controls_html(grid: Grid, values: dict[str, list[str]]) -> str:
         + "".join(f'<option value="{j}">{escape(v)}</option>' for j, v in enumerate(vs))
         + "</select></label> "
         for i, (axis, vs) in enumerate(values.items())
+        if len(vs) > 1  # an axis with one value filters nothing
     )
     return (
         '<form class=filters id=pivot-controls hidden onsubmit="return false">'
-        f"<p><label>Rows <select id=row-axis>{axis_options(DEFAULT_ROWS)}</select></label> "
-        f"<label>columns <select id=column-axis>{axis_options(DEFAULT_COLUMNS)}</select></label> "
+        f"<p><label>Rows <select id=row-axis>{axis_options(axes[0])}</select></label> "
+        f"<label>columns <select id=column-axis>{axis_options(axes[1])}</select></label> "
         "<label>cells matching <input id=filter type=search "
         'placeholder="e.g. tf5.23 trl1.16"></label> '
         '<label>rows showing <select id=status-filter><option value="">any status</option>'
@@ -65,31 +70,50 @@ def pivot_controls_html(grid: Grid, values: dict[str, list[str]]) -> str:
     )
 
 
-def pivot_html(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
-    """The default view (rows: cells, columns: cases) and the data the script redraws from."""
+def pivot_html(
+    grid: Grid,
+    entries: Sequence[GridEntry],
+    values: dict[str, list[str]],
+    axes: tuple[str, str] = (DEFAULT_ROWS, DEFAULT_COLUMNS),
+    names: Mapping[str, str] | None = None,
+) -> str:
+    """The first view (``axes``: rows, columns) and the data the script redraws from.
+
+    ``names``: cell label -> the name a row or column of cells shows (the axes that vary,
+    :func:`ftmatrix.report.first_screen.cell_names`); the full label is its title."""
+    names = names or {}
+
+    def heading(axis: str, value: str) -> str:
+        if axis == "cell" and names.get(value, value) != value:
+            return f'<span title="{escape(value)}">{escape(names[value])}</span>'
+        return escape(value)
+
     if not grid.rows:
         return "<p>No records found. Run <code>nox -s matrix</code> first.</p>"
-    intro = (
+    row_axis, column_axis = axes
+    summary = (
+        f"<p id=pivot-summary class=meta>{len(entries)} results,"
+        f" rows: {escape(row_axis)}, columns: {escape(column_axis)}.</p>"
+    )
+    # Said below the table: the first screen is for the table itself.
+    explained = (
         "<p class=meta>A result is one case in one cell; a cell that never got to run its"
         " cases (say, uninstallable) counts once for each of them. A grid cell holding"
         " several results shows the worst, how many have it and out of how many; open"
         " it for the list.</p>"
-        f"<p id=pivot-summary class=meta>{len(entries)} results,"
-        f" rows: {DEFAULT_ROWS}, columns: {DEFAULT_COLUMNS}.</p>"
     )
     if len(entries) > SERVER_PIVOT_LIMIT:
         # A large matrix: the compact grid above reads without scripts; this table is
         # drawn by the script when scrolled to, so it costs neither bytes nor first paint.
         return (
-            intro + "<div class=scroll id=grid-holder><noscript><p>This table needs scripts; the"
+            summary + "<div class=scroll id=grid-holder><noscript><p>This table needs scripts; the"
             " grid above and the failures below do not.</p></noscript></div>"
-            + _pivot_data(entries, values)
+            + explained
+            + _pivot_data(entries, values, names)
         )
-    table = pivot(entries, rows=DEFAULT_ROWS, columns=DEFAULT_COLUMNS)
-    rows = [
-        v for v in values[DEFAULT_ROWS] if any((v, c) in table for c in values[DEFAULT_COLUMNS])
-    ]
-    columns = [c for c in values[DEFAULT_COLUMNS] if any((r, c) in table for r in rows)]
+    table = pivot(entries, rows=row_axis, columns=column_axis)
+    rows = [v for v in values[row_axis] if any((v, c) in table for c in values[column_axis])]
+    columns = [c for c in values[column_axis] if any((r, c) in table for r in rows)]
     body = []
     for row in rows:
         members = [table.get((row, column), []) for column in columns]
@@ -98,12 +122,15 @@ def pivot_html(grid: Grid, entries: Sequence[GridEntry], values: dict[str, list[
             cells = f'<td colspan="{len(columns)}">{_grid_cell(spanning)}</td>'
         else:
             cells = "".join(f"<td>{_combined_cell(m)}</td>" for m in members)
-        body.append(f"<tr><th scope=row><code>{escape(row)}</code></th>{cells}</tr>")
-    head = "".join(f"<th scope=col>{escape(c)}</th>" for c in columns)
+        body.append(f"<tr><th scope=row><code>{heading(row_axis, row)}</code></th>{cells}</tr>")
+    head = "".join(f"<th scope=col>{heading(column_axis, c)}</th>" for c in columns)
     return (
-        intro + "<div class=scroll id=grid-holder><table class=grid>"
-        f"<thead><tr><th scope=col>{DEFAULT_ROWS} \\ {DEFAULT_COLUMNS}</th>{head}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table></div>" + _pivot_data(entries, values)
+        summary + "<div class=scroll id=grid-holder><table class=grid>"
+        f"<thead><tr><th scope=col>{escape(row_axis)} \\ {escape(column_axis)}</th>{head}"
+        "</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+        + explained
+        + _pivot_data(entries, values, names)
     )
 
 
@@ -144,10 +171,14 @@ def _combined_cell(members: Sequence[GridEntry]) -> str:
     )
 
 
-def _pivot_data(entries: Sequence[GridEntry], values: dict[str, list[str]]) -> str:
+def _pivot_data(
+    entries: Sequence[GridEntry], values: dict[str, list[str]], names: Mapping[str, str]
+) -> str:
+    data = pivot_data(entries, values)
+    data["names"] = [names.get(label, label) for label in values.get("cell", [])]
     # JSON inside a script element: '<' escaped so no value can close the element.
-    data = json.dumps(pivot_data(entries, values), separators=(",", ":")).replace("<", "\\u003c")
-    return f'<script type="application/json" id=pivot-data>{data}</script>'
+    text = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    return f'<script type="application/json" id=pivot-data>{text}</script>'
 
 
 def _grid_cell(record: Record) -> str:

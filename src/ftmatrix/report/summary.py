@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.messages import headline
-from ftmatrix.report.failures import FailureGroup
+from ftmatrix.report.causes import Cause, cut
 from ftmatrix.report.grid import Grid, unverified
 from ftmatrix.report.md_text import md_code, md_link, md_text
 from ftmatrix.report.model import ReportData
@@ -27,7 +27,7 @@ def render_markdown(data: ReportData) -> str:
         _counts(data),
         *_grid(data.grid, data.reused),
         *_changes(data),
-        *_groups(data.groups),
+        *_causes(data.causes),
         *_problems(data.grid),
     ]
     return "\n".join(lines) + "\n" + probes_markdown(data.probe_outcomes)
@@ -76,27 +76,28 @@ def _changes(data: ReportData) -> list[str]:
     return lines
 
 
-def _groups(groups: tuple[FailureGroup, ...]) -> list[str]:
-    if not groups:
+def _causes(causes: tuple[Cause, ...]) -> list[str]:
+    """One line per cause, as the page heads it: one per known issue, titled."""
+    if not causes:
         return []
     lines = ["", "## Failures by cause", ""]
-    for group in groups:
-        first = headline(group.message)
+    for cause in causes:
         lines.append(
-            f"- {len(group.records)} x {group.status.value} {_known(group)}: "
-            f"{md_text(first[:200])}" + (f" ({md_text(group.blame)})" if group.blame else "")
+            f"- {cause.count_text()}, {cause.status.value}: {md_text(cut(cause.title, 160))} "
+            f"({_known(cause)})"
         )
     return lines
 
 
-def _known(group: FailureGroup) -> str:
-    """The known issues a group's signature fits, each linked to its owning report."""
-    if not group.causes:
+def _known(cause: Cause) -> str:
+    """The cause's known issues, each linked to its owning report; or that none explains it."""
+    if not cause.entries:
         return "**unexplained**"
+    claims = cause.groups[0].claims
     return "known: " + "; ".join(
-        (md_link(c.id, c.upstream) if c.upstream else f"{md_text(c.id)} ({md_text(c.reported)})")
-        + f" ({md_text(group.claims[c.id])})"
-        for c in group.causes
+        (md_link(e.id, e.upstream) if e.upstream else f"{md_text(e.id)} ({md_text(e.reported)})")
+        + f" ({md_text(claims.get(e.id, ''))})"
+        for e in cause.entries
     )
 
 

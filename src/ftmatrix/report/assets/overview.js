@@ -151,7 +151,7 @@
   function openGroup(id, scroll) {
     var section = id && document.getElementById(id);
     if (!section || section.className.indexOf("group") < 0) { return; }
-    var inner = section.querySelector("details");
+    var inner = section.querySelector("details.cells") || section.querySelector("details");
     if (inner) { inner.open = true; }
     section.classList.add("chosen");
     if (scroll) { section.scrollIntoView(); }
@@ -159,7 +159,8 @@
 
   function hudSelection(button) {
     var row = button.closest("tr");
-    return {cell: row.cells[0].textContent, op: button.getAttribute("data-op")};
+    // The row is named by the axes that vary; its full label is data-cell.
+    return {cell: row.cells[0].getAttribute("data-cell"), op: button.getAttribute("data-op")};
   }
   // The compact grid's squares carry no title (a large grid would double in size):
   // it is written when the pointer or the focus first reaches one.

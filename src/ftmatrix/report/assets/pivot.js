@@ -37,6 +37,8 @@
 
   var shared = window.ftmatrixRecords(data);
   var value = shared.value, el = shared.el, badge = shared.badge;
+  // Cells (axis 0) are named by the axes that vary; the full label is the title.
+  function name(axis, v) { return axis === 0 && data.names ? data.names[v] : values[axis][v]; }
   function problem(i) { return recs[i + 5] >= 0 && data.statuses[recs[i + 3]][2] === 1; }
   function detailLink(i) {
     var a = el("a", "", "details");
@@ -159,15 +161,17 @@
     corner.setAttribute("scope", "col");
     tr.appendChild(corner);
     columns.forEach(function (c) {
-      var th = el("th", "", values[ca][c]);
+      var th = el("th", "", name(ca, c));
       th.setAttribute("scope", "col");
+      if (ca === 0) { th.title = values[0][c]; }
       tr.appendChild(th);
     });
     thead.appendChild(tr);
     rows.forEach(function (r) {
       var row = el("tr"), th = el("th"), spanned = spanning(buckets, r, columns);
       th.setAttribute("scope", "row");
-      th.appendChild(el("code", "", values[ra][r]));
+      th.appendChild(el("code", "", name(ra, r)));
+      if (ra === 0) { th.title = values[0][r]; }
       row.appendChild(th);
       if (spanned >= 0) {
         var td = el("td");
