@@ -106,7 +106,8 @@ def test_small_matrix_runs_every_cell_and_reports(tmp_path: Path):
     assert new_six_new_attrs["test_framework_result_is_checked"] == "pass"
 
     page = (tmp_path / "out" / "index.html").read_text()
-    assert page.count("<tr><th scope=row><code>cpu-py3.11-six") == 4  # one grid row per cell
+    # One grid row per cell, named by the axes that vary, the full label kept beside it.
+    assert page.count('<tr><th scope=row class=label data-cell="cpu-py3.11-six') == 4
     assert "six 1.16.0 gives the wrong answer" in page
 
     # The report alone re-runs nothing: same records, rebuilt page.
@@ -131,7 +132,7 @@ def test_cells_one_at_a_time_or_side_by_side_share_one_run_and_the_report_follow
     assert len(records) == 4 * 6
     assert len({r["run_id"] for r in records}) == 1
     page = (tmp_path / "out" / "index.html").read_text()
-    assert page.count("<tr><th scope=row><code>cpu-py3.11-six") == 4
+    assert page.count('<tr><th scope=row class=label data-cell="cpu-py3.11-six') == 4
     if jobs == "1":  # one after another in one nox: the report session is queued after them
         assert "Running session report" in ran.stderr
         assert (
