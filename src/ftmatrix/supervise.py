@@ -271,7 +271,7 @@ def _attempt(
     pump.start()
     killed_for: Status | None = None
     cell_deadline_passed = False
-    workers = _Workers(files, process.pid, limits, lambda: "".join(tail), on_casualty)
+    workers = _Workers(files, process.pid, limits, lambda: _output(tail, fatal), on_casualty)
     try:
         while not _ended_within(process, POLL_SECONDS):
             note = _read_note(current)
@@ -316,7 +316,7 @@ def _attempt(
         killed_for=killed_for,
         running=tuple([note] if note else left),
         casualties=workers.casualties,
-        output_tail="".join([*(line for line in fatal if line not in tail), *tail]),
+        output_tail=_output(tail, fatal),
         cell_deadline_passed=cell_deadline_passed,
         unwritten=tuple(unwritten),
     )
@@ -497,6 +497,14 @@ def _ended_within(process: subprocess.Popen[bytes], seconds: float) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
+
+
+def _output(tail: collections.deque[str], fatal: collections.deque[str]) -> str:
+    """The attempt's output so far: its last lines, after the interpreter's word on a crash
+    where the tail lost it. Copies first (one step each): the pump thread appends meanwhile,
+    and a deque changed while it is iterated raises."""
+    last, crashes = tail.copy(), fatal.copy()
+    return "".join([*(line for line in crashes if line not in last), *last])
 
 
 def _pump(
