@@ -159,7 +159,7 @@ def planned_without_records(records_root: Path, env: Mapping[str, str]) -> list[
         run.run_id == newest.name for run in runs_in_progress(records_root, env)
     ):
         return []
-    recorded = {p.name.removesuffix(".jsonl") for p in newest.glob("*.jsonl")}
+    recorded = {p.name.removesuffix(RECORDS_SUFFIX) for p in newest.glob(f"*{RECORDS_SUFFIX}")}
     return sorted(
         label for cell_id, label in planned_cells(newest).items() if cell_id not in recorded
     )

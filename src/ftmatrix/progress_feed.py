@@ -46,6 +46,7 @@ BROKEN = (
     Status.INSTALL_ERROR,
     Status.UNINSTALLABLE,
 )
+_BROKEN_VALUES = frozenset(s.value for s in BROKEN)  # what a feed event's status reads as
 
 
 class FeedWriter:
@@ -98,7 +99,7 @@ class Tally:
         if kind == "case-finished":
             status, case = str(event.get("status")), str(event.get("case", ""))
             self.counts[status] += 1
-            if status in {s.value for s in BROKEN}:
+            if status in _BROKEN_VALUES:
                 self.failures.append((cell, case, status))
             return self.line(now, f"{cell}: {case}: {status}")
         if kind == "note":

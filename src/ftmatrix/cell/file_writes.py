@@ -74,8 +74,8 @@ def locked_folder(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``path``'s folder; the holder's death releases it.
 
     The folder, not a file beside ``path``: a lock file would be left among the
-    records, and ``path`` itself is replaced on every write. Cells of a run share
-    the folder, but each holds the lock only for one small rewrite.
+    records, and ``path`` itself is replaced when it is compacted. Cells of a run share
+    the folder, but each holds the lock only for one small write.
     """
     if fcntl is None:  # Windows, where nothing else of the supervisor works either
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,8 +110,7 @@ def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
+            os.fsync(handle.fileno())
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,8 +1,8 @@
 """The record: what one case did in one cell, its JSON schema, and its files.
 
-One JSONL file per cell, rewritten whole through a temporary file and a rename
-after every case, so a run killed at any moment leaves each file either as it
-was before the last case or as it is after it, never half-written.
+One JSONL file per cell, a line appended whole after every case (compaction rewrites it
+through a temporary file and a rename: :mod:`ftmatrix.cell.file_writes`), so a run killed at
+any moment leaves each file as it was before the last case or as it is after it.
 
 This module runs inside each cell's environment (the results plugin uses it), so
 it imports the standard library only.
@@ -25,11 +25,6 @@ from ftmatrix.cell.files import RUN_ID_RULE, CellFiles, is_run_id
 from ftmatrix.cell.redact import Redactor, redact_text
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
-
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 1
 
@@ -507,7 +502,9 @@ def _current_redactor() -> _Redactor:
     stored = getattr(os.environ, "_data", None)
     if not isinstance(stored, dict):  # not CPython's os.environ: read it as text
         stored = dict(os.environ)
-    now = {k: v for k, v in stored.items() if k not in _PER_CASE_KEYS}
+    now = stored.copy()
+    for key in _PER_CASE_KEYS:
+        now.pop(key, None)
     if _redacted_for is None or _redacted_for[0] != now:
         env = {k: v for k, v in os.environ.items() if k not in _PER_CASE_VARIABLES}
         _redacted_for = (now, _Redactor(env))

@@ -2,8 +2,8 @@
 
 By value, not by field: a secret reaches a record through a message, a traceback, a
 parametrize id, a ``not_applicable()`` reason or a metric alike, so every string of a
-record is passed through :func:`redact_text` where records are written
-(:func:`redact_data`), and the lines a cell prints are too. Masked:
+record is passed through :func:`redact_text` where records are written (a
+:class:`Redactor` per environment), and the lines a cell prints are too. Masked:
 
 - the values of environment variables whose names look secret (:data:`SECRET_NAME`: TOKEN,
   SECRET, KEY, PASS (PASSWORD, PASSPHRASE, ...), CREDENTIAL, AUTH, WEBHOOK, COOKIE, DSN,
@@ -148,15 +148,8 @@ def redact_text(text: str, env: Mapping[str, str]) -> str:
     return _masked(text, _known(env))
 
 
-def redact_data(data: Any, env: Mapping[str, str]) -> Any:
-    """``data`` (JSON-like: dicts, lists, strings) with every string and key redacted."""
-    # The environment is scanned once for the whole of ``data``, not once per string: a
-    # record holds a few hundred (every installed package's name and version).
-    return Redactor(env).data(data)
-
-
 class Redactor:
-    """:func:`redact_text` and :func:`redact_data` for one environment, each distinct
+    """:func:`redact_text` for one environment, and for JSON-like data, each distinct
     text masked once: a cell's records repeat most of their strings (its pins, packages,
     the second a case ended), and masking them again was most of a trivial case's cost.
     Masking depends on the text and the environment alone, so a remembered answer is

@@ -70,6 +70,10 @@ def member_key(cell_id: str, case: str) -> str:
     return f"{cell_id}::{case}"
 
 
+# Between a group's signature and the ids of the entries that explain it, in its key.
+CAUSE_SEPARATOR = " ~ "
+
+
 def group_key(record: Record) -> str:
     """The failure group a record belongs to: the key ftmatrix.report.failures groups by."""
     return record.signature or f"{record.status.value}: {(record.reason or '')[:200]}"
@@ -122,7 +126,7 @@ def parse_results(payload: Any, *, source: str) -> Results:
             for member in _members(group, records):
                 known[member] = links
         if group.get("blame"):
-            blame[key.split(" ~ ", 1)[0]] = str(group["blame"])
+            blame[key.split(CAUSE_SEPARATOR, 1)[0]] = str(group["blame"])
     return results_of(
         records,
         source=source,
@@ -141,7 +145,8 @@ def _links(group: Mapping[str, Any]) -> tuple[KnownIssueLink, ...]:
         KnownIssueLink(
             id=str(issue["id"]),
             title=str(issue.get("title") or ""),
-            upstream=str(issue.get("upstream") or ""),
+            # As the report builds it in memory: the owning report, or that none was found.
+            upstream=str(issue.get("reported") or issue.get("upstream") or ""),
             workaround=issue.get("workaround"),
             claim=issue.get("claim") if isinstance(issue.get("claim"), str) else None,
         )

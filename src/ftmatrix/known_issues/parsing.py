@@ -314,11 +314,7 @@ def _contracts(raw: Any, at: str, problems: list[str]) -> tuple[tuple[str, ...],
     if not isinstance(raw, dict):
         problems.append(f"{at}.match.contracts: must be {{fail: [...], pass: [...]}}, got {raw!r}")
         return (), ()
-    problems += [
-        f"{at}.match.contracts.{k}: unknown key; allowed: {', '.join(CONTRACT_KEYS)}"
-        for k in raw
-        if k not in CONTRACT_KEYS
-    ]
+    problems += _unknown_keys(raw, CONTRACT_KEYS, f"{at}.match.contracts")
     failing = _strings(raw.get("fail"), f"{at}.match.contracts.fail", problems)
     holding = _strings(raw.get("pass"), f"{at}.match.contracts.pass", problems)
     both = sorted(set(failing) & set(holding))
@@ -351,11 +347,7 @@ def _proof(raw: Any, at: str, problems: list[str]) -> Proof:
     if not isinstance(raw, dict):
         problems.append(f"{at}.proof: must be a mapping with {', '.join(PROOF_KEYS)}")
         return Proof()
-    problems += [
-        f"{at}.proof.{k}: unknown key; allowed: {', '.join(PROOF_KEYS)}"
-        for k in raw
-        if k not in PROOF_KEYS
-    ]
+    problems += _unknown_keys(raw, PROOF_KEYS, f"{at}.proof")
     hold = raw.get("hold") or {}
     if not isinstance(hold, dict):
         problems.append(f"{at}.proof.hold: must map packages to versions (or none)")

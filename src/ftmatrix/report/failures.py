@@ -17,12 +17,10 @@ from typing import Any
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.signature import blame
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
+from ftmatrix.check.results import CAUSE_SEPARATOR, group_key
 from ftmatrix.known_issues import KnownIssue, cell_statuses, explain_all
 from ftmatrix.messages import root_message
 from ftmatrix.proofs import EntryProof, claim_text
-
-# Between a group's signature and the ids of the entries that explain it, in its key.
-CAUSE_SEPARATOR = " ~ "
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,7 +73,7 @@ def failure_groups(
         if record.status not in PROBLEM_STATUSES:
             continue
         entries = explain_all(record, known, cells)
-        key = record.signature or f"{record.status.value}: {(record.reason or '')[:200]}"
+        key = group_key(record)
         if entries:
             key += CAUSE_SEPARATOR + "+".join(e.id for e in entries)
         buckets.setdefault(key, []).append(record)

@@ -23,7 +23,7 @@ from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue
 from ftmatrix.report.causes import Cause, cut, web_link
 from ftmatrix.report.changes import StatusChange
-from ftmatrix.report.first_screen import AxesShown, cell_names
+from ftmatrix.report.first_screen import PREFERRED_AXES, AxesShown, cell_names
 from ftmatrix.report.grid import (
     CASE_AXES,
     CELL_AXES,
@@ -34,9 +34,6 @@ from ftmatrix.report.grid import (
 )
 from ftmatrix.versions import version_order
 
-# The question people ask most ("does trl X work with transformers Y?"): the pair the
-# first compatibility table shows when the matrix has both axes.
-PREFERRED_PAIR = ("transformers", "trl")
 ALL_OPERATIONS = ""
 # The causes the headline names; the rest are a link away, in "Failures by cause".
 HEADLINE_CAUSES = 5
@@ -52,8 +49,9 @@ def package_axes(values: dict[str, list[str]]) -> list[str]:
 def default_pair(values: dict[str, list[str]]) -> tuple[str, str] | None:
     """The two packages of the first compatibility table (rows, columns)."""
     axes = package_axes(values)
-    if all(a in axes for a in PREFERRED_PAIR):
-        return PREFERRED_PAIR
+    # The question people ask most ("does trl X work with transformers Y?") first.
+    if all(a in axes for a in PREFERRED_AXES):
+        return PREFERRED_AXES
     return (axes[0], axes[1]) if len(axes) >= 2 else None
 
 

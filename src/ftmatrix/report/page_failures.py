@@ -13,7 +13,7 @@ from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES
 from ftmatrix.known_issues import KnownIssue
 from ftmatrix.messages import headline
-from ftmatrix.report.causes import Cause, cut
+from ftmatrix.report.causes import Cause, cut, web_link
 from ftmatrix.report.changes import StatusChange
 from ftmatrix.report.grid import Grid, record_anchor, reuse_note
 from ftmatrix.report.status_chips import status_chip
@@ -132,9 +132,10 @@ def _cells(cause: Cause) -> str:
 
 def _known_html(cause: KnownIssue, proven: str) -> str:
     """The known issue of a cause: its owning report, its range, its workaround."""
+    url = web_link(cause)
     link = (
-        f'<a href="{escape(cause.upstream)}">{escape(cause.id)}</a>'
-        if cause.upstream and cause.upstream.startswith("https://")
+        f'<a href="{escape(url)}">{escape(cause.id)}</a>'
+        if url
         else f"{escape(cause.id)} ({escape(cause.reported)})"
     )
     text = f"known issue {link} <span class=claim>{escape(proven)}</span>"
