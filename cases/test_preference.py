@@ -194,12 +194,14 @@ def expected_after_reward_step(
     each reward the head's output at the last token of the sequence, unpadded."""
     import torch
 
+    from helpers.contracts import model_device
+
     weights = {n: p.detach().clone().requires_grad_(True) for n, p in model.named_parameters()}
     weights = {n: w for n, w in weights.items() if dict(model.named_parameters())[n].requires_grad}
 
     def reward(ids: list[int]) -> Any:
         logits = torch.func.functional_call(
-            model, weights, args=(), kwargs={"input_ids": torch.tensor([ids])}, strict=False
+            model, weights, args=(), kwargs={"input_ids": torch.tensor([ids], device=model_device(model))}, strict=False
         ).logits
         return logits.reshape(-1)[0].float()
 

@@ -20,7 +20,7 @@ import pytest
 from ftmatrix.cell.status import Status
 from ftmatrix.config import ConfigError, InstallOptions, parse_matrix
 from ftmatrix.plan import Cell
-from ftmatrix.resolve import locked_requirements, resolve_cell, uv_binary
+from ftmatrix.resolve import locked_requirements, resolve_cell, run_uv, uv_binary
 from ftmatrix.system_packages import (
     Host,
     HostDistribution,
@@ -192,6 +192,17 @@ def test_stubs_and_constraints_resolve_against_the_hosts_version(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert locked_requirements(done.stdout) == ["torch==2.13.0+cpu", "transformers==5.17.0"]
     assert stack.resolver_args(tmp_path) == args  # the same host: the same paths
+
+
+def test_the_users_uv_constraint_still_applies_beside_the_hosts(tmp_path: Path) -> None:
+    # uv drops UV_CONSTRAINT when --constraint is given; the host's constraint is one.
+    args = choose(HOST, ["torch"]).resolver_args(tmp_path)
+    mine = tmp_path / "mine.txt"
+    mine.write_text("transformers<5\n")
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv"), "UV_CONSTRAINT": str(mine)}
+    done = run_uv(["pip", "compile", "-", "--no-index", "--no-header", "-q", *args], env, "transformers\n")
+    assert done.returncode != 0
+    assert "transformers<5" in done.stderr
 
 
 def test_the_probe_reads_this_interpreter() -> None:

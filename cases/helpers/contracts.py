@@ -168,11 +168,17 @@ def completion_log_probs(model: Any, input_ids: Any, attention_mask: Any, comple
     return token_log_probs(predicting, input_ids[:, -completion:])
 
 
+def model_device(model: Any) -> Any:
+    """Where ``model``'s weights are: a trainer moves them to its GPU, and the inputs of our
+    own forward passes go there too."""
+    return next(model.parameters()).device
+
+
 def sequence_log_prob(model: Any, token_ids: Sequence[int], completion_start: int) -> float:
     """Sum of log p(token) over ``token_ids[completion_start:]``, given everything before."""
     import torch
 
-    ids = torch.tensor([list(token_ids)])
+    ids = torch.tensor([list(token_ids)], device=model_device(model))
     with torch.no_grad():
         logits = model(input_ids=ids).logits
     per_token = token_log_probs(logits[:, :-1, :], ids[:, 1:])[0]
@@ -193,7 +199,7 @@ def expected_completion_mask(completion_ids: Any, eos_token_id: int) -> Any:
         is_eos.int().argmax(dim=1),
         torch.full_like(is_eos[:, 0], length - 1, dtype=torch.long),
     )
-    positions = torch.arange(length).unsqueeze(0)
+    positions = torch.arange(length, device=completion_ids.device).unsqueeze(0)
     return (positions <= first_eos.unsqueeze(1)).int()
 
 

@@ -138,7 +138,7 @@ def expected_after_dpo_step(model: Any, rows: Iterable[Any], beta: float) -> dic
     import torch
 
     from helpers.compat import preference_sequences
-    from helpers.contracts import token_log_probs
+    from helpers.contracts import model_device, token_log_probs
 
     weights = {
         name: p.detach().clone().requires_grad_(True)
@@ -147,7 +147,7 @@ def expected_after_dpo_step(model: Any, rows: Iterable[Any], beta: float) -> dic
     }
 
     def summed(ids: list[int], start: int, *, policy: bool) -> Any:
-        tokens = torch.tensor([ids])
+        tokens = torch.tensor([ids], device=model_device(model))
         if policy:
             logits = torch.func.functional_call(
                 model, weights, args=(), kwargs={"input_ids": tokens}, strict=False
@@ -416,7 +416,7 @@ def _grpo_reference_loss(
 ) -> Any:
     import torch
 
-    from helpers.contracts import token_log_probs
+    from helpers.contracts import model_device, token_log_probs
 
     sequence_means, token_sums, tokens, sequences = [], [], 0, 0
     for batch in micro_batches:

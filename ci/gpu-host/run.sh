@@ -21,22 +21,27 @@ python3 -m pip list --format=freeze > $O/host-pip-freeze.txt
 PYTHONPATH=$PWD/src python3 -m ftmatrix.system_packages > $O/host.json   # for the next build.sh
 END=$((SECONDS + ${BUDGET:-520}))
 NOX="import sys;sys.path[:0]=['$S','$PWD/src'];sys.argv=['nox',*sys.argv[1:]];from nox.__main__ import main;main()"
-nx() { python3 -c "$NOX" "$@"; }
+nx() { PYTHONPATH=$PWD/src python3 -c "$NOX" "$@"; }  # plan and report run python -m ftmatrix
 ftm() {  # nox with ftmatrix, bounded by what is left of the budget
   local left=$((END - SECONDS)); [ $left -gt 60 ] || { echo "[run.sh] no time left: $*"; return 0; }
   rm -rf unsloth_compiled_cache   # unsloth writes it in the cwd; keep cells apart
   timeout $left python3 -c "$NOX" "$@" \
     2>&1 | tee -a $O/nox.log | grep -E '\[ftmatrix\].*(: |cell done)|passed|failed|error'; }
+cp known_issues.yaml $G/   # the report reads the explanations beside the matrix file
 # 0. what each cell takes from the host and whether it installs, before any GPU time
 FTMATRIX_MATRIX=$G/gpu-seed.yaml nx -s plan >> $O/nox.log 2>&1
 FTMATRIX_MATRIX=$G/gpu-now.yaml nx -s plan >> $O/nox.log 2>&1
+STEPS=${STEPS:-seed generic unsloth}   # a rerun names fewer
+GENERIC=${GENERIC:-test_sft.py test_grpo.py test_lora.py test_dpo.py test_preference.py test_import.py}
+for step in $STEPS; do case $step in
 # 1. seed failure (a): unsloth GRPO on Mistral, 2025.2.15 (broken) vs 2025.3.1 (fixed)
-FTMATRIX_MATRIX=$G/gpu-seed.yaml ftm -s matrix -- test_unsloth.py
-# 2. unsloth 2026.10.7 on the machine's own stack: SFT, GRPO Llama/Mistral, 4-bit QKV LoRA
-FTMATRIX_MATRIX=$G/gpu-now.yaml FTMATRIX_SELECT='*unsloth2026*' ftm -s matrix -- test_unsloth.py
-# 3. the generic cases on CUDA without unsloth (test_multiprocess needs 2 GPUs here)
-FTMATRIX_MATRIX=$G/gpu-now.yaml FTMATRIX_SELECT='*nounsloth*' ftm -s matrix -- \
-  test_sft.py test_grpo.py test_lora.py test_dpo.py test_import.py
+seed) FTMATRIX_MATRIX=$G/gpu-seed.yaml ftm -s matrix -- test_unsloth.py ;;
+# 2. the generic cases on CUDA without unsloth (test_multiprocess needs 2 GPUs here)
+generic) FTMATRIX_MATRIX=$G/gpu-now.yaml FTMATRIX_SELECT='*nounsloth*' ftm -s matrix -- $GENERIC ;;
+# 3. unsloth 2026.10.7 on the machine's own stack: SFT, GRPO Llama/Mistral, 4-bit QKV LoRA
+unsloth) FTMATRIX_MATRIX=$G/gpu-now.yaml FTMATRIX_SELECT='*unsloth2026*' ftm -s matrix -- test_unsloth.py ;;
+*) echo "[run.sh] unknown step $step (seed, generic, unsloth)"; exit 2 ;;
+esac; done
 FTMATRIX_MATRIX=$G/gpu-now.yaml nx -s report >> $O/nox.log 2>&1
 tar czf $O/reports.tgz reports && ls -l $O
 head -c 6000 reports/summary.md 2>/dev/null

@@ -302,13 +302,34 @@ def run_uv(
 ) -> subprocess.CompletedProcess[str]:
     """Run uv with ``args``, output captured; the caller reads the return code."""
     return subprocess.run(
-        [uv_binary(), *args],
+        [uv_binary(), *keep_environment_lists(args, env)],
         input=stdin,
         capture_output=True,
         text=True,
         env=dict(env),
         check=False,
     )
+
+
+# uv options that also read a variable, and how the variable separates its entries. An
+# option given on the command line replaces its variable, so a user's UV_CONSTRAINT would
+# vanish wherever ftmatrix passes a constraint of its own (the host's stubs, say).
+_ENVIRONMENT_LISTS = {
+    "--constraint": ("UV_CONSTRAINT", None),
+    "--override": ("UV_OVERRIDE", None),
+    "--excludes": ("UV_EXCLUDE", None),
+    "--find-links": ("UV_FIND_LINKS", ","),
+}
+
+
+def keep_environment_lists(args: list[str], env: Mapping[str, str]) -> list[str]:
+    """``args`` plus, for each list option they give, the entries of its ``UV_*`` variable."""
+    extra: list[str] = []
+    for option, (variable, separator) in _ENVIRONMENT_LISTS.items():
+        if option in args and env.get(variable, "").strip():
+            entries = env[variable].split(separator)
+            extra += [part for entry in entries if entry.strip() for part in (option, entry.strip())]
+    return [*args, *extra]
 
 
 @functools.cache

@@ -585,3 +585,31 @@ def test_sft_mask_contract(
     setting = knob_params(SFT_MASK_KNOBS)[0].values[0]
     trainer_class = SFTTrainer if broken == "real" else sft_prompt_trained_on()
     run_sft_mask(trainer_class, setting, tiny_model, tokenizer, tmp_path, record_property)
+
+
+def test_reference_forward_on_the_models_device() -> None:
+    """The contracts' own forward passes feed the model where the trainer put it (on a GPU
+    host, DPO's reference was fed from the CPU and failed). No GPU here: the 'meta' device
+    stands in for it, and the model records where its input arrived."""
+    import torch
+    from helpers.contracts import expected_completion_mask, sequence_log_prob
+
+    class Stop(Exception):
+        pass
+
+    class Placed(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.empty(1, device="meta"))
+            self.seen: list[str] = []
+
+        def forward(self, input_ids: Any) -> None:
+            self.seen.append(input_ids.device.type)
+            raise Stop
+
+    model = Placed()
+    with pytest.raises(Stop):
+        sequence_log_prob(model, [1, 2, 3], 1)
+    assert model.seen == ["meta"]
+    completions = torch.tensor([[4, 2, 5]], device="meta")
+    assert expected_completion_mask(completions, 2).device.type == "meta"
