@@ -233,3 +233,25 @@ def test_plain_requirements_with_extras_specifiers_and_markers_pass(tmp_path: Pa
     ]
     path.write_text(yaml.safe_dump({"packages": {"six": ["1.17.0"]}, "support": support}))
     assert load_matrix(path, profile=None, default_python="3.11").support == tuple(support)
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "gpus", "problem"),
+    [
+        (["H100"], 1, "must be a pattern of GPU names such as 'H100|H200', got ['H100']"),
+        ("H100(", 1, "is not a regular expression"),
+        ("H100", 0, "names the GPUs of a class with gpus: 0; give gpus: 1 or more"),
+    ],
+)
+def test_a_bad_gpu_name_names_its_key(tmp_path: Path, gpu_name: object, gpus: int, problem: str):
+    path = tmp_path / "matrix.yaml"
+    hardware = {"h100": {"gpus": gpus, "gpu-name": gpu_name}}
+    path.write_text(yaml.safe_dump({"packages": {"trl": ["1.0"]}, "hardware": hardware}))
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(path, default_python="3.11")
+    assert any(f"hardware.h100.gpu-name: {problem}" in p for p in caught.value.problems)
+
+
+def test_a_gpu_name_is_kept() -> None:
+    matrix = load_matrix(DATA / "gpu_named.yaml", default_python="3.11")
+    assert [(h.name, h.gpus, h.gpu_name) for h in matrix.hardware] == [("hopper", 1, "H100|H200")]

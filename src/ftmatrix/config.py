@@ -402,8 +402,29 @@ def _hardware(checker: _Checker, raw: Any) -> tuple[HardwareClass, ...]:
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
             checker.add(f"{at}.gpus", f"must be a whole number >= 0, got {gpus!r}")
             gpus = 0
-        classes.append(HardwareClass(name=str(name), runs_on=tuple(runs_on), gpus=gpus))
+        gpu_name = _gpu_name(checker, settings.get("gpu-name"), at, gpus)
+        classes.append(
+            HardwareClass(name=str(name), runs_on=tuple(runs_on), gpus=gpus, gpu_name=gpu_name)
+        )
     return tuple(classes)
+
+
+def _gpu_name(checker: _Checker, raw: Any, at: str, gpus: int) -> str | None:
+    if raw is None:
+        return None
+    where = f"{at}.gpu-name"
+    if not isinstance(raw, str) or not raw.strip():
+        checker.add(where, f"must be a pattern of GPU names such as 'H100|H200', got {raw!r}")
+        return None
+    try:
+        re.compile(raw)
+    except re.error as error:
+        checker.add(where, f"is not a regular expression ({error}): {raw!r}")
+        return None
+    if gpus < 1:
+        checker.add(where, "names the GPUs of a class with gpus: 0; give gpus: 1 or more")
+        return None
+    return raw
 
 
 def _rules(checker: _Checker, raw: Any, at: str, keys: Sequence[str]) -> tuple[Rule, ...]:

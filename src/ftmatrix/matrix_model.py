@@ -38,7 +38,7 @@ LIMIT_KEYS = ("memory-gib", "workers", "cells")
 # pytest-xdist processes in one cell, or cells at once: more than any runner has CPUs
 MAX_WORKERS = 256
 OLDEST_PYTHON = (3, 9)  # what the cell's plugin and a supported pytest run on
-HARDWARE_KEYS = ("runs-on", "gpus")
+HARDWARE_KEYS = ("runs-on", "gpus", "gpu-name")
 BISECT_KEYS = ("budget",)
 REUSE_KEYS = ("max-age-days",)
 # Keys every rule of `exclude` / `include` may name besides packages.
@@ -99,6 +99,9 @@ class HardwareClass:
     name: str
     runs_on: tuple[str, ...]
     gpus: int = 0
+    # A pattern the GPUs' names must match (``H100``): without it, any GPU stands for the
+    # class, and an H200 would be recorded under a class named h100.
+    gpu_name: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

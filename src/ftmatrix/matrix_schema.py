@@ -249,6 +249,13 @@ def _sections() -> dict[str, Schema]:
                         "default": 0,
                         "description": "GPUs each cell of this class leases.",
                     },
+                    "gpu-name": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "A pattern (regular expression, any case) the GPUs' "
+                        "names must match, such as 'H100': a machine whose GPUs do not match "
+                        "records the class's cells skip.",
+                    },
                 },
                 description="A kind of machine.",
             )

@@ -24,6 +24,7 @@ import fcntl
 import functools
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -557,6 +558,15 @@ def hardware_class_gap(hardware: HardwareClass, fingerprint: Mapping[str, Any]) 
         return (
             f"hardware class {hardware.name!r} needs {hardware.gpus} GPU(s); "
             f"this machine has {have}"
+        )
+    if hardware.gpu_name is None:
+        return None
+    names = [str(gpu.get("name", "")) for gpu in fingerprint.get("gpus") or []]
+    named = [name for name in names if re.search(hardware.gpu_name, name, re.IGNORECASE)]
+    if len(named) < hardware.gpus:
+        return (
+            f"hardware class {hardware.name!r} needs {hardware.gpus} GPU(s) named like "
+            f"{hardware.gpu_name!r}; this machine has {', '.join(names)}"
         )
     return None
 
