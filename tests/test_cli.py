@@ -115,6 +115,35 @@ def test_plan_refuses_a_version_the_index_never_had(
     )
 
 
+def a_wheel(folder: Path, name: str, version: str) -> None:
+    """A minimal pure-Python wheel: what uv needs to resolve and install it."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(f"{name}.py", "")
+        wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+
+
+@pytest.mark.parametrize("variable", ["UV_OFFLINE", "PIP_NO_INDEX"])
+def test_an_offline_plan_reads_no_index(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, variable: str
+) -> None:
+    # An offline host (the GPU host of 2026-11-27): the plan listed torch's releases on
+    # PyPI to check the pins and ended with exit 8. Its wheelhouse and uv decide instead.
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    a_wheel(wheels, "offline_only", "1.0")
+    a_wheel(wheels, "pytest", "9.0.0")  # the runner every cell gets, from the wheelhouse too
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(f"packages:\n  offline_only: ['1.0']\ninstall: {{find-links: [{wheels}]}}\n")
+    unreachable = {"UV_INDEX_URL": "http://127.0.0.1:9/simple", variable: "1"}
+    assert main(["plan"], env=env_for(matrix, **unreachable)) == ExitCode.OK
+    assert capsys.readouterr().out.splitlines()[1].endswith("  installable")
+
+
 def test_version_is_the_packages():
     from ftmatrix import __version__
 

@@ -361,7 +361,6 @@ def test_an_offline_host_runs_from_a_wheelhouse_and_its_own_torch(tmp_path: Path
     env = {k: v for k, v in source.items() if not k.startswith(("PIP_", "UV_"))}
     env.update(
         UV_OFFLINE="1",
-        UV_NO_INDEX="1",
         UV_CACHE_DIR=str(tmp_path / "empty-uv-cache"),
         FTMATRIX_MATRIX=str(matrix),
         FTMATRIX_CASES=str(DATA / "host_cases"),

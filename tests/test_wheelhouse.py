@@ -200,7 +200,6 @@ def test_an_offline_runner_runs_a_cell_from_the_wheelhouse(tmp_path: Path) -> No
     env.update(
         PYTHONPATH=str(ROOT / "src"),
         UV_OFFLINE="1",
-        UV_NO_INDEX="1",
         UV_CACHE_DIR=str(tmp_path / "uv-cache"),
         FTMATRIX_CACHE_DIR=str(tmp_path / "resolve"),
         FTMATRIX_MATRIX=str(matrix),

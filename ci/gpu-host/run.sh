@@ -12,7 +12,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target $S $G/tools
 python3 -c 'import lzma,shutil,sys;shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],"wb"))' \
   $G/tools/uv.xz $S/bin/uv && chmod +x $S/bin/uv || exit 1
 # The host is this python3 (its own packages; nox and uv in /tmp/site stay out of the cells).
-export PATH=$S/bin:$PATH UV_OFFLINE=1 UV_NO_INDEX=1 FTMATRIX_HOST_PYTHON=$(command -v python3) \
+export PATH=$S/bin:$PATH UV_OFFLINE=1 FTMATRIX_HOST_PYTHON=$(command -v python3) \
   UV_CONSTRAINT=$G/constraints.txt \
   FTMATRIX_RUN_ID=${FTMATRIX_RUN_ID:-gpu-host} PYTHONUNBUFFERED=1
 unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL

@@ -87,8 +87,24 @@ def index_urls(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
     return [url for url, _ in configured_indexes(install, env)]
 
 
+# Variables that keep uv (and pip) off every index: an offline host reads its wheelhouse
+# folders (find-links) and its own packages only, and so must ftmatrix.
+NO_INDEX_VARIABLES = ("UV_OFFLINE", "PIP_NO_INDEX")  # uv 0.13 has no UV_NO_INDEX
+
+
+def index_disabled(env: Mapping[str, str]) -> str | None:
+    """The variable that turns every index off (``UV_OFFLINE=1``), or None."""
+    for name in NO_INDEX_VARIABLES:
+        if env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}:
+            return name
+    return None
+
+
 def configured_indexes(install: InstallOptions, env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Each index URL with what chose it (a matrix key, a variable), for error messages."""
+    """Each index URL with what chose it (a matrix key, a variable), for error messages;
+    none where a variable turns the indexes off."""
+    if index_disabled(env):
+        return []
     primary = next(
         (
             (url, origin)

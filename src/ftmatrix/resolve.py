@@ -255,6 +255,8 @@ def uv_index_args(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
     links = [*install.find_links, *env.get("PIP_FIND_LINKS", "").split()]
     for link in dict.fromkeys(links):
         args += ["--find-links", link]
+    if env.get("PIP_NO_INDEX", "").strip().lower() in {"1", "true", "yes", "on"}:
+        args.append("--no-index")  # uv reads no variable of its own for this
     index_url = install.index_url or env.get("PIP_INDEX_URL")
     if index_url:
         args += ["--index-url", index_url]

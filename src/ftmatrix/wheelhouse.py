@@ -2,7 +2,7 @@
 
 ``ftmatrix wheelhouse --python 3.12 --platform manylinux_2_28_x86_64 DIR`` runs on a
 networked machine; an offline runner then runs the same cells with
-``install: {find-links: [DIR]}`` and no index (``UV_OFFLINE=1``, ``UV_NO_INDEX=1``).
+``install: {find-links: [DIR]}`` and no index (``UV_OFFLINE=1``).
 
 Each cell is resolved by uv for the target (``--python-version``, ``--python-platform``,
 wheels only) as the runner resolves it, pytest included, into a PEP 751 ``pylock.toml``:
