@@ -193,15 +193,15 @@ def expected_after_reward_step(
     gradient of the mean Bradley-Terry loss over ``rows`` (the trainer's tokenized pairs),
     each reward the head's output at the last token of the sequence, unpadded."""
     import torch
-
     from helpers.contracts import model_device
 
     weights = {n: p.detach().clone().requires_grad_(True) for n, p in model.named_parameters()}
     weights = {n: w for n, w in weights.items() if dict(model.named_parameters())[n].requires_grad}
 
     def reward(ids: list[int]) -> Any:
+        tokens = torch.tensor([ids], device=model_device(model))
         logits = torch.func.functional_call(
-            model, weights, args=(), kwargs={"input_ids": torch.tensor([ids], device=model_device(model))}, strict=False
+            model, weights, args=(), kwargs={"input_ids": tokens}, strict=False
         ).logits
         return logits.reshape(-1)[0].float()
 

@@ -311,4 +311,3 @@ def test_each_contract_fails_against_a_wrong_trainer_and_passes_against_the_real
         assert status == "fail", (case, status, message)
         assert re.search(pattern, message), (case, message)
     assert records["test_loss_options_contract[real]"]["metrics"]["accumulation_contract"] == "pass"
-

@@ -200,7 +200,9 @@ def test_the_users_uv_constraint_still_applies_beside_the_hosts(tmp_path: Path) 
     mine = tmp_path / "mine.txt"
     mine.write_text("transformers<5\n")
     env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv"), "UV_CONSTRAINT": str(mine)}
-    done = run_uv(["pip", "compile", "-", "--no-index", "--no-header", "-q", *args], env, "transformers\n")
+    done = run_uv(
+        ["pip", "compile", "-", "--no-index", "--no-header", "-q", *args], env, "transformers\n"
+    )
     assert done.returncode != 0
     assert "transformers<5" in done.stderr
 

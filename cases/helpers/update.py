@@ -416,7 +416,7 @@ def _grpo_reference_loss(
 ) -> Any:
     import torch
 
-    from helpers.contracts import model_device, token_log_probs
+    from helpers.contracts import token_log_probs
 
     sequence_means, token_sums, tokens, sequences = [], [], 0, 0
     for batch in micro_batches:

@@ -329,8 +329,8 @@ def keep_environment_lists(args: list[str], env: Mapping[str, str]) -> list[str]
     extra: list[str] = []
     for option, (variable, separator) in _ENVIRONMENT_LISTS.items():
         if option in args and env.get(variable, "").strip():
-            entries = env[variable].split(separator)
-            extra += [part for entry in entries if entry.strip() for part in (option, entry.strip())]
+            entries = [entry.strip() for entry in env[variable].split(separator)]
+            extra += [part for entry in entries if entry for part in (option, entry)]
     return [*args, *extra]
 
 
