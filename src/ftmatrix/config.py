@@ -7,9 +7,8 @@ anything is installed.
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 
+from ftmatrix import config_machine
+from ftmatrix.config_checker import Checker, kind, whole_number
 from ftmatrix.errors import ConfigError
 from ftmatrix.matrix_model import (
     BISECT_KEYS,
@@ -99,9 +100,9 @@ def parse_matrix(
     raw = parse_yaml(text, source=source)
     if not isinstance(raw, dict):
         raise ConfigError(
-            [f"{source}: the file must be a mapping with at least 'packages', got {_kind(raw)}"]
+            [f"{source}: the file must be a mapping with at least 'packages', got {kind(raw)}"]
         )
-    checker = _Checker(source)
+    checker = Checker(source)
     merged, profile_name = _apply_profile(checker, raw, profile)
     matrix = _build(checker, merged, profile_name, default_python)
     checker.raise_if_any()
@@ -109,37 +110,13 @@ def parse_matrix(
     return matrix
 
 
-class _Checker:
-    """Collects problems so that all of them are reported in one pass."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.problems: list[str] = []
-
-    def add(self, key_path: str, message: str) -> None:
-        self.problems.append(f"{self.source}: {key_path}: {message}")
-
-    def unknown_keys(self, mapping: Mapping[str, Any], allowed: Sequence[str], at: str) -> None:
-        for key in mapping:
-            if key in allowed:
-                continue
-            hint = difflib.get_close_matches(str(key), allowed, n=1)
-            perhaps = f" Perhaps you meant {hint[0]!r}?" if hint else ""
-            where = f"{at}.{key}" if at else str(key)
-            self.add(where, f"unknown key; allowed: {', '.join(allowed)}.{perhaps}")
-
-    def raise_if_any(self) -> None:
-        if self.problems:
-            raise ConfigError(self.problems)
-
-
 def _apply_profile(
-    checker: _Checker, raw: dict[str, Any], requested: str | None
+    checker: Checker, raw: dict[str, Any], requested: str | None
 ) -> tuple[dict[str, Any], str | None]:
     checker.unknown_keys(raw, TOP_LEVEL_KEYS, "")
     profiles = raw.get("profiles") or {}
     if not isinstance(profiles, dict):
-        checker.add("profiles", f"must be a mapping of name -> overrides, got {_kind(profiles)}")
+        checker.add("profiles", f"must be a mapping of name -> overrides, got {kind(profiles)}")
         profiles = {}
     name = requested if requested is not None else raw.get("default-profile")
     if name is not None and name not in profiles:
@@ -150,7 +127,7 @@ def _apply_profile(
     merged = {k: v for k, v in raw.items() if k not in ("profiles", "default-profile")}
     for profile_name, overrides in profiles.items():
         if not isinstance(overrides, dict):
-            checker.add(f"profiles.{profile_name}", f"must be a mapping, got {_kind(overrides)}")
+            checker.add(f"profiles.{profile_name}", f"must be a mapping, got {kind(overrides)}")
             continue
         checker.unknown_keys(overrides, PROFILE_KEYS, f"profiles.{profile_name}")
     if name is not None:
@@ -166,7 +143,7 @@ def _apply_profile(
 
 
 def _build(
-    checker: _Checker, raw: dict[str, Any], profile: str | None, default_python: str
+    checker: Checker, raw: dict[str, Any], profile: str | None, default_python: str
 ) -> Matrix | None:
     packages = _packages(checker, raw.get("packages"))
     python = _python(checker, raw.get("python"), default_python)
@@ -174,13 +151,13 @@ def _build(
     strategy = raw.get("strategy", "full")
     if strategy not in STRATEGIES:
         checker.add("strategy", f"{strategy!r} is not a strategy; allowed: {', '.join(STRATEGIES)}")
-    hardware = _hardware(checker, raw.get("hardware", DEFAULT_HARDWARE))
+    hardware = config_machine.hardware_classes(checker, raw.get("hardware", DEFAULT_HARDWARE))
     rule_keys = [a.package for a in packages] + list(RULE_EXTRA_KEYS)
     exclude = _rules(checker, raw.get("exclude", []), "exclude", rule_keys)
     include = _rules(checker, raw.get("include", []), "include", rule_keys)
     cases = _names(checker, raw.get("cases", []), "cases")
-    timeouts = _timeouts(checker, raw.get("timeouts", {}))
-    limits = _limits(checker, raw.get("limits", {}))
+    timeouts = config_machine.timeouts(checker, raw.get("timeouts", {}))
+    limits = config_machine.limits(checker, raw.get("limits", {}))
     install = _install(checker, raw.get("install", {}))
     bisect = _bisect(checker, raw.get("bisect", {}))
     reuse = _reuse(checker, raw.get("reuse", {}))
@@ -209,7 +186,7 @@ def _build(
     )
 
 
-def _packages(checker: _Checker, raw: Any) -> tuple[Axis, ...]:
+def _packages(checker: Checker, raw: Any) -> tuple[Axis, ...]:
     if raw is None:
         checker.add("packages", "missing; the simplest matrix is 'packages: {name: [version]}'")
         return ()
@@ -259,7 +236,7 @@ def _packages(checker: _Checker, raw: Any) -> tuple[Axis, ...]:
 _INVALID = object()
 
 
-def _selector(checker: _Checker, raw: dict[str, Any], at: str) -> Selector | None:
+def _selector(checker: Checker, raw: dict[str, Any], at: str) -> Selector | None:
     before = len(checker.problems)
     checker.unknown_keys(raw, SELECTOR_KEYS, at)
     counts: dict[str, int | None] = {}
@@ -292,7 +269,7 @@ def _selector(checker: _Checker, raw: dict[str, Any], at: str) -> Selector | Non
     )
 
 
-def _version(checker: _Checker, value: Any, at: str) -> str | object | None:
+def _version(checker: Checker, value: Any, at: str) -> str | object | None:
     if value is None or value == NOT_INSTALLED:
         return None
     if isinstance(value, float):
@@ -309,7 +286,7 @@ def _version(checker: _Checker, value: Any, at: str) -> str | object | None:
     return str(value)
 
 
-def _python(checker: _Checker, raw: Any, default: str) -> tuple[str, ...]:
+def _python(checker: Checker, raw: Any, default: str) -> tuple[str, ...]:
     if raw is None:
         return (default,)
     values = raw if isinstance(raw, list) else [raw]
@@ -345,7 +322,7 @@ REQUIREMENT_FORMS = (
 )
 
 
-def _requirements(checker: _Checker, raw: Any, at: str) -> tuple[str, ...]:
+def _requirements(checker: Checker, raw: Any, at: str) -> tuple[str, ...]:
     """Each entry a PEP 508 requirement of a package index's distribution, nothing else.
 
     uv reads a requirement string as it would a line of a requirements file: an option
@@ -373,61 +350,14 @@ def _requirements(checker: _Checker, raw: Any, at: str) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _names(checker: _Checker, raw: Any, at: str) -> tuple[str, ...]:
+def _names(checker: Checker, raw: Any, at: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw):
         checker.add(at, f"must be a list of names, got {raw!r}")
         return ()
     return tuple(raw)
 
 
-def _hardware(checker: _Checker, raw: Any) -> tuple[HardwareClass, ...]:
-    if not isinstance(raw, dict) or not raw:
-        checker.add("hardware", f"must be a non-empty mapping of class -> settings, got {raw!r}")
-        return ()
-    classes = []
-    for name, given in raw.items():
-        at = f"hardware.{name}"
-        settings = {} if given is None else given
-        if not isinstance(settings, dict):
-            checker.add(at, f"must be a mapping with 'runs-on' and 'gpus', got {settings!r}")
-            continue
-        checker.unknown_keys(settings, HARDWARE_KEYS, at)
-        runs_on = settings.get("runs-on", [])
-        if isinstance(runs_on, str):
-            runs_on = [runs_on]
-        if not isinstance(runs_on, list) or not all(isinstance(x, str) for x in runs_on):
-            checker.add(f"{at}.runs-on", f"must be a list of runner labels, got {runs_on!r}")
-            runs_on = []
-        gpus = settings.get("gpus", 0)
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
-            checker.add(f"{at}.gpus", f"must be a whole number >= 0, got {gpus!r}")
-            gpus = 0
-        gpu_name = _gpu_name(checker, settings.get("gpu-name"), at, gpus)
-        classes.append(
-            HardwareClass(name=str(name), runs_on=tuple(runs_on), gpus=gpus, gpu_name=gpu_name)
-        )
-    return tuple(classes)
-
-
-def _gpu_name(checker: _Checker, raw: Any, at: str, gpus: int) -> str | None:
-    if raw is None:
-        return None
-    where = f"{at}.gpu-name"
-    if not isinstance(raw, str) or not raw.strip():
-        checker.add(where, f"must be a pattern of GPU names such as 'H100|H200', got {raw!r}")
-        return None
-    try:
-        re.compile(raw)
-    except re.error as error:
-        checker.add(where, f"is not a regular expression ({error}): {raw!r}")
-        return None
-    if gpus < 1:
-        checker.add(where, "names the GPUs of a class with gpus: 0; give gpus: 1 or more")
-        return None
-    return raw
-
-
-def _rules(checker: _Checker, raw: Any, at: str, keys: Sequence[str]) -> tuple[Rule, ...]:
+def _rules(checker: Checker, raw: Any, at: str, keys: Sequence[str]) -> tuple[Rule, ...]:
     if not isinstance(raw, list):
         checker.add(at, f"must be a list of rules such as {{trl: '0.19.*'}}, got {raw!r}")
         return ()
@@ -469,71 +399,7 @@ def pattern_specifier(pattern: str) -> SpecifierSet:
     return SpecifierSet(text)
 
 
-def _timeouts(checker: _Checker, raw: Any) -> Timeouts:
-    if not isinstance(raw, dict):
-        checker.add("timeouts", f"must be a mapping such as {{case: 600, cell: 3600}}, got {raw!r}")
-        return Timeouts()
-    checker.unknown_keys(raw, TIMEOUT_KEYS, "timeouts")
-    values: dict[str, float] = {}
-    for key in TIMEOUT_KEYS:
-        if key not in raw:
-            continue
-        value = raw[key]
-        # NaN passes "<= 0" and no clock reaches infinity: both would never end a case.
-        if not _number_within(value, MAX_TIMEOUT):
-            checker.add(
-                f"timeouts.{key}",
-                f"must be a number of seconds > 0 and at most {MAX_TIMEOUT:,} (30 days), "
-                f"got {shown(value)}",
-            )
-            continue
-        values[key] = float(value)
-    return Timeouts(**values)
-
-
-# The largest numbers a matrix may give: past them a value is a typo (or .inf), and
-# the clock and the memory limit cannot hold it (an OverflowError, a wait that never ends).
-MAX_TIMEOUT = 30 * 24 * 3600
-MAX_MEMORY_GIB = 1 << 20
-
-
-def _number_within(value: Any, most: float) -> bool:
-    """Is ``value`` a number (not a bool) with 0 < value <= most? False for NaN."""
-    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value <= most
-
-
-def _limits(checker: _Checker, raw: Any) -> Limits:
-    if not isinstance(raw, dict):
-        checker.add(
-            "limits", f"must be a mapping such as {{memory-gib: 16, workers: 2}}, got {raw!r}"
-        )
-        return Limits()
-    checker.unknown_keys(raw, LIMIT_KEYS, "limits")
-    values: dict[str, Any] = {}
-    memory = raw.get("memory-gib")
-    if memory is not None:
-        if not _number_within(memory, MAX_MEMORY_GIB):
-            checker.add(
-                "limits.memory-gib",
-                f"must be a number of GiB > 0 and at most {MAX_MEMORY_GIB:,}, got {shown(memory)}",
-            )
-        else:
-            values["memory_gib"] = float(memory)
-    for key, default in (("workers", 1), ("cells", "auto")):
-        count = raw.get(key, default)
-        # bool is no count; past MAX_WORKERS, each would be a process of its own
-        if count == "auto" or (type(count) is int and 1 <= count <= MAX_WORKERS):
-            values[key] = count
-        else:
-            checker.add(
-                f"limits.{key}",
-                f"must be a whole number from 1 to {MAX_WORKERS} or 'auto' (one per CPU), "
-                f"got {count!r}",
-            )
-    return Limits(**values)
-
-
-def _install(checker: _Checker, raw: Any) -> InstallOptions:
+def _install(checker: Checker, raw: Any) -> InstallOptions:
     if not isinstance(raw, dict):
         checker.add("install", f"must be a mapping with {', '.join(INSTALL_KEYS)}, got {raw!r}")
         return InstallOptions()
@@ -556,7 +422,7 @@ def _install(checker: _Checker, raw: Any) -> InstallOptions:
     )
 
 
-def _system_packages(checker: _Checker, raw: Any) -> tuple[str, ...]:
+def _system_packages(checker: Checker, raw: Any) -> tuple[str, ...]:
     """``install.system-packages``: true (all of the host's), false, or names/globs."""
     at = "install.system-packages"
     if raw is True:
@@ -581,31 +447,11 @@ def _system_packages(checker: _Checker, raw: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _bisect(checker: _Checker, raw: Any) -> BisectOptions:
-    budget = _whole_number(checker, raw, "bisect", BISECT_KEYS, example=8, unit="cells")
+def _bisect(checker: Checker, raw: Any) -> BisectOptions:
+    budget = whole_number(checker, raw, "bisect", BISECT_KEYS, example=8, unit="cells")
     return BisectOptions() if budget is None else BisectOptions(budget=budget)
 
 
-def _reuse(checker: _Checker, raw: Any) -> ReuseOptions:
-    days = _whole_number(checker, raw, "reuse", REUSE_KEYS, example=7, unit="days")
+def _reuse(checker: Checker, raw: Any) -> ReuseOptions:
+    days = whole_number(checker, raw, "reuse", REUSE_KEYS, example=7, unit="days")
     return ReuseOptions() if days is None else ReuseOptions(max_age_days=days)
-
-
-def _whole_number(
-    checker: _Checker, raw: Any, at: str, keys: tuple[str, ...], *, example: int, unit: str
-) -> int | None:
-    """A section holding one count ``keys[0]`` (>= 0, 0 meaning off); None when invalid."""
-    key = keys[0]
-    if not isinstance(raw, dict):
-        checker.add(at, f"must be a mapping such as {{{key}: {example}}}, got {raw!r}")
-        return None
-    checker.unknown_keys(raw, keys, at)
-    value = raw.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        checker.add(f"{at}.{key}", f"must be a whole number of {unit} >= 0 (0: off), got {value!r}")
-        return None
-    return value
-
-
-def _kind(value: Any) -> str:
-    return "nothing" if value is None else f"a {type(value).__name__} ({value!r:.40})"

@@ -24,8 +24,6 @@ from ftmatrix.config import (
     HARDWARE_KEYS,
     INSTALL_KEYS,
     LIMIT_KEYS,
-    MAX_MEMORY_GIB,
-    MAX_TIMEOUT,
     MAX_WORKERS,
     PROFILE_KEYS,
     REUSE_KEYS,
@@ -38,6 +36,7 @@ from ftmatrix.config import (
     ReuseOptions,
     Timeouts,
 )
+from ftmatrix.config_machine import MAX_MEMORY_GIB, MAX_TIMEOUT
 
 DRAFT = "http://json-schema.org/draft-07/schema#"  # the draft editors' YAML servers all read
 

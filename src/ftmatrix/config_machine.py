@@ -1,0 +1,129 @@
+"""matrix.yaml's keys about the machine: hardware classes, timeouts and limits."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ftmatrix.config_checker import Checker
+from ftmatrix.matrix_model import (
+    HARDWARE_KEYS,
+    LIMIT_KEYS,
+    MAX_WORKERS,
+    TIMEOUT_KEYS,
+    HardwareClass,
+    Limits,
+    Timeouts,
+)
+from ftmatrix.versions import shown
+
+
+def hardware_classes(checker: Checker, raw: Any) -> tuple[HardwareClass, ...]:
+    if not isinstance(raw, dict) or not raw:
+        checker.add("hardware", f"must be a non-empty mapping of class -> settings, got {raw!r}")
+        return ()
+    classes = []
+    for name, given in raw.items():
+        at = f"hardware.{name}"
+        settings = {} if given is None else given
+        if not isinstance(settings, dict):
+            checker.add(at, f"must be a mapping with 'runs-on' and 'gpus', got {settings!r}")
+            continue
+        checker.unknown_keys(settings, HARDWARE_KEYS, at)
+        runs_on = settings.get("runs-on", [])
+        if isinstance(runs_on, str):
+            runs_on = [runs_on]
+        if not isinstance(runs_on, list) or not all(isinstance(x, str) for x in runs_on):
+            checker.add(f"{at}.runs-on", f"must be a list of runner labels, got {runs_on!r}")
+            runs_on = []
+        gpus = settings.get("gpus", 0)
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+            checker.add(f"{at}.gpus", f"must be a whole number >= 0, got {gpus!r}")
+            gpus = 0
+        gpu_name = _gpu_name(checker, settings.get("gpu-name"), at, gpus)
+        classes.append(
+            HardwareClass(name=str(name), runs_on=tuple(runs_on), gpus=gpus, gpu_name=gpu_name)
+        )
+    return tuple(classes)
+
+
+def _gpu_name(checker: Checker, raw: Any, at: str, gpus: int) -> str | None:
+    if raw is None:
+        return None
+    where = f"{at}.gpu-name"
+    if not isinstance(raw, str) or not raw.strip():
+        checker.add(where, f"must be a pattern of GPU names such as 'H100|H200', got {raw!r}")
+        return None
+    try:
+        re.compile(raw)
+    except re.error as error:
+        checker.add(where, f"is not a regular expression ({error}): {raw!r}")
+        return None
+    if gpus < 1:
+        checker.add(where, "names the GPUs of a class with gpus: 0; give gpus: 1 or more")
+        return None
+    return raw
+
+
+def timeouts(checker: Checker, raw: Any) -> Timeouts:
+    if not isinstance(raw, dict):
+        checker.add("timeouts", f"must be a mapping such as {{case: 600, cell: 3600}}, got {raw!r}")
+        return Timeouts()
+    checker.unknown_keys(raw, TIMEOUT_KEYS, "timeouts")
+    values: dict[str, float] = {}
+    for key in TIMEOUT_KEYS:
+        if key not in raw:
+            continue
+        value = raw[key]
+        # NaN passes "<= 0" and no clock reaches infinity: both would never end a case.
+        if not _number_within(value, MAX_TIMEOUT):
+            checker.add(
+                f"timeouts.{key}",
+                f"must be a number of seconds > 0 and at most {MAX_TIMEOUT:,} (30 days), "
+                f"got {shown(value)}",
+            )
+            continue
+        values[key] = float(value)
+    return Timeouts(**values)
+
+
+# The largest numbers a matrix may give: past them a value is a typo (or .inf), and
+# the clock and the memory limit cannot hold it (an OverflowError, a wait that never ends).
+MAX_TIMEOUT = 30 * 24 * 3600
+MAX_MEMORY_GIB = 1 << 20
+
+
+def _number_within(value: Any, most: float) -> bool:
+    """Is ``value`` a number (not a bool) with 0 < value <= most? False for NaN."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value <= most
+
+
+def limits(checker: Checker, raw: Any) -> Limits:
+    if not isinstance(raw, dict):
+        checker.add(
+            "limits", f"must be a mapping such as {{memory-gib: 16, workers: 2}}, got {raw!r}"
+        )
+        return Limits()
+    checker.unknown_keys(raw, LIMIT_KEYS, "limits")
+    values: dict[str, Any] = {}
+    memory = raw.get("memory-gib")
+    if memory is not None:
+        if not _number_within(memory, MAX_MEMORY_GIB):
+            checker.add(
+                "limits.memory-gib",
+                f"must be a number of GiB > 0 and at most {MAX_MEMORY_GIB:,}, got {shown(memory)}",
+            )
+        else:
+            values["memory_gib"] = float(memory)
+    for key, default in (("workers", 1), ("cells", "auto")):
+        count = raw.get(key, default)
+        # bool is no count; past MAX_WORKERS, each would be a process of its own
+        if count == "auto" or (type(count) is int and 1 <= count <= MAX_WORKERS):
+            values[key] = count
+        else:
+            checker.add(
+                f"limits.{key}",
+                f"must be a whole number from 1 to {MAX_WORKERS} or 'auto' (one per CPU), "
+                f"got {count!r}",
+            )
+    return Limits(**values)
