@@ -46,6 +46,22 @@ def test_a_proof_of_uninstallability_is_cached_too(tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_an_edited_constraints_file_is_resolved_again(tmp_path: Path):
+    # UV_CONSTRAINT names a file: its path stays, what it holds changes the answer.
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("six<1.17\n")
+    env = {
+        **os.environ,
+        "FTMATRIX_CACHE_DIR": str(tmp_path / "cache"),
+        "UV_CONSTRAINT": str(constraints),
+    }
+    assert resolve_cell(CELL, InstallOptions(), env).status is Status.UNINSTALLABLE
+    constraints.write_text("six<2\n")
+    answer = resolve_cell(CELL, InstallOptions(), env)
+    assert answer.lock is not None and "six==1.17.0" in answer.lock
+
+
+@pytest.mark.slow
 def test_the_cache_can_be_turned_off(tmp_path: Path):
     env = {**os.environ, "FTMATRIX_CACHE_DIR": str(tmp_path), "FTMATRIX_RESOLVE_TTL": "0"}
     assert resolve_cell(CELL, InstallOptions(), env).lock is not None

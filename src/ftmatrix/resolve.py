@@ -190,6 +190,8 @@ RESOLVER_ENV = (
     "UV_PRERELEASE",
     "UV_TORCH_BACKEND",
     "UV_CONSTRAINT",
+    "UV_OVERRIDE",
+    "UV_EXCLUDE",
 )
 
 
@@ -201,9 +203,25 @@ def cache_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "ftmatrix" / "resolve"
 
 
+# Variables that name files uv reads: what the files hold decides the answer, not their path.
+_RESOLVER_FILES = ("UV_CONSTRAINT", "UV_OVERRIDE", "UV_EXCLUDE")
+
+
+def _file_contents(value: str | None) -> list[str]:
+    """What each file of a space-separated list holds ('' for one that cannot be read)."""
+    contents = []
+    for name in (value or "").split():
+        try:
+            contents.append(Path(name).read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            contents.append("")
+    return contents
+
+
 def _cache_key(requirements: str, args: list[str], env: Mapping[str, str]) -> str:
+    files = {k: _file_contents(env.get(k)) for k in _RESOLVER_FILES}
     material = json.dumps(
-        [requirements, args, {k: env.get(k) for k in RESOLVER_ENV}], sort_keys=True
+        [requirements, args, {k: env.get(k) for k in RESOLVER_ENV}, files], sort_keys=True
     )
     return hashlib.sha256(material.encode()).hexdigest()
 
