@@ -13,6 +13,7 @@ the nightly's fan-out is ``ci``.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import time
@@ -232,9 +233,11 @@ def index_releases(matrix: Matrix, env: Mapping[str, str]) -> Any:
     if exclude_newer is not None and exclude_newer.tzinfo is None:
         exclude_newer = exclude_newer.replace(tzinfo=UTC)
 
-    def releases(package: str) -> list[Version]:
+    # One listing a package per command: prove --stale and bisection ask for one many times.
+    @functools.cache
+    def releases(package: str) -> tuple[Version, ...]:
         found = list_releases(package, matrix.install, env, exclude_newer=exclude_newer)
-        return [r.version for r in found]
+        return tuple(r.version for r in found)
 
     return releases
 
