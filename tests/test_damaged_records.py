@@ -97,7 +97,10 @@ def test_the_report_says_so_in_every_form_and_exits_1(tmp_path: Path) -> None:
     assert len(results["unreadable_records"]) == 3
     assert "a torn line" in results["unreadable_records"][2]
     assert "**3 record line(s) could not be read:**" in (tmp_path / "summary.md").read_text()
-    assert "3 record line(s) could not be read" in (tmp_path / "index.html").read_text()
+    page = (tmp_path / "index.html").read_text()
+    assert "3 record line(s) could not be read" in page
+    # Said once, in the notices at the top: not again at the bottom of the page.
+    assert page.count("a torn line") == 1
     assert {r["case"] for r in results["records"]} == {"a.py::t", "b.py::t"}
 
     compact_records(next((tmp_path / "records").rglob("*.jsonl")))  # as a resume does

@@ -16,7 +16,6 @@ from html import escape
 from importlib.resources import files
 from string import Template
 
-from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 from ftmatrix.check.results import Results
 from ftmatrix.check.verdict import lookup_table
@@ -43,7 +42,6 @@ def render_html(data: ReportData) -> str:
     """One self-contained HTML page: no script or style is fetched from anywhere."""
     grid, entries, values = data.grid, data.entries, data.axes
     axes = default_pivot_axes(data.shown)
-    unreadable = "".join(f"<li>{escape(clean_paths(p))}</li>" for p in data.problems)
     return _page_template().substitute(
         style=_asset("report.css") + status_css(),
         generated_at=escape(data.generated_at.isoformat(timespec="seconds")),
@@ -67,11 +65,6 @@ def render_html(data: ReportData) -> str:
         probes=probes_html(data.probes, data.probe_outcomes),
         installability=installability_html(data.installability),
         script="\n".join(_asset(name) for name in SCRIPTS),
-        unreadable=(
-            f"<h2>Unreadable records</h2><ul class=problems>{unreadable}</ul>\n"
-            if unreadable
-            else ""
-        ),
     )
 
 
