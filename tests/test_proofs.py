@@ -15,7 +15,6 @@ from conftest import DATA
 
 from ftmatrix.cell.records import Record
 from ftmatrix.check.results import parse_results
-from ftmatrix.check.results_writer import render_json
 from ftmatrix.known_issues import MATCH_KEYS, load_known_issues, parse_known_issues
 from ftmatrix.proofs import (
     FAILS,
@@ -34,6 +33,7 @@ from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import build_grid
 from ftmatrix.report.model import check_results, report_data
 from ftmatrix.report.publish import restore_history, write_site
+from ftmatrix.report.results_json import render_json
 from ftmatrix.store import load_proofs, merge_outputs
 
 KNOWN = {e.id: e for e in load_known_issues(Path(__file__).parent.parent / "known_issues.yaml")}

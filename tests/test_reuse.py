@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from ftmatrix.cell.records import Record
 from ftmatrix.cell.status import Status
-from ftmatrix.check.results_writer import render_json
 from ftmatrix.config import ConfigError, Limits, Timeouts, parse_matrix
 from ftmatrix.report.grid import build_grid
 from ftmatrix.report.model import report_data
 from ftmatrix.report.page import render_html
+from ftmatrix.report.results_json import render_json
 from ftmatrix.report.summary import render_markdown
 from ftmatrix.resolve import lock_id, locked_packages
 from ftmatrix.reuse import (

@@ -1,7 +1,7 @@
 """A published report's results.json, read from a file or a URL, as check needs it.
 
 :func:`read_results` is the edge (a file, or HTTP(S) with a timeout); :func:`parse_results`
-is pure. What results.json publishes (``ftmatrix.check.results_writer``): the
+is pure. What results.json publishes (``ftmatrix.report.results_json``): the
 newest record of every (cell, case), and the failure groups with the known issue each
 is linked to. The constraints files are not in it; they are derived from its records by
 the function that wrote them (:func:`ftmatrix.constraints.derive_constraints`), so check
@@ -23,7 +23,7 @@ from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError
 from ftmatrix.versions import parse_version, shown, too_long
 
-RESULTS_SCHEMA = 1  # what ftmatrix.check.results_writer writes (its "schema")
+RESULTS_SCHEMA = 1  # what ftmatrix.report.results_json writes (its "schema")
 
 
 @dataclass(frozen=True, kw_only=True)

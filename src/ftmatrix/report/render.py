@@ -2,7 +2,7 @@
 
 :func:`render_report` is the report's only I/O: the page (:mod:`ftmatrix.report.page`),
 the job summary (:mod:`ftmatrix.report.summary`), results.json
-(:mod:`ftmatrix.check.results_writer`), the badges and the constraints files, all from
+(:mod:`ftmatrix.report.results_json`), the badges and the constraints files, all from
 one :class:`~ftmatrix.report.model.ReportData`.
 """
 
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Unpack
 
 from ftmatrix.cell.file_writes import write_atomically
-from ftmatrix.check.results_writer import render_json
 from ftmatrix.constraints import write_constraints
 from ftmatrix.report.badges import badge_files
 from ftmatrix.report.grid import Grid
 from ftmatrix.report.model import Sources, collect_report
 from ftmatrix.report.page import render_html
+from ftmatrix.report.results_json import render_json
 from ftmatrix.report.summary import render_markdown
 
 
