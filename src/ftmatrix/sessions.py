@@ -37,11 +37,10 @@ from ftmatrix.cell.records import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import worker_count
 from ftmatrix.errors import ExitCode, FatalError
-from ftmatrix.interpreters import Interpreter, find_interpreters
 from ftmatrix.live_runs import IN_RUN_VARIABLE, hold_run, note_planned
 from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
-from ftmatrix.planview import write_installability
+from ftmatrix.planview import interpreters_of, write_installability
 from ftmatrix.progress import Progress
 from ftmatrix.progress_feed import (
     FEED_ENV,
@@ -92,15 +91,8 @@ def report_the_rest() -> None:
         os._exit(UNREPORTED[0].return_code)
 
 
-def cell_interpreters(listed: Listing) -> dict[str, Interpreter]:
-    """The interpreter of each Python the selected cells run ({} where the cells take the
-    host's, whose interpreter is the host's own)."""
-    if listed.loaded is None or listed.loaded.matrix.install.system_packages:
-        return {}
-    return find_interpreters({c.python for c in listed.loaded.selected}, os.environ)
-
-
-INTERPRETERS = cell_interpreters(LISTED)
+# The interpreter of each Python the selected cells run, as the plan finds them.
+INTERPRETERS = interpreters_of(LISTED.loaded, os.environ) if LISTED.loaded else {}
 # Never a download: a Python the machine lacks is the cell's install-error, not nox's skip.
 nox.options.download_python = "never"
 
