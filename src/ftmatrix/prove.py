@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +26,7 @@ from ftmatrix.cell.records import Record
 from ftmatrix.config import HardwareClass, Matrix
 from ftmatrix.errors import ExitCode, UsageError
 from ftmatrix.known_issues import KnownIssue, load_known_issues
+from ftmatrix.lone_cell import hardware_named, run_lone_cell
 from ftmatrix.pipeline import index_releases
 from ftmatrix.plan import Cell
 from ftmatrix.proofs import (
@@ -40,11 +40,9 @@ from ftmatrix.proofs import (
     plan_boundaries,
     unprovable_reason,
 )
-from ftmatrix.resolve import uv_binary
-from ftmatrix.runner import CellContext, current_python, run_cell
+from ftmatrix.runner import current_python
 from ftmatrix.settings import Settings, known_issues_file
 from ftmatrix.store import load_proofs, merge_outputs, save_proof
-from ftmatrix.system_packages import venv_interpreter
 
 Log = Callable[[str], None]
 Releases = Callable[[str], Sequence[str]]
@@ -175,27 +173,17 @@ def _cell(entry: KnownIssue, boundary: BoundaryCell, setup: ProveSetup) -> Cell:
 
 def _run(cell: Cell, entry: KnownIssue, setup: ProveSetup, log: Log) -> list[Record]:
     """One boundary cell, built as bisect builds its cells: its records."""
-    home = setup.out_dir / "proofs" / entry.id
-    venv = setup.out_dir / "proofs" / "envs" / cell.id
-    if not (venv / "bin" / "python").exists():
-        interpreter = venv_interpreter(setup.matrix.install, setup.env, cell.python)
-        subprocess.run(
-            [uv_binary(), "venv", "--quiet", "--python", interpreter, str(venv)],
-            env=dict(setup.env),
-            check=True,
-        )
-    context = CellContext(
-        run_id="cells",
-        out_dir=home,
+    return run_lone_cell(
+        cell,
+        setup.matrix,
+        hardware=setup.hardware,
+        home=setup.out_dir / "proofs" / entry.id,
+        venvs=setup.out_dir / "proofs" / "envs",
         cases_dir=setup.cases_dir,
         case_selection=entry.proof.cases,
-        install=setup.matrix.install,
-        hardware_class=setup.hardware,
         env=setup.env,
-        timeouts=setup.matrix.timeouts,
-        limits=setup.matrix.limits,
+        log=log,
     )
-    return run_cell(cell, venv / "bin" / "python", context, log=log)
 
 
 def add_known_issues_parser(sub: Any) -> None:
@@ -252,9 +240,9 @@ def run_known_issues(
             f"{known_issues_file(settings)}; entries: {', '.join(e.id for e in known)}"
         )
     entries = [e for e in known if not wanted or e.id in wanted]
-    names = [h.name for h in matrix.hardware]
-    hardware = next((h for h in matrix.hardware if h.name == (args.hardware or names[0])), None)
+    hardware = hardware_named(matrix, args.hardware)
     if hardware is None:
+        names = [h.name for h in matrix.hardware]
         raise UsageError(f"--hardware {args.hardware!r}: the matrix's classes are {names}")
     lookup = index_releases(matrix, env)
 

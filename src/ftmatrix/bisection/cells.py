@@ -8,7 +8,6 @@ inspectable; the finding is written beside them as ``finding.json``.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +28,9 @@ from ftmatrix.cell.records import WHOLE_CELL
 from ftmatrix.cell.status import Status
 from ftmatrix.config import Matrix
 from ftmatrix.index import list_releases
+from ftmatrix.lone_cell import hardware_named, run_lone_cell
 from ftmatrix.plan import Cell
-from ftmatrix.resolve import uv_binary
-from ftmatrix.runner import CellContext, current_python, run_cell
-from ftmatrix.system_packages import venv_interpreter
+from ftmatrix.runner import current_python
 
 Log = Callable[[str], None]
 
@@ -89,10 +87,7 @@ def run_bisect(
         f"[ftmatrix] bisect {request.axis}: {len(versions)} releases from "
         f"{versions[0]} to {versions[-1]}"
     )
-    hardware = next(
-        (h for h in matrix.hardware if h.name == (request.hardware or matrix.hardware[0].name)),
-        None,
-    )
+    hardware = hardware_named(matrix, request.hardware)
     if hardware is None:
         names = ", ".join(h.name for h in matrix.hardware)
         raise ValueError(f"no hardware class {request.hardware!r}; classes: {names}")
@@ -114,27 +109,17 @@ def run_bisect(
             hardware=hardware.name,
             support=matrix.support,
         )
-        venv = home / "envs" / cell.id
-        if not (venv / "bin" / "python").exists():
-            subprocess.run(
-                # From the host interpreter where the cell takes the host's packages.
-                [uv_binary(), "venv", "--quiet", "--python"]
-                + [venv_interpreter(matrix.install, env, python), str(venv)],
-                env=dict(env),
-                check=True,
-            )
-        context = CellContext(
-            run_id="cells",
-            out_dir=home,
+        records = run_lone_cell(
+            cell,
+            matrix,
+            hardware=hardware,
+            home=home,
+            venvs=home / "envs",
             cases_dir=cases_dir,
             case_selection=(request.case,),
-            install=matrix.install,
-            hardware_class=hardware,
             env=env,
-            timeouts=matrix.timeouts,
-            limits=matrix.limits,
+            log=log,
         )
-        records = run_cell(cell, venv / "bin" / "python", context, log=log)
         record = next(
             (r for r in records if r.case == request.case),
             next((r for r in records if r.case == WHOLE_CELL), None),
