@@ -122,6 +122,11 @@ class EntryProof:
         )
 
 
+def entry_proofs(stored: Mapping[str, Mapping[str, Any]]) -> dict[str, EntryProof]:
+    """The history's proofs (entry id -> its stored mapping) as values."""
+    return {entry: EntryProof.from_mapping(data) for entry, data in stored.items()}
+
+
 class NotProvable(ValueError):
     """An entry whose boundaries cannot be planned (said why, in one line)."""
 

@@ -36,6 +36,7 @@ from ftmatrix.proofs import (
     NotProvable,
     claim_key,
     claim_text,
+    entry_proofs,
     observe,
     plan_boundaries,
     unprovable_reason,
@@ -151,9 +152,7 @@ def keep_proof(out_dir: Path, proof: EntryProof, *, proven_at: str) -> None:
 
 def newest_proofs(out_dir: Path) -> dict[str, EntryProof]:
     """Each entry's newest proof in the history under ``out_dir``."""
-    return {
-        k: EntryProof.from_mapping(v) for k, v in load_proofs(out_dir / "history.sqlite").items()
-    }
+    return entry_proofs(load_proofs(out_dir / "history.sqlite"))
 
 
 def _key(entry: KnownIssue, boundary: BoundaryCell) -> tuple[Any, ...]:

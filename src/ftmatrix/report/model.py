@@ -19,7 +19,7 @@ from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.check.results import KnownIssueLink, Results, member_key, results_of
 from ftmatrix.known_issues import KnownIssue, load_known_issues
 from ftmatrix.live_runs import RunInProgress
-from ftmatrix.proofs import EntryProof
+from ftmatrix.proofs import entry_proofs
 from ftmatrix.report.causes import Cause, causes_of
 from ftmatrix.report.changes import StatusChange, changes_since_previous
 from ftmatrix.report.failures import FailureGroup, failure_groups
@@ -121,7 +121,7 @@ def collect_report(out_dir: Path, *, now: datetime, **sources: Unpack[Sources]) 
     grid = build_grid(r for r in latest if not r.beyond_cap)
     known = load_known_issues(known_issues) if known_issues else ()
     findings = [clean_paths_in(f) for f in load_findings(store)]  # published too
-    proofs = {k: EntryProof.from_mapping(v) for k, v in load_proofs(store).items()}
+    proofs = entry_proofs(load_proofs(store))
     previous = [x.published() for x in newest_records(store, back=1)]
     return report_data(
         grid,
