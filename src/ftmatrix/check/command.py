@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from ftmatrix.check.results import read_results
 from ftmatrix.check.stack import Stack, ask_interpreter, parse_freeze, parse_trl_env
 from ftmatrix.check.verdict import (
@@ -24,6 +22,7 @@ from ftmatrix.check.verdict import (
     PYTHON,
     SHOWN,
     CheckReport,
+    NothingTestedInstalled,
     StackVerdict,
     check_stack,
     constraint_line,
@@ -99,11 +98,8 @@ def run_check(args: argparse.Namespace, extra: Sequence[str]) -> int:
             operations=_names(args.operation),
             hardware=_names(args.hardware),
         )
-    except UsageError as exc:
-        tested = {canonicalize_name(name) for record in results.records for name in record.pins}
-        if tested and not any(stack.version(name) for name in tested):
-            raise UsageError(f"{exc} {what_to_check_instead(stack)}") from None
-        raise
+    except NothingTestedInstalled as exc:
+        raise UsageError(f"{exc} {what_to_check_instead(stack)}") from None
     if args.json:
         print(json.dumps(report_json(report), indent=1))
     else:

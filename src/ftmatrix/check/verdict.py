@@ -62,6 +62,10 @@ OUTPUT_SCHEMA = 1  # the shape of --json (docs/guides/check.md)
 SHOWN = 3  # nearest cells named per verdict in the text; --json has them all
 
 
+class NothingTestedInstalled(UsageError):
+    """The stack has none of the packages the results test: not the stack meant."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Match:
     """One cell, how far it is from the stack, and what it did for one operation."""
@@ -167,7 +171,7 @@ def check_stack(
         raise UsageError(f"--results {results.source}: holds no records: nothing to compare with")
     axes = _axes(records)
     if not any(stack.version(a) is not None or not stack.knows(a) for a in axes):
-        raise UsageError(
+        raise NothingTestedInstalled(
             f"{stack.source}: none of the packages the results test is installed "
             f"({', '.join(axes)}); is it the stack you meant?"
         )
