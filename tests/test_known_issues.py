@@ -668,3 +668,68 @@ def test_dpos_doubled_step_is_the_trainers_before_4_48_and_trls_after():
     }
     failed = next(r for r in records if r.status is Status.FAIL)
     assert contract_verdicts(failed)["update_direction"] == "pass"  # a longer step, not another
+
+
+def adapter_causes(records):
+    """(transformers, peft, the case's parameters) -> the entries that explain the record."""
+    return {
+        (r.packages["transformers"], r.packages["peft"], case_parts(r.case)[1]): [
+            e.id for e in explain_all(r, KNOWN)
+        ]
+        for r in records
+    }
+
+
+def test_adapter_loading_is_transformers_break_before_5_18_and_peft_0_19s_after():
+    # Real records of test_adapter_roundtrip: the GPU host's cell (an H200, torch
+    # 2.11.0+cu130, transformers 5.17.0, peft 0.21.2) and the proofs of 2026-11-27 on CPU.
+    # transformers before 5.18 drops the saved copies whatever peft does (#48595); peft 0.19
+    # drops top-level modules' weights on 5.13 on (#3197); a LoRA on a tied head through
+    # load_adapter on 5.0.0 is a third break, no report of which was found.
+    records = [
+        Record.from_mapping(json.loads(line))
+        for line in (DATA / "adapter_roundtrip_records.jsonl").read_text().splitlines()
+    ]
+    dropped = ["transformers5-adapter-drops-modules-to-save"]
+    top_level = ["peft-weight-conversion-drops-top-level-keys"]
+    merged = ["peft-lora-on-tied-head-merge"]
+    gpu = "modules_to_save={}-path={}-tie_word_embeddings={}-lora_on_embeddings={}".format
+    tied_lora = gpu("none", "load_adapter", "true", "true")
+    assert adapter_causes(records) == {
+        ("5.17.0", "0.21.2", gpu("lm_head", "adapter_folder", "false", "true")): dropped,
+        ("5.17.0", "0.21.2", gpu("embed_tokens", "load_adapter", "false", "false")): dropped,
+        ("5.17.0", "0.21.2", gpu("score", "adapter_folder", "true", "false")): dropped,
+        ("5.17.0", "0.21.2", gpu("lm_head", "load_adapter", "false", "false")): dropped,
+        ("5.17.0", "0.21.2", gpu("embed_tokens", "adapter_folder", "false", "false")): dropped,
+        ("5.17.0", "0.21.2", gpu("score", "load_adapter", "false", "false")): dropped,
+        ("5.17.0", "0.21.2", gpu("none", "merge_save_reload", "true", "true")): merged,
+        ("5.18.0", "0.21.2", gpu("none", "merge_save_reload", "true", "true")): merged,
+        ("5.23.0", "0.19.1", tied_lora): top_level,
+        ("5.23.0", "0.19.1", gpu("lm_head", "load_adapter", "false", "false")): top_level,
+        ("5.0.0", "0.21.2", tied_lora): [],
+    }
+    assert {r.hardware_class for r in records} == {"h100", "cpu"}
+
+
+def test_unsloths_mistral_without_xformers_is_not_the_seed_it_hides():
+    # Real records of the GPU host's seed cells (torch 2.11.0+cu130, xformers 0.0.35 built for
+    # 2.10): unsloth 2025.2.15 and 2025.3.1 both fail in the Mistral fast forward's mask,
+    # before GRPO's loss; the seed's entry (#1790) must not claim either.
+    records = [
+        Record.from_mapping(json.loads(line))
+        for line in (DATA / "unsloth_no_xformers_records.jsonl").read_text().splitlines()
+    ]
+    assert {r.packages["unsloth"] for r in records} == {"2025.2.15", "2025.3.1"}
+    for record in records:
+        assert [e.id for e in explain_all(record, KNOWN)] == [
+            "unsloth-mistral-forward-needs-xformers"
+        ]
+    fixed = replace(records[0], packages={**records[0].packages, "unsloth": "2025.7.2"})
+    assert explain_all(fixed, KNOWN) == ()
+    # The same message from another file is not this break (llama.py guards its own use).
+    elsewhere = replace(
+        records[0],
+        framework_frame="unsloth/models/llama.py:LlamaModel_fast_forward",
+        root_frame="unsloth/models/llama.py:LlamaModel_fast_forward",
+    )
+    assert explain_all(elsewhere, KNOWN) == ()
