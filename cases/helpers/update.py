@@ -75,34 +75,37 @@ def sgd_step_values(*, batch: int, accumulation: int, steps: int = 1) -> dict[st
     }
 
 
-def token_loss_terms(model: Any, batch: Any, forward: Any = None) -> tuple[Any, int]:
+def token_loss_terms(
+    model: Any, batch: Any, forward: Any = None, label_smoothing: float = 0.0
+) -> tuple[Any, int]:
     """(sum of next-token cross-entropies, number of label tokens) of one batch.
 
     Labels are the batch's ``labels`` (else its ``input_ids``), -100 ignored, shifted by
     one as every causal LM in transformers does. ``forward`` calls the model (default:
-    ``model`` itself).
+    ``model`` itself); ``label_smoothing`` is torch's (``(1 - e) * -log p(label) + e *
+    the mean of -log p over the vocabulary``, what ``label_smoothing_factor`` means).
     """
     import torch
 
     labels = batch["labels"] if "labels" in batch else batch["input_ids"]
-    kwargs = {"attention_mask": batch["attention_mask"]} if "attention_mask" in batch else {}
-    logits = (forward or model)(input_ids=batch["input_ids"], **kwargs).logits
+    logits = (forward or model)(**model_inputs(batch)).logits
     predicting = logits[:, :-1, :].reshape(-1, logits.size(-1)).float()
     targets = labels[:, 1:].reshape(-1)
     total = torch.nn.functional.cross_entropy(
-        predicting, targets, ignore_index=IGNORE, reduction="sum"
+        predicting, targets, ignore_index=IGNORE, reduction="sum", label_smoothing=label_smoothing
     )
     return total, int((targets != IGNORE).sum())
 
 
-def expected_after_sgd_step(model: Any, batches: Iterable[Any]) -> dict[str, Any]:
-    """The weights one SGD step (learning rate 1) from ``model``'s must give: each minus
-    the gradient of the mean token cross-entropy over every label token of ``batches``.
+def sgd_reference(model: Any, loss_of: Any) -> dict[str, Any]:
+    """The weights one SGD step (learning rate 1) from ``model``'s must give: each minus the
+    gradient of ``loss_of(forward)``, where ``forward`` calls the model at copies of its
+    trainable weights.
 
-    The gradient is taken with respect to copies of the weights, swapped into the model
-    for the reference's forward passes only (``torch.func.functional_call``): a copy of
-    the whole model could still call the original through a forward a trainer wrapped,
-    and the original's own gradients stay untouched. Frozen weights are left out.
+    The gradient is taken with respect to the copies, swapped into the model for the
+    reference's forward passes only (``torch.func.functional_call``): a copy of the whole
+    model could still call the original through a forward a trainer wrapped, and the
+    original's own gradients stay untouched. Frozen weights are left out.
     """
     import torch
 
@@ -115,15 +118,19 @@ def expected_after_sgd_step(model: Any, batches: Iterable[Any]) -> dict[str, Any
     def forward(**inputs: Any) -> Any:
         return torch.func.functional_call(model, weights, args=(), kwargs=inputs, strict=False)
 
-    total, count = None, 0
-    for batch in batches:
-        batch_total, batch_count = token_loss_terms(model, batch, forward)
-        total = batch_total if total is None else total + batch_total
-        count += batch_count
-    if total is None or count == 0:
-        raise ContractError(contract_message("label tokens in the step's batches", 0, ">0", 0))
-    (total / count).backward()
+    loss_of(forward).backward()
+    return stepped(weights)
+
+
+def stepped(weights: dict[str, Any]) -> dict[str, Any]:
+    """Each weight minus its gradient (learning rate 1), detached."""
     return {name: (w - w.grad if w.grad is not None else w).detach() for name, w in weights.items()}
+
+
+def expected_after_sgd_step(model: Any, batches: Iterable[Any]) -> dict[str, Any]:
+    """The weights one SGD step (learning rate 1) from ``model``'s must give: each minus
+    the gradient of the mean token cross-entropy over every label token of ``batches``."""
+    return expected_after_loss_step(mean_token_loss())(model, list(batches))
 
 
 def expected_after_dpo_step(model: Any, rows: Iterable[Any], beta: float) -> dict[str, Any]:
@@ -140,35 +147,29 @@ def expected_after_dpo_step(model: Any, rows: Iterable[Any], beta: float) -> dic
     from helpers.compat import preference_sequences
     from helpers.contracts import model_device, token_log_probs
 
-    weights = {
-        name: p.detach().clone().requires_grad_(True)
-        for name, p in model.named_parameters()
-        if p.requires_grad
-    }
-
-    def summed(ids: list[int], start: int, *, policy: bool) -> Any:
+    def summed(forward: Any, ids: list[int], start: int) -> Any:
         tokens = torch.tensor([ids], device=model_device(model))
-        if policy:
-            logits = torch.func.functional_call(
-                model, weights, args=(), kwargs={"input_ids": tokens}, strict=False
-            ).logits
-        else:
-            with torch.no_grad():
-                logits = model(input_ids=tokens).logits
+        logits = forward(input_ids=tokens).logits
         return token_log_probs(logits[:, :-1, :].float(), tokens[:, 1:])[0][start - 1 :].sum()
 
-    losses = []
-    for row in rows:
-        margin = {}
-        for side in ("chosen", "rejected"):
-            ids, start = preference_sequences(row, side)
-            margin[side] = summed(ids, start, policy=True) - summed(ids, start, policy=False)
-        logit = beta * (margin["chosen"] - margin["rejected"])
-        losses.append(-torch.nn.functional.logsigmoid(logit))
-    if not losses:
-        raise ContractError(contract_message("preference pairs in the step", 0, ">0", 0))
-    torch.stack(losses).mean().backward()
-    return {name: (w - w.grad if w.grad is not None else w).detach() for name, w in weights.items()}
+    def reference(**inputs: Any) -> Any:
+        with torch.no_grad():
+            return model(**inputs)
+
+    def loss_of(policy: Any) -> Any:
+        losses = []
+        for row in rows:
+            margin = {}
+            for side in ("chosen", "rejected"):
+                ids, start = preference_sequences(row, side)
+                margin[side] = summed(policy, ids, start) - summed(reference, ids, start)
+            logit = beta * (margin["chosen"] - margin["rejected"])
+            losses.append(-torch.nn.functional.logsigmoid(logit))
+        if not losses:
+            raise ContractError(contract_message("preference pairs in the step", 0, ">0", 0))
+        return torch.stack(losses).mean()
+
+    return sgd_reference(model, loss_of)
 
 
 def check_weights_equal(quantity: str, model: Any, expected: dict[str, Any]) -> float:
@@ -386,7 +387,7 @@ def expected_after_grpo_step(
     with forward_not_recomputed(model):
         loss = _grpo_reference_loss(model, weights, micro_batches, loss_type, max_completion_length)
         loss.backward()
-    return {name: (w - w.grad if w.grad is not None else w).detach() for name, w in weights.items()}
+    return stepped(weights)
 
 
 @contextlib.contextmanager
@@ -460,21 +461,7 @@ def expected_after_loss_step(loss_of: Any) -> Any:
     :func:`expected_after_sgd_step` does; frozen weights are left out)."""
 
     def expected_after(model: Any, batches: list[Any]) -> dict[str, Any]:
-        import torch
-
-        weights = {
-            name: p.detach().clone().requires_grad_(True)
-            for name, p in model.named_parameters()
-            if p.requires_grad
-        }
-
-        def forward(**inputs: Any) -> Any:
-            return torch.func.functional_call(model, weights, args=(), kwargs=inputs, strict=False)
-
-        loss_of(forward, batches).backward()
-        return {
-            name: (w - w.grad if w.grad is not None else w).detach() for name, w in weights.items()
-        }
+        return sgd_reference(model, lambda forward: loss_of(forward, batches))
 
     return expected_after
 
@@ -486,27 +473,14 @@ def model_inputs(batch: Any) -> dict[str, Any]:
 
 def mean_token_loss(label_smoothing: float = 0.0) -> Any:
     """``loss_of(forward, batches)``: the mean next-token cross-entropy over every label token
-    of the accumulated batch, with torch's label smoothing (``(1 - e) * -log p(label) + e *
-    the mean of -log p over the vocabulary``, what ``label_smoothing_factor`` means)."""
+    of the accumulated batch, with torch's label smoothing (:func:`token_loss_terms`)."""
 
     def loss_of(forward: Any, batches: list[Any]) -> Any:
-        import torch
-
         total, count = None, 0
         for batch in batches:
-            labels = batch["labels"] if "labels" in batch else batch["input_ids"]
-            logits = forward(**model_inputs(batch)).logits
-            predicting = logits[:, :-1, :].reshape(-1, logits.size(-1)).float()
-            targets = labels[:, 1:].reshape(-1)
-            terms = torch.nn.functional.cross_entropy(
-                predicting,
-                targets,
-                ignore_index=IGNORE,
-                reduction="sum",
-                label_smoothing=label_smoothing,
-            )
+            terms, tokens = token_loss_terms(None, batch, forward, label_smoothing)
             total = terms if total is None else total + terms
-            count += int((targets != IGNORE).sum())
+            count += tokens
         if total is None or count == 0:
             raise ContractError(contract_message("label tokens in the step's batches", 0, ">0", 0))
         return total / count
