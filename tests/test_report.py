@@ -34,7 +34,7 @@ from ftmatrix.report.page import render_html
 from ftmatrix.report.page_failures import reproduce_command
 from ftmatrix.report.page_grid import pivot_html
 from ftmatrix.report.render import render_report
-from ftmatrix.report.summary import render_markdown
+from ftmatrix.report.summary import MOST_CASE_COLUMNS, render_markdown
 from ftmatrix.store import merge_outputs, newest_records
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -657,3 +657,23 @@ def test_a_pass_whose_contract_could_not_be_checked_is_never_shown_as_a_plain_pa
     rows = {line.split(" | ")[0]: line for line in markdown.splitlines() if line.startswith("| ")}
     assert "pass (unverified)" in rows["| cpu-py3.11-trl1.16.0"]
     assert "pass" in rows["| cell-b"] and "unverified" not in rows["| cell-b"]
+
+
+def test_a_summary_of_many_cases_counts_each_cells_statuses_instead_of_a_wall() -> None:
+    # The GPU host's generic cell ran 92 cases: a 92-column table in the job summary.
+    records = [
+        make_record(case=f"test_x.py::test_{i}", status=Status.FAIL if i < 3 else Status.PASS)
+        for i in range(MOST_CASE_COLUMNS + 1)
+    ]
+    records.append(
+        make_record(
+            case="test_y.py::test_unchecked",
+            metrics={"logps_contract": "unverified: computed inside compute_loss"},
+        )
+    )
+    markdown = render_markdown(report_data(build_grid(records), generated_at=NOW))
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert table[0] == "| cell | pass | fail |"
+    assert table[1] == "| cpu-py3.11-trl1.16.0 | 11 (1 unverified) | 3 |"
+    assert "14 cases: each cell's count by status" in markdown
+    assert markdown.count("test_x.py::test_0") == 1  # once, under Problems

@@ -44,7 +44,14 @@ def _counts(data: ReportData) -> str:
     return counted
 
 
+# Past this many cases a cell x case table is a wall no job summary can show: each cell's
+# counts instead (the cases that broke are listed under Problems).
+MOST_CASE_COLUMNS = 12
+
+
 def _grid(grid: Grid, reused: Mapping[str, str]) -> list[str]:
+    if len(grid.columns) > MOST_CASE_COLUMNS:
+        return _cell_counts(grid, reused)
     lines = ["", "| cell | " + " | ".join(md_text(c) for c in grid.columns) + " |"]
     lines.append("|---|" + "---|" * len(grid.columns))
     for row in grid.rows:
@@ -56,6 +63,35 @@ def _grid(grid: Grid, reused: Mapping[str, str]) -> list[str]:
             values.append(f"{shown} (unverified)" if record and unverified(record) else shown)
         if whole and not grid.columns:
             values = [whole.status.value]
+        note = f" ({md_text(f'reused, unchanged since {reused[row]}')})" if row in reused else ""
+        lines.append(f"| {md_text(row)}{note} | " + " | ".join(values) + " |")
+    return lines
+
+
+def _cell_counts(grid: Grid, reused: Mapping[str, str]) -> list[str]:
+    """One row a cell: how many of its cases ended in each status (those that occur)."""
+    counts = {row: Counter[Status]() for row in grid.rows}
+    unverified_passes = Counter[str]()
+    for (row, _), record in grid.cells.items():
+        counts[row][record.status] += 1
+        unverified_passes[row] += record.status is Status.PASS and bool(unverified(record))
+    for row, whole in grid.whole_cell.items():
+        if not counts[row]:
+            counts[row][whole.status] += 1
+    shown = [s for s in Status if any(c[s] for c in counts.values())]
+    lines = [
+        "",
+        f"{len(grid.columns)} cases: each cell's count by status; every case that broke "
+        "(not pass, skip or n/a) is under Problems.",
+        "",
+        "| cell | " + " | ".join(s.value for s in shown) + " |",
+        "|---|" + "---|" * len(shown),
+    ]
+    for row in grid.rows:
+        values = [str(counts[row][s]) if counts[row][s] else "" for s in shown]
+        if Status.PASS in shown and unverified_passes[row]:
+            at = shown.index(Status.PASS)
+            values[at] += f" ({unverified_passes[row]} unverified)"
         note = f" ({md_text(f'reused, unchanged since {reused[row]}')})" if row in reused else ""
         lines.append(f"| {md_text(row)}{note} | " + " | ".join(values) + " |")
     return lines
