@@ -21,6 +21,7 @@ from ftmatrix.report.first_screen import (
 )
 from ftmatrix.report.grid import build_grid, grid_axes, grid_entries
 from ftmatrix.report.model import report_data
+from ftmatrix.report.page import render_html
 from ftmatrix.report.summary import render_markdown
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
@@ -230,3 +231,14 @@ def test_the_pass_rate_reads_sensibly_with_one_run_or_many():
     assert trend_text([("r1", 0.5), ("r2", 0.5), ("r3", 0.5)]) == (
         "50% in the newest run (same as the run before; 3 runs shown)"
     )
+
+
+def test_the_cell_filter_names_cells_by_what_varies() -> None:
+    records = [
+        make_record(cell_id="c1", cell_label="cpu-py3.11-trl1.15.0", pins={"trl": "1.15.0"}),
+        make_record(cell_id="c2", cell_label="cpu-py3.11-trl1.16.0", pins={"trl": "1.16.0"}),
+    ]
+    page = render_html(report_data(build_grid(records), generated_at=NOW))
+    cell_filter = page.split('data-name="cell"', 1)[1].split("</select>", 1)[0]
+    assert '<option value="0" title="cpu-py3.11-trl1.15.0">trl1.15.0</option>' in cell_filter
+    assert "cpu-py3.11-trl1.16.0</option>" not in cell_filter

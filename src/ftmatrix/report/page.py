@@ -42,6 +42,7 @@ def render_html(data: ReportData) -> str:
     """One self-contained HTML page: no script or style is fetched from anywhere."""
     grid, entries, values = data.grid, data.entries, data.axes
     axes = default_pivot_axes(data.shown)
+    names = cell_names(grid.records, data.shown.varying)
     return _page_template().substitute(
         style=_asset("report.css") + status_css(),
         generated_at=escape(data.generated_at.isoformat(timespec="seconds")),
@@ -55,8 +56,8 @@ def render_html(data: ReportData) -> str:
         legend=_legend(Counter(r.status for r in grid.records)),
         compatibility=render_compatibility(entries, values),
         hud=render_hud(entries, values, data.shown),
-        pivot_controls=pivot_controls_html(grid, values, axes),
-        pivot=pivot_html(grid, entries, values, axes, cell_names(grid.records, data.shown.varying)),
+        pivot_controls=pivot_controls_html(grid, values, axes, names),
+        pivot=pivot_html(grid, entries, values, axes, names),
         changes=changes_html(data.changes),
         groups=causes_html(data.causes),
         trend=_trend(data.trend),

@@ -34,9 +34,12 @@ def pivot_controls_html(
     grid: Grid,
     values: dict[str, list[str]],
     axes: tuple[str, str] = (DEFAULT_ROWS, DEFAULT_COLUMNS),
+    names: Mapping[str, str] | None = None,
 ) -> str:
     """The table's axes (``axes``: rows, columns first) and filters; hidden until the
-    script runs: without it these controls could do nothing."""
+    script runs: without it these controls could do nothing. ``names``: each cell's short
+    name (what varies), shown in the cell filter with the full label as its title."""
+    names = names or {}
     if not grid.rows:
         return ""
 
@@ -53,7 +56,7 @@ def pivot_controls_html(
         f'<label data-axis="{i}">{escape(axis)} '
         f'<select class=axis-filter data-axis="{i}" data-name="{escape(axis)}">'
         '<option value="">all</option>'
-        + "".join(f'<option value="{j}">{escape(v)}</option>' for j, v in enumerate(vs))
+        + "".join(_filter_option(j, v, names if axis == "cell" else {}) for j, v in enumerate(vs))
         + "</select></label> "
         for i, (axis, vs) in enumerate(values.items())
         if len(vs) > 1  # an axis with one value filters nothing
@@ -68,6 +71,12 @@ def pivot_controls_html(
         f"{status_options}</select></label></p>"
         f"<p class=axis-filters>Filters: {axis_filters}</p></form>"
     )
+
+
+def _filter_option(index: int, value: str, names: Mapping[str, str]) -> str:
+    shown = names.get(value, value)
+    title = f' title="{escape(value)}"' if shown != value else ""
+    return f'<option value="{index}"{title}>{escape(shown)}</option>'
 
 
 def pivot_html(
