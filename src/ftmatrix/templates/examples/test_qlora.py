@@ -24,7 +24,8 @@ def test_qlora_two_steps(tiny_model_dir, tokenizer):
     model = prepare_model_for_kbit_training(model)
     model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    batch = tokenizer(["hello world good morning"], return_tensors="pt")
+    # Where the 4-bit model was put: on a CUDA machine transformers puts it on the GPU.
+    batch = tokenizer(["hello world good morning"], return_tensors="pt").to(model.device)
     for _ in range(2):
         loss = model(**batch, labels=batch["input_ids"]).loss
         assert math.isfinite(loss.item())
