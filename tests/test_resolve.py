@@ -12,7 +12,7 @@ from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
 from ftmatrix.messages import conflict_summary
 from ftmatrix.plan import Cell
-from ftmatrix.resolve import lock_id, resolve_cell
+from ftmatrix.resolve import keep_environment_lists, lock_id, resolve_cell
 
 CELL = Cell(python="3.11", pins=(("six", "1.17.0"),), hardware="cpu")
 
@@ -117,3 +117,35 @@ def test_the_lock_id_names_what_is_installed_and_nothing_else():
     assert lock_id(LOCK) != lock_id(LOCK.replace("six==1.17.0", "six==1.16.0"))
     assert lock_id(LOCK) != lock_id(LOCK.replace("2.13.0+cpu", "2.13.0"))  # another build
     assert len(lock_id(LOCK)) == 12
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "added"),
+    [
+        (
+            ["--constraint", "host.txt"],
+            {"UV_CONSTRAINT": "a.txt b.txt"},
+            ["--constraint", "a.txt", "--constraint", "b.txt"],
+        ),
+        (
+            ["--find-links", "stubs"],
+            {"UV_FIND_LINKS": "/w1,/w2"},
+            ["--find-links", "/w1", "--find-links", "/w2"],
+        ),
+        (
+            ["--extra-index-url", "https://a/simple"],
+            {"UV_EXTRA_INDEX_URL": "https://b/simple"},
+            ["--extra-index-url", "https://b/simple"],
+        ),
+        (["--override", "o.txt"], {"UV_OVERRIDE": "mine.txt"}, ["--override", "mine.txt"]),
+        (["--excludes", "x.txt"], {"UV_EXCLUDE": "mine.txt"}, ["--excludes", "mine.txt"]),
+        # uv reads the variable itself where ftmatrix passes no such option
+        (["pip", "compile", "-"], {"UV_CONSTRAINT": "a.txt"}, []),
+        (["--constraint", "host.txt"], {"UV_CONSTRAINT": "  "}, []),
+    ],
+)
+def test_a_users_uv_list_variable_survives_an_option_ftmatrix_passes(
+    args: list[str], env: dict[str, str], added: list[str]
+) -> None:
+    # uv takes an option given on its command line instead of its variable, not beside it.
+    assert keep_environment_lists(args, env) == [*args, *added]

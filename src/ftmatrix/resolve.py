@@ -339,6 +339,7 @@ _ENVIRONMENT_LISTS = {
     "--override": ("UV_OVERRIDE", None),
     "--excludes": ("UV_EXCLUDE", None),
     "--find-links": ("UV_FIND_LINKS", ","),
+    "--extra-index-url": ("UV_EXTRA_INDEX_URL", None),
 }
 
 
