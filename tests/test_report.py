@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -14,7 +17,7 @@ from conftest import make_record
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, Record
 from ftmatrix.cell.status import Status
-from ftmatrix.errors import ConfigError
+from ftmatrix.errors import ConfigError, ExitCode
 from ftmatrix.known_issues import KnownIssue, parse_known_issues
 from ftmatrix.report.causes import causes_of
 from ftmatrix.report.changes import changes_since_previous, pass_rates
@@ -677,3 +680,30 @@ def test_a_summary_of_many_cases_counts_each_cells_statuses_instead_of_a_wall() 
     assert table[1] == "| cpu-py3.11-trl1.16.0 | 11 (1 unverified) | 3 |"
     assert "14 cases: each cell's count by status" in markdown
     assert markdown.count("test_x.py::test_0") == 1  # once, under Problems
+
+
+def test_known_issues_kept_apart_from_the_matrix_explain_its_failures(tmp_path: Path) -> None:
+    # A matrix kept in a folder of its own (ci/gpu-host/'s) read no known issues at all.
+    CellRecordFile(CellFiles.of(tmp_path / "out", "r1", "c1").records).add(
+        make_record(status=Status.FAIL, message="the planted break", exception_type="ValueError")
+    )
+    entry = {"id": "planted", "title": "a planted break", "package": "trl",
+             "upstream": "https://github.com/huggingface/trl/issues/1",
+             "match": {"message": "planted break"}}  # fmt: skip
+    (tmp_path / "shared.yaml").write_text(json.dumps([entry]))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "matrix.yaml").write_text("packages: {trl: ['1.16.0']}\n")
+    env = {
+        **os.environ,
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+        "FTMATRIX_MATRIX": str(tmp_path / "elsewhere" / "matrix.yaml"),
+        "FTMATRIX_KNOWN_ISSUES": str(tmp_path / "shared.yaml"),
+    }
+    command = [sys.executable, "-m", "ftmatrix", "report"]
+    ran = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert "known: [planted]" in (tmp_path / "out" / "summary.md").read_text()
+    env["FTMATRIX_KNOWN_ISSUES"] = str(tmp_path / "missing.yaml")
+    ran = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    assert ran.returncode == ExitCode.SETTINGS and "Traceback" not in ran.stderr
+    assert "FTMATRIX_KNOWN_ISSUES=" in ran.stderr and "no such file" in ran.stderr

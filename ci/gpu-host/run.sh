@@ -14,7 +14,8 @@ python3 -c 'import lzma,shutil,sys;shutil.copyfileobj(lzma.open(sys.argv[1]),ope
 # The host is this python3 (its own packages; nox and uv in /tmp/site stay out of the cells).
 export PATH=$S/bin:$PATH UV_OFFLINE=1 FTMATRIX_HOST_PYTHON=$(command -v python3) \
   UV_CONSTRAINT=$G/constraints.txt \
-  FTMATRIX_RUN_ID=${FTMATRIX_RUN_ID:-gpu-host} PYTHONUNBUFFERED=1
+  FTMATRIX_RUN_ID=${FTMATRIX_RUN_ID:-gpu-host} PYTHONUNBUFFERED=1 \
+  FTMATRIX_KNOWN_ISSUES=$PWD/known_issues.yaml   # the project's, not .gpu/'s
 unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL
 nvidia-smi -L; uv --version
 python3 -m pip list --format=freeze > $O/host-pip-freeze.txt
@@ -27,7 +28,6 @@ ftm() {  # nox with ftmatrix, bounded by what is left of the budget
   rm -rf unsloth_compiled_cache   # unsloth writes it in the cwd; keep cells apart
   timeout $left python3 -c "$NOX" "$@" \
     2>&1 | tee -a $O/nox.log | grep -E '\[ftmatrix\].*(: |cell done)|passed|failed|error'; }
-cp known_issues.yaml $G/   # the report reads the explanations beside the matrix file
 # 0. what each cell takes from the host and whether it installs, before any GPU time
 FTMATRIX_MATRIX=$G/gpu-seed.yaml nx -s plan >> $O/nox.log 2>&1
 FTMATRIX_MATRIX=$G/gpu-now.yaml nx -s plan >> $O/nox.log 2>&1

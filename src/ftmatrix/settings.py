@@ -23,6 +23,8 @@ ENV_VARS = {
     "FTMATRIX_MATRIX": "The matrix file (default: matrix.yaml).",
     "FTMATRIX_PROFILE": "The profile to apply (default: the file's default-profile).",
     "FTMATRIX_CASES": "The cases folder (default: cases/).",
+    "FTMATRIX_KNOWN_ISSUES": "The known issues that explain failures (default: "
+    "known_issues.yaml beside the matrix file).",
     "FTMATRIX_OUT": "Where records and reports go (default: reports/).",
     "FTMATRIX_RUN_ID": "The run id shared by every cell of one run (default: the start time "
     "and a random suffix).",
@@ -59,6 +61,7 @@ class Settings:
     resume: bool = False
     select: tuple[str, ...] = ()
     reuse: bool = True
+    known_issues: Path | None = None  # FTMATRIX_KNOWN_ISSUES; None: beside the matrix
     # The Python of cells whose matrix names none: the interpreter running ftmatrix, or
     # FTMATRIX_PYTHON (the nightly's jobs get the one the plan used, so labels agree).
     python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -90,8 +93,15 @@ class Settings:
                 f"FTMATRIX_PYTHON={python!r}: a Python version as a cell label names it, "
                 "such as 3.11 (unset: the interpreter running ftmatrix)"
             )
+        known_issues = env.get("FTMATRIX_KNOWN_ISSUES", "").strip()
+        if known_issues and not (root / known_issues).is_file():
+            raise SettingsError(
+                f"FTMATRIX_KNOWN_ISSUES={known_issues!r}: no such file; it names a "
+                "known_issues.yaml (unset: the one beside the matrix file)"
+            )
         return cls(
             matrix=root / env.get("FTMATRIX_MATRIX", "matrix.yaml"),
+            known_issues=root / known_issues if known_issues else None,
             profile=env.get("FTMATRIX_PROFILE") or None,
             cases=root / env.get("FTMATRIX_CASES", "cases"),
             out=out,
@@ -187,5 +197,6 @@ def newest_run_id(out: Path) -> str | None:
 
 
 def known_issues_file(settings: Settings) -> Path:
-    """known_issues.yaml beside the matrix file: each matrix keeps its own explanations."""
-    return settings.matrix.parent / "known_issues.yaml"
+    """FTMATRIX_KNOWN_ISSUES, else known_issues.yaml beside the matrix file: each matrix
+    keeps its own explanations, and one kept elsewhere (ci/gpu-host/'s) can share them."""
+    return settings.known_issues or settings.matrix.parent / "known_issues.yaml"
