@@ -107,11 +107,18 @@ def test_each_xdist_worker_names_its_running_case_and_a_recorded_one_is_dropped(
     files = killed_run(tmp_path)
     files.running_case().unlink()
     notes = {
-        "gw0": "test_unsloth.py::test_unsloth_grpo[mistral]",
-        "gw1": "test_unsloth.py::test_unsloth_lora_sft",  # its record beat the note's removal
+        "gw0": {"case": "test_unsloth.py::test_unsloth_grpo[mistral]"},
+        # Its record beat the note's removal to the disk.
+        "gw1": {"case": "test_unsloth.py::test_unsloth_lora_sft"},
+        # Its worker died in it before (the controller added how): a crash the supervisor
+        # records once the pass ends, not what was running when the run stopped.
+        "gw2": {
+            "case": "test_unsloth.py::test_unsloth_4bit_qkv_lora_offloaded_checkpointing",
+            "exit": -11,
+        },
     }
-    for worker, case in notes.items():
-        files.running_case(worker).write_text(json.dumps({"case": case, "worker": worker}))
+    for worker, note in notes.items():
+        files.running_case(worker).write_text(json.dumps({**note, "worker": worker}))
     (cell,) = unfinished_cells(tmp_path / "records", {})
     assert cell.running == ("test_unsloth.py::test_unsloth_grpo[mistral]",)
     for worker in notes:

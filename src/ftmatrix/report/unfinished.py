@@ -40,7 +40,8 @@ NONE_RUNNING = "none (it stopped between two cases)"
 
 # The files by which a cell shows it ran in a run (its owner lock is taken first; reuse
 # writes records and a done marker; the plugin's list of collected cases).
-_CELL_SUFFIXES = (OWNER_SUFFIX, RECORDS_SUFFIX, DONE_SUFFIX, RECORDS_SUFFIX + ".cases")
+_COLLECTED = RECORDS_SUFFIX + ".cases"  # CellFiles.collected
+_CELL_SUFFIXES = (OWNER_SUFFIX, RECORDS_SUFFIX, DONE_SUFFIX, _COLLECTED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,33 +90,41 @@ def unfinished_cells(records_root: Path, env: Mapping[str, str]) -> list[Unfinis
     cells running now (their owner lock is held: the run building this report, ``env``'s
     ``FTMATRIX_IN_RUN``, may have cells side by side with its report). Shown text is
     redacted with ``env`` and path-free: case ids are raw text."""
-    runs = _cell_runs(records_root)
+    runs, left_collected = _cell_runs(records_root)
     going_on = {run.run_id for run in runs_in_progress(records_root, env)}
     found = []
-    for cell_id, folders in sorted(runs.items()):
-        newest = max(folders, key=lambda folder: _last_change(folder, cell_id))
+    for cell_id in sorted(left_collected):  # only a cell some run left collected can be news
+        newest = max(runs[cell_id], key=lambda folder: _last_change(folder, cell_id))
         files = CellFiles(newest / f"{cell_id}{RECORDS_SUFFIX}")
-        if newest.name in going_on or not _stopped(files):
+        if newest.name in going_on or files.done.exists() or lock_held(files.owner):
             continue
-        found.append(_unfinished(files, newest.name, env))
+        records = scan_records(files.records).records
+        if files.collected.exists() and not _install_failed(records):
+            found.append(_unfinished(files, records, env))
     return sorted(found, key=lambda cell: (cell.label, cell.run_id))
 
 
-def _cell_runs(records_root: Path) -> dict[str, list[Path]]:
-    """cell id -> every run folder with files of that cell."""
+def _cell_runs(records_root: Path) -> tuple[dict[str, list[Path]], set[str]]:
+    """cell id -> every run folder with files of that cell; and the cells some run left
+    with a list of collected cases and no done marker."""
     runs: dict[str, list[Path]] = {}
-    if not records_root.is_dir():
-        return runs
-    for folder in sorted(p for p in records_root.iterdir() if p.is_dir()):
+    left_collected: set[str] = set()
+    folders = (
+        sorted(p for p in records_root.iterdir() if p.is_dir()) if records_root.is_dir() else []
+    )
+    for folder in folders:
+        names = {entry.name for entry in folder.iterdir() if not entry.name.startswith(".")}
         ids = {
-            entry.name.removesuffix(suffix)
-            for entry in folder.iterdir()
+            name.removesuffix(suffix)
+            for name in names
             for suffix in _CELL_SUFFIXES
-            if entry.name.endswith(suffix) and not entry.name.startswith(".")
+            if name.endswith(suffix)
         }
         for cell_id in ids:
             runs.setdefault(cell_id, []).append(folder)
-    return runs
+            if f"{cell_id}{_COLLECTED}" in names and f"{cell_id}{DONE_SUFFIX}" not in names:
+                left_collected.add(cell_id)
+    return runs, left_collected
 
 
 def _last_change(folder: Path, cell_id: str) -> float:
@@ -129,19 +138,14 @@ def _last_change(folder: Path, cell_id: str) -> float:
     return max(times, default=0.0)
 
 
-def _stopped(files: CellFiles) -> bool:
-    """Did this run collect the cell's cases and stop before it finished them?"""
-    if files.done.exists() or not files.collected.exists() or lock_held(files.owner):
-        return False
-    # An install that failed ends the cell with one record and no done marker.
-    return not any(
-        r.case == WHOLE_CELL and r.status is Status.INSTALL_ERROR
-        for r in scan_records(files.records).records
-    )
+def _install_failed(records: Sequence[Record]) -> bool:
+    """Did the cell end as an install that failed (one record, no done marker: finished)?"""
+    return any(r.case == WHOLE_CELL and r.status is Status.INSTALL_ERROR for r in records)
 
 
-def _unfinished(files: CellFiles, run_id: str, env: Mapping[str, str]) -> UnfinishedCell:
-    records = scan_records(files.records).records
+def _unfinished(
+    files: CellFiles, records: Sequence[Record], env: Mapping[str, str]
+) -> UnfinishedCell:
     recorded = {r.case for r in records}
     collected = _read_json(files.collected)
     cases = [c for c in collected if isinstance(c, str)] if isinstance(collected, list) else None
@@ -151,9 +155,10 @@ def _unfinished(files: CellFiles, run_id: str, env: Mapping[str, str]) -> Unfini
         for note in notes
         if isinstance(note, dict) and isinstance(note.get("case"), str)
         and note["case"] not in recorded  # a note its case's record beat to the disk
+        and "exit" not in note  # its worker died in it earlier (a crash awaiting its record)
     }  # fmt: skip
     return UnfinishedCell(
-        run_id=run_id,
+        run_id=files.run_folder.name,
         cell_id=files.cell_id,
         label=_shown(_label(files, records), env),
         collected=None if cases is None else len(cases),
