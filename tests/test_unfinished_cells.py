@@ -183,3 +183,25 @@ def test_report_fails_and_every_format_says_the_cell_stopped(tmp_path):
     assert (ran.returncode, ran.stderr) == (0, "")
     assert json.loads((tmp_path / "results.json").read_text())["unfinished_cells"] == []
     assert "id=unfinished" not in (tmp_path / "index.html").read_text()
+
+
+def test_case_ids_are_shown_redacted_as_their_records_are(tmp_path):
+    """The plugin's list and notes keep case ids raw; its records keep them redacted."""
+    files = killed_run(tmp_path)
+    env = {"DEPLOY_TOKEN": "s3cretvalue42"}
+    secret = "test_unsloth.py::test_unsloth_grpo[s3cretvalue42]"
+    files.collected.write_text(json.dumps([secret, "test_unsloth.py::test_unsloth_lora_sft"]))
+    files.running_case().write_text(json.dumps({"case": secret}))
+    (cell,) = unfinished_cells(tmp_path / "records", env)
+    assert cell.running == ("test_unsloth.py::test_unsloth_grpo[<redacted:DEPLOY_TOKEN>]",)
+    assert (cell.collected, cell.without_record) == (2, 1)
+    # Recorded (redacted, as the plugin writes it): neither running nor without a record.
+    CellRecordFile(files.records).add(
+        make_record(
+            run_id="gpu-host",
+            cell_id=CELL,
+            case=secret.replace("s3cretvalue42", "<redacted:DEPLOY_TOKEN>"),
+        )
+    )
+    (cell,) = unfinished_cells(tmp_path / "records", env)
+    assert (cell.running, cell.without_record) == ((), 0)

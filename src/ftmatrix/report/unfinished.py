@@ -25,7 +25,7 @@ from typing import Any
 
 from ftmatrix.cell.files import DONE_SUFFIX, OWNER_SUFFIX, RECORDS_SUFFIX, CellFiles
 from ftmatrix.cell.records import WHOLE_CELL, Record, scan_records
-from ftmatrix.cell.redact import redact_text
+from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 from ftmatrix.live_runs import lock_held, planned_cells, runs_in_progress
@@ -148,22 +148,29 @@ def _unfinished(
 ) -> UnfinishedCell:
     recorded = {r.case for r in records}
     collected = _read_json(files.collected)
-    cases = [c for c in collected if isinstance(c, str)] if isinstance(collected, list) else None
+    # The plugin's lists and notes hold case ids raw, its records redacted (by the cell's
+    # environment: this one is the closest there is).
+    redactor = Redactor(env)
+    cases = (
+        [redactor.text(c) for c in collected if isinstance(c, str)]
+        if isinstance(collected, list)
+        else None
+    )
     notes = [_read_json(p) for p in [files.running_case(), *files.workers_running_cases()]]
+    # Not a note whose worker died in it earlier (a crash awaiting its record; the
+    # controller added how it ended), nor one whose case's record beat it to the disk.
     running = {
-        note["case"]
+        redactor.text(note["case"])
         for note in notes
-        if isinstance(note, dict) and isinstance(note.get("case"), str)
-        and note["case"] not in recorded  # a note its case's record beat to the disk
-        and "exit" not in note  # its worker died in it earlier (a crash awaiting its record)
-    }  # fmt: skip
+        if isinstance(note, dict) and isinstance(note.get("case"), str) and "exit" not in note
+    } - recorded
     return UnfinishedCell(
         run_id=files.run_folder.name,
         cell_id=files.cell_id,
-        label=_shown(_label(files, records), env),
+        label=clean_paths(redactor.text(_label(files, records))),
         collected=None if cases is None else len(cases),
         without_record=None if cases is None else sum(c not in recorded for c in cases),
-        running=tuple(sorted(_shown(case, env) for case in running)),
+        running=tuple(sorted(clean_paths(case) for case in running)),
     )
 
 
@@ -176,10 +183,6 @@ def _label(files: CellFiles, records: Sequence[Record]) -> str:
     if records:
         return records[0].cell_label
     return planned_cells(files.run_folder).get(files.cell_id, files.cell_id)
-
-
-def _shown(text: str, env: Mapping[str, str]) -> str:
-    return clean_paths(redact_text(text, env))
 
 
 def _read_json(path: Path) -> Any:
