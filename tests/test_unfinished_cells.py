@@ -175,20 +175,24 @@ def test_report_fails_and_every_format_says_the_cell_stopped(tmp_path, entry):
         assert warning in ran.stderr and "report ended with exit code 1" in ran.stderr
     headline = (
         "1 cell stopped before finishing its cases (the run was stopped or killed): 3 "
-        "collected case(s) have no record, so no verdict for them"
+        "collected case(s) have no record, so no verdict for them; resume the run to finish it"
     )
     page = (tmp_path / "index.html").read_text()
-    assert f"<section id=unfinished class=problems><h2>{headline}" in page
+    assert f"<section id=unfinished class=problems><h2>{headline}</h2>" in page
     assert (
         f"<li><code>{LABEL}</code> (run gpu-host): 3 of 5 collected case(s) have no record; "
         f"running when it stopped: <code>{RUNNING}</code>; resume: "
-        "<code>FTMATRIX_RESUME=1 FTMATRIX_RUN_ID=gpu-host</code></li>"
+        "<code>FTMATRIX_RESUME=1 FTMATRIX_RUN_ID=gpu-host</code> before the run's command "
+        "(<code>ftmatrix run</code> or <code>nox -s matrix</code>) runs only the cases "
+        "without a record</li>"
     ) in page
     summary = (tmp_path / "summary.md").read_text()
-    assert f"**{headline}" in summary
+    assert f"**{headline}**" in summary
     assert (
         f"- `{LABEL}` (run gpu-host): 3 of 5 collected case(s) have no record; running when "
-        f"it stopped: `{RUNNING}`; resume: `FTMATRIX_RESUME=1 FTMATRIX_RUN_ID=gpu-host`"
+        f"it stopped: `{RUNNING}`; resume: `FTMATRIX_RESUME=1 FTMATRIX_RUN_ID=gpu-host` "
+        "before the run's command (`ftmatrix run` or `nox -s matrix`) runs only the cases "
+        "without a record"
     ) in summary
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["unfinished_cells"] == [

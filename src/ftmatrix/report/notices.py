@@ -83,9 +83,8 @@ def unfinished_headline(cells: Sequence[UnfinishedCell]) -> str:
     return (
         f"{len(cells)} {'cell' if one else 'cells'} stopped before finishing "
         f"{'its' if one else 'their'} cases (the run was stopped or killed): {without} "
-        "collected case(s) have no record, so no verdict for them. Resume the run to finish "
-        f"{'it' if one else 'them'}: FTMATRIX_RESUME=1 and the run's FTMATRIX_RUN_ID before "
-        "its command (ftmatrix run, nox -s matrix) run only the cases without a record"
+        "collected case(s) have no record, so no verdict for them; resume the run to finish "
+        f"{'it' if one else 'them'}"
     )
 
 
@@ -95,7 +94,9 @@ def _unfinished_item(
     running = ", ".join(code(case) for case in cell.running) or text(NONE_RUNNING)
     return (
         f"{code(cell.label)} (run {text(cell.run_id)}): {text(cell.counted())}; running when "
-        f"it stopped: {running}; resume: {code(cell.resume())}"
+        f"it stopped: {running}; resume: {code(cell.resume())} before the run's command "
+        f"({code('ftmatrix run')} or {code('nox -s matrix')}) runs only the cases without a "
+        "record"
     )
 
 
