@@ -167,6 +167,18 @@ def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path, workers: int):
     before = records(tmp_path)
     assert "test_g_slow_but_in_time" not in before
     assert before["test_a_first_healthy_case"]["status"] == "pass"
+    # The report names the cell it stopped in and the case each worker was running.
+    stopped = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report"],
+        env=environment(tmp_path, **matrix), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert stopped.returncode == 1, stopped.stderr
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    (cell,) = results["unfinished_cells"]
+    running = [case.split("::")[-1] for case in cell["running"]]
+    assert "test_g_slow_but_in_time" in running and len(running) <= workers
+    assert not set(running) & set(before)
+    assert cell["without_record"] >= len(running)
 
     resumed = subprocess.run(
         nox_command(tmp_path, "-s", "matrix"),

@@ -371,6 +371,12 @@ def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
     assert full.returncode == 1, output[-4000:]
     assert f"the output folder {small_disk} is full (No space left on device" in output
     assert "FTMATRIX_RESUME=1 FTMATRIX_RUN_ID=20261127T040000Z" in output
+    if entry == "cli":  # the cell it stopped in, named when its nox has ended
+        assert (
+            "ftmatrix: 1 cell(s) stopped before they finished, so their cases without a record "
+            f"have no verdict: cpu-py{current_python()}-six1.17.0 (run 20261127T040000Z): 1 of 3 "
+            "collected case(s) have no record"
+        ) in output
     (small_disk / "ballast").unlink()
     (tmp_path / "cases" / "test_disk.py").write_text(
         FILLS_THE_DISK.replace('fill("ballast")', "pass")

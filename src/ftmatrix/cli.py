@@ -33,6 +33,7 @@ from ftmatrix.planview import interpreters_of, plan_json, print_plan, show_plan
 from ftmatrix.prove import add_known_issues_parser, run_known_issues
 from ftmatrix.report.planned import PLAN_FILE, write_plan
 from ftmatrix.report.publish import restore_history
+from ftmatrix.report.unfinished import UNFINISHED_WARNING, UnfinishedCell
 from ftmatrix.settings import Settings
 from ftmatrix.wheelhouse import run_wheelhouse
 
@@ -130,20 +131,29 @@ def _run(args: argparse.Namespace, call: _Call) -> int:
     loaded = call.load(select=args.select)
     extra = call.extra[1:] if call.extra[:1] == ["--"] else call.extra
     print_plan(loaded, sys.stdout, interpreters=interpreters_of(loaded, call.env))
-    ran, unrecorded = run_cells(loaded, call.env, extra, root=call.root, now=call.now)
+    ended = run_cells(loaded, call.env, extra, root=call.root, now=call.now)
     run = loaded.settings.run_id  # each below is shown in the report too
-    _warn(unrecorded, f"cell(s) of run {run} produced no records, so no verdict")
-    return ExitCode.OK if ran == 0 and not unrecorded else ExitCode.FAILED
+    _warn(ended.unrecorded, f"cell(s) of run {run} produced no records, so no verdict")
+    _warn_unfinished(ended.unfinished)
+    if ended.report_problem is not None:
+        problem = ended.report_problem.describe().removeprefix("ftmatrix: ")
+        sys.stderr.write(f"ftmatrix: the report could not be built again to show them: {problem}\n")
+    return ExitCode.FAILED if ended.failed else ExitCode.OK
 
 
 def _report(args: argparse.Namespace, call: _Call) -> int:
-    written, missing, unreadable = report(call.settings(), now=call.now, env=call.env)
-    print(written)
+    reported = report(call.settings(), now=call.now, env=call.env)
+    print(reported.written)
     # The report is written and shows them; the night still failed.
-    _warn(missing, f"planned cell(s) produced no records, so no verdict (see {PLAN_FILE})")
+    _warn(reported.missing, f"planned cell(s) produced no records, so no verdict (see {PLAN_FILE})")
+    _warn_unfinished(reported.unfinished)
     what = "record line(s) could not be read (a resumed run keeps them apart and runs again)"
-    _warn(unreadable, what, "; ")
-    return ExitCode.FAILED if missing or unreadable else ExitCode.OK
+    _warn(reported.unreadable, what, "; ")
+    return ExitCode.FAILED if reported.failed else ExitCode.OK
+
+
+def _warn_unfinished(cells: Sequence[UnfinishedCell]) -> None:
+    _warn([cell.describe() for cell in cells], UNFINISHED_WARNING, "; ")
 
 
 def _warn(items: Sequence[str], what: str, separator: str = ", ") -> None:

@@ -107,9 +107,9 @@ def runs_in_progress(records_root: Path, env: Mapping[str, str]) -> list[RunInPr
         running_cells = [
             owner.name.removesuffix(OWNER_SUFFIX)
             for owner in sorted(folder.glob(f"*{OWNER_SUFFIX}"))
-            if _held(owner)
+            if lock_held(owner)
         ]
-        if folder.name == own or not (running_cells or _held(folder / RUN_LOCK)):
+        if folder.name == own or not (running_cells or lock_held(folder / RUN_LOCK)):
             continue
         planned = planned_cells(folder)
         recorded = {p.name.removesuffix(RECORDS_SUFFIX) for p in folder.glob(f"*{RECORDS_SUFFIX}")}
@@ -128,7 +128,7 @@ def runs_in_progress(records_root: Path, env: Mapping[str, str]) -> list[RunInPr
     return found
 
 
-def _held(lock_file: Path) -> bool:
+def lock_held(lock_file: Path) -> bool:
     """Does some process hold a lock on ``lock_file`` now?"""
     try:
         handle = lock_file.open("a")

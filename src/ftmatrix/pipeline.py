@@ -44,6 +44,7 @@ from ftmatrix.plan_cache import keep_plan, kept_plan
 from ftmatrix.report.planned import cells_without_records
 from ftmatrix.report.publish import write_site
 from ftmatrix.report.render import render_report
+from ftmatrix.report.unfinished import UnfinishedCell, unfinished_cells
 from ftmatrix.resolve import (
     TRANSIENT,
     Resolution,
@@ -324,37 +325,56 @@ def plan_for_python(
     return matrix, cells
 
 
-def report(
-    settings: Settings, *, now: datetime, env: Mapping[str, str] | None = None
-) -> tuple[str, list[str], list[str]]:
+@dataclass(frozen=True, kw_only=True)
+class Reported:
+    """What :func:`report` wrote, and what the report shows that fails the night."""
+
+    written: str  # where the report is, and how many records and cells it has
+    missing: list[str]  # planned cells that produced no records
+    unfinished: list[UnfinishedCell]  # cells whose newest run stopped in their cases
+    unreadable: list[str]  # record lines that could not be read
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.missing or self.unfinished or self.unreadable)
+
+
+def report(settings: Settings, *, now: datetime, env: Mapping[str, str] | None = None) -> Reported:
     """The last stage: the run's records merged into the history, the report rendered from
-    it and the site to publish written. What was written, the planned cells that produced
-    no records and the record lines that could not be read (the report shows both; the
-    night still failed). A run still going on (``env`` tells the run that builds its own
-    report) is said to be in progress."""
+    it and the site to publish written. What was written, and what it shows that the night
+    failed on: the planned cells that produced no records, the cells a run stopped in the
+    middle of, and the record lines that could not be read. A run still going on (``env``
+    tells the run that builds its own report) is said to be in progress."""
+    env = env or {}
+    records_root = settings.out / "records"
     with one_report_at_a_time(settings.out):
         merged = merge_outputs(settings.out)
         missing = cells_without_records(settings.out)
         # A run of this machine's own (`ftmatrix run`, `nox -s matrix`): its cells too.
         missing += [
-            label
-            for label in planned_without_records(settings.out / "records", env or {})
-            if label not in missing
+            label for label in planned_without_records(records_root, env) if label not in missing
         ]
+        unfinished = unfinished_cells(records_root, env)
         grid = render_report(
             settings.out,
             now=now,
             problems=merged.problems,
             known_issues=known_issues_file(settings),
             missing=missing,
-            in_progress=runs_in_progress(settings.out / "records", env or {}),
+            unfinished=unfinished,
+            in_progress=runs_in_progress(records_root, env),
         )
         site = write_site(settings.out)
     written = (
         f"report: {settings.out / 'index.html'} ({len(grid.records)} records, "
         f"{len(grid.rows)} cells); to publish: {site}"
     )
-    return written, missing, list(merged.problems)
+    return Reported(
+        written=written,
+        missing=missing,
+        unfinished=unfinished,
+        unreadable=list(merged.problems),
+    )
 
 
 # What a repository's noxfile imports to have the matrix sessions (ftmatrix init writes it).
@@ -398,6 +418,21 @@ def run_nox(
         return subprocess.run(command, env=child_env, check=False).returncode
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunEnded:
+    """How a run's nox ended, and what the report says of its cells that failed it."""
+
+    code: int  # nox's exit code
+    unrecorded: list[str]  # planned cells that ended without a record
+    unfinished: list[UnfinishedCell]  # its cells it stopped in the middle of
+    # Why the report could not be built again to show them (a full disk), or None.
+    report_problem: FatalError | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.code != 0 or bool(self.unrecorded or self.unfinished or self.report_problem)
+
+
 def run_cells(
     loaded: Loaded,
     env: Mapping[str, str],
@@ -405,15 +440,30 @@ def run_cells(
     *,
     root: Path | None = None,
     now: datetime,
-) -> tuple[int, list[str]]:
+) -> RunEnded:
     """:func:`run_nox`, then the cells it planned that ended without a record (a session
-    nox skipped or lost, which the report built inside the run could not know): the
-    report is built again to show them. nox's exit code, and those cells."""
+    nox skipped or lost, which the report built inside the run could not know) and those
+    of its cells it stopped in the middle of (a cell's session that died: the report is
+    built by a cell that ends, never by one that dies): the report is built again to show
+    them. Where it cannot be (the disk that stopped the cell is full), the run still
+    says what it knows."""
     code = run_nox(loaded, env, extra, root=root)
-    unrecorded = planned_without_records(loaded.settings.out / "records", env)
-    if unrecorded:
-        report(loaded.settings, now=now, env=env)
-    return code, unrecorded
+    records_root = loaded.settings.out / "records"
+    ended = RunEnded(
+        code=code,
+        unrecorded=planned_without_records(records_root, env),
+        unfinished=[
+            cell
+            for cell in unfinished_cells(records_root, env)
+            if cell.run_id == loaded.settings.run_id
+        ],
+    )
+    if ended.unrecorded or ended.unfinished:
+        try:
+            report(loaded.settings, now=now, env=env)
+        except FatalError as exc:
+            return replace(ended, report_problem=exc)
+    return ended
 
 
 def _noxfile(folder: Path) -> Path:

@@ -28,6 +28,7 @@ from ftmatrix.report.grid import Grid, GridEntry, build_grid, grid_axes, grid_en
 from ftmatrix.report.installability import read_installability
 from ftmatrix.report.notices import quarantined
 from ftmatrix.report.probes import probe_summaries
+from ftmatrix.report.unfinished import UnfinishedCell
 from ftmatrix.store import load_findings, load_proofs, newest_records, pass_rate_table
 
 
@@ -49,6 +50,7 @@ class ReportData:
     probe_outcomes: Mapping[tuple[str, str], str]  # (cap, hardware) -> what ran past it
     installability: Mapping[str, Any] | None  # the plan's findings (read_installability)
     missing: tuple[str, ...]  # planned cells without a record of the night
+    unfinished: tuple[UnfinishedCell, ...]  # cells whose newest run stopped in their cases
     in_progress: tuple[RunInProgress, ...]  # runs still going on: the report is partial
     problems: tuple[str, ...]  # record lines the merge could not read
     unreadable: tuple[str, ...]  # those and the lines kept apart in quarantine files
@@ -66,6 +68,7 @@ def report_data(
     probes: Sequence[Record] = (),
     installability: Mapping[str, Any] | None = None,
     missing: Sequence[str] = (),
+    unfinished: Sequence[UnfinishedCell] = (),
     in_progress: Sequence[RunInProgress] = (),
     problems: Sequence[str] = (),
     quarantined_lines: Sequence[str] = (),
@@ -92,6 +95,7 @@ def report_data(
         probe_outcomes=probe_summaries(probes),
         installability=installability,
         missing=tuple(missing),
+        unfinished=tuple(unfinished),
         in_progress=tuple(in_progress),
         problems=tuple(problems),
         unreadable=(*problems, *quarantined_lines),
@@ -106,6 +110,7 @@ class Sources(TypedDict, total=False):
     problems: Sequence[str]  # the record lines the merge could not read
     known_issues: Path | None  # a known_issues.yaml: failure groups linked to upstream reports
     missing: Sequence[str]  # planned cells without a record (report.planned)
+    unfinished: Sequence[UnfinishedCell]  # cells a run stopped in (report.unfinished)
     in_progress: Sequence[RunInProgress]  # the runs still going on (live_runs)
 
 
@@ -132,6 +137,7 @@ def collect_report(out_dir: Path, *, now: datetime, **sources: Unpack[Sources]) 
         probes=probes,
         installability=read_installability(out_dir),
         missing=sources.get("missing", ()),
+        unfinished=sources.get("unfinished", ()),
         in_progress=sources.get("in_progress", ()),
         problems=problems,
         quarantined_lines=quarantined(out_dir / "records"),

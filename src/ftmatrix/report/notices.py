@@ -1,22 +1,24 @@
 """What a report must say before its grid: a run still going on (the report is partial),
-record lines that could not be read (damaged, or kept apart in a quarantine file), and
-planned cells that left no record.
+record lines that could not be read (damaged, or kept apart in a quarantine file),
+planned cells that left no record, and cells a run stopped in the middle of.
 
 Shown first in the HTML page and the Markdown summary, and listed in results.json
-(``in_progress``, ``unreadable_records``, ``planned_without_records``), so no reader
+(``in_progress``, ``unreadable_records``, ``planned_without_records``,
+``unfinished_cells``), so no reader
 takes a partial or damaged history for a whole one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
 
 from ftmatrix.cell.files import QUARANTINE_SUFFIX
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.live_runs import RunInProgress
-from ftmatrix.report.md_text import md_code
+from ftmatrix.report.md_text import md_code, md_text
+from ftmatrix.report.unfinished import NONE_RUNNING, UnfinishedCell
 
 
 def quarantined(records_root: Path) -> list[str]:
@@ -66,17 +68,67 @@ def missing_headline(count: int) -> str:
 
 def missing_html(missing: Sequence[str]) -> str:
     """The page's section on planned cells without records ('' when there are none)."""
-    if not missing:
-        return ""
-    items = "".join(f"<li><code>{escape(label)}</code></li>" for label in missing)
-    return (
-        f"<section id=missing class=problems><h2>{escape(missing_headline(len(missing)))}"
-        f"</h2><ul>{items}</ul></section>"
-    )
+    items = [_html_code(label) for label in missing]
+    return _section_html("missing", missing_headline(len(missing)), items)
 
 
 def missing_markdown(missing: Sequence[str]) -> list[str]:
     """The same as Markdown lines, for summary.md."""
-    if not missing:
+    return _section_markdown(missing_headline(len(missing)), [md_code(m) for m in missing])
+
+
+def unfinished_headline(cells: Sequence[UnfinishedCell]) -> str:
+    without = sum(cell.without_record or 0 for cell in cells)
+    one = len(cells) == 1
+    return (
+        f"{len(cells)} {'cell' if one else 'cells'} stopped before finishing "
+        f"{'its' if one else 'their'} cases (the run was stopped or killed): {without} "
+        "collected case(s) have no record, so no verdict for them; resume the run to finish "
+        f"{'it' if one else 'them'}"
+    )
+
+
+def _unfinished_item(
+    cell: UnfinishedCell, code: Callable[[str], str], text: Callable[[str], str]
+) -> str:
+    running = ", ".join(code(case) for case in cell.running) or text(NONE_RUNNING)
+    return (
+        f"{code(cell.label)} (run {text(cell.run_id)}): {text(cell.counted())}; running when "
+        f"it stopped: {running}; resume: {code(cell.resume())} before the run's command "
+        f"({code('ftmatrix run')} or {code('nox -s matrix')}) runs only the cases without a "
+        "record"
+    )
+
+
+def unfinished_html(cells: Sequence[UnfinishedCell]) -> str:
+    """The page's section on cells a run stopped in ('' when there are none)."""
+    items = [_unfinished_item(cell, _html_code, escape) for cell in cells]
+    return _section_html("unfinished", unfinished_headline(cells), items)
+
+
+def unfinished_markdown(cells: Sequence[UnfinishedCell]) -> list[str]:
+    """The same as Markdown lines, for summary.md."""
+    items = [_unfinished_item(cell, md_code, md_text) for cell in cells]
+    return _section_markdown(md_text(unfinished_headline(cells)), items)
+
+
+def _section_html(anchor: str, headline: str, items: Sequence[str]) -> str:
+    """A problems section of the page: its headline and its items (HTML already), or ''."""
+    if not items:
+        return ""
+    listed = "".join(f"<li>{item}</li>" for item in items)
+    return (
+        f"<section id={anchor} class=problems><h2>{escape(headline)}</h2>"
+        f"<ul>{listed}</ul></section>"
+    )
+
+
+def _section_markdown(headline: str, items: Sequence[str]) -> list[str]:
+    """The same in summary.md: the headline in bold, then one line per item (Markdown)."""
+    if not items:
         return []
-    return [f"**{missing_headline(len(missing))}**", "", *(f"- {md_code(m)}" for m in missing), ""]
+    return [f"**{headline}**", "", *(f"- {item}" for item in items), ""]
+
+
+def _html_code(text: str) -> str:
+    return f"<code>{escape(text)}</code>"

@@ -21,7 +21,7 @@ from ftmatrix.check.results import Results
 from ftmatrix.check.verdict import lookup_table
 from ftmatrix.report.first_screen import cell_names, default_pivot_axes, trend_text
 from ftmatrix.report.model import ReportData
-from ftmatrix.report.notices import missing_html, notices_html
+from ftmatrix.report.notices import missing_html, notices_html, unfinished_html
 from ftmatrix.report.overview import (
     fixed_axes_html,
     render_compatibility,
@@ -50,7 +50,9 @@ def render_html(data: ReportData) -> str:
         cells=len(grid.rows),
         runs=escape(", ".join(grid.runs) or "none"),
         fixed_axes=fixed_axes_html(data.shown),
-        missing=notices_html(data.in_progress, data.unreadable) + missing_html(data.missing),
+        missing=notices_html(data.in_progress, data.unreadable)
+        + missing_html(data.missing)
+        + unfinished_html(data.unfinished),
         headline=render_headline(grid.records, data.changes, data.causes),
         counts=_summary(Counter(r.status for r in grid.records), data.reused),
         legend=_legend(Counter(r.status for r in grid.records)),

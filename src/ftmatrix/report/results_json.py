@@ -19,7 +19,8 @@ from ftmatrix.report.model import ReportData
 def render_json(data: ReportData) -> str:
     """Machine-readable results (results.json): the latest record of every (cell, case),
     groups, changes, the cap probes, the plan's findings, the planned cells without
-    records, the runs still in progress and the record lines that could not be read."""
+    records, the cells a run stopped in, the runs still in progress and the record lines
+    that could not be read."""
     grid = data.grid
     counts = Counter(r.status.value for r in grid.records)
     payload = {
@@ -37,6 +38,7 @@ def render_json(data: ReportData) -> str:
         "probe_records": [r.to_dict() for r in data.probes],
         "installability": data.installability,
         "planned_without_records": list(data.missing),
+        "unfinished_cells": [cell.to_dict() for cell in data.unfinished],
         "in_progress": [run.to_dict() for run in data.in_progress],
         "unreadable_records": [clean_paths(p) for p in data.unreadable],
     }

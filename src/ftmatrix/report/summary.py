@@ -12,7 +12,7 @@ from ftmatrix.report.causes import Cause, cut
 from ftmatrix.report.grid import Grid, unverified
 from ftmatrix.report.md_text import md_code, md_link, md_text
 from ftmatrix.report.model import ReportData
-from ftmatrix.report.notices import missing_markdown, notices_markdown
+from ftmatrix.report.notices import missing_markdown, notices_markdown, unfinished_markdown
 from ftmatrix.report.probes import probes_markdown
 
 
@@ -24,6 +24,7 @@ def render_markdown(data: ReportData) -> str:
         "",
         *notices_markdown(data.in_progress, data.unreadable),
         *missing_markdown(data.missing),
+        *unfinished_markdown(data.unfinished),
         _counts(data),
         *_grid(data.grid, data.reused),
         *_changes(data),
