@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ftmatrix.case_verdicts import CaseVerdicts, Log, RecordFactory, recorded
+from ftmatrix.case_verdicts import CaseVerdicts, Log, RecordFactory
+from ftmatrix.cell.file_writes import read_note
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.processes import become_subreaper, die_with_parent
 from ftmatrix.cell.records import UNWRITTEN_RECORD, CellRecordFile, Record
@@ -170,7 +171,7 @@ def _cases_now(files: CellFiles, verdicts: CaseVerdicts) -> Cases:
     collected = json.loads(files.collected.read_text()) if files.collected.exists() else None
     return Cases(
         collected=collected,
-        recorded=frozenset(recorded(files) | {r.case for r in verdicts.waiting}),
+        recorded=frozenset(verdicts.recorded() | {r.case for r in verdicts.waiting}),
         isolated=frozenset(_isolated_cases(files)),
         second_tries=verdicts.second_tries,
     )
@@ -179,7 +180,7 @@ def _cases_now(files: CellFiles, verdicts: CaseVerdicts) -> Cases:
 def _how_it_ended(
     attempt: Attempt, files: CellFiles, verdicts: CaseVerdicts, before: Cases
 ) -> Ended:
-    now = recorded(files)
+    now = verdicts.recorded()
     return Ended(
         returncode=attempt.returncode,
         running=len(attempt.running),
@@ -274,7 +275,7 @@ def _attempt(
     workers = _Workers(files, process.pid, limits, lambda: _output(tail, fatal), on_casualty)
     try:
         while not _ended_within(process, POLL_SECONDS):
-            note = _read_note(current)
+            note = read_note(current)
             running = workers.poll()
             watcher.poll([note] if note else running)
             if note and time.time() - float(note["started"]) > limits.case_seconds:
@@ -306,7 +307,7 @@ def _attempt(
         tail.append(log_line)
         sys.stdout.write(log_line)
     pump.join(timeout=5)
-    note = _read_note(current)
+    note = read_note(current)
     left = workers.poll()  # a worker's death the controller noted just before it ended
     watcher.poll([])
     for note_path in [current, *files.workers_running_cases()]:
@@ -378,7 +379,7 @@ class _Workers:
     def _notes(self) -> list[dict[str, Any]]:
         notes = []
         for path in self.files.workers_running_cases():
-            note = _read_note(path)
+            note = read_note(path)
             if note is not None and _note_key(note) not in self.handled:
                 notes.append(note)
         return notes
@@ -560,11 +561,3 @@ def _handed_record(first: bytes, stream: IO[bytes], unwritten: list[Record]) -> 
         return b"[ftmatrix] a record handed over by the plugin could not be read\n"
     unwritten.append(record)
     return f"[ftmatrix] the record of {record.case} waits for disk space\n".encode()
-
-
-def _read_note(path: Path) -> dict[str, Any] | None:
-    try:
-        note: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return note

@@ -260,10 +260,11 @@ def _assigned_values_masked(text: str) -> str:
         at = separator.start()
         if at < end:
             continue
-        if not _secret_assignee(_name_before(text, at)):
-            continue
+        # The value first, at C speed: most separators have none ("::" in a case id, "C:\\").
         value = VALUE_AFTER.match(text, at)
         if not value or len(value[1]) < SHORTEST_SECRET or value[1].startswith("<redacted"):
+            continue
+        if not _secret_assignee(_name_before(text, at)):
             continue
         pieces += [text[end : value.start(1)], "<redacted>"]
         end = value.end(1)
