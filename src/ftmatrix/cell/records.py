@@ -180,7 +180,9 @@ class Record:
         if missing:
             raise ValueError(f"missing field(s): {', '.join(missing)}")
         for name, types in _FIELD_TYPES.items():
-            if name in data and not _is_type(data[name], types):
+            if name not in data or type(data[name]) in _EXACT_TYPES[name]:
+                continue  # what JSON reads is of these exact types: one look, not isinstance's
+            if not _is_type(data[name], types):
                 kinds = FIELDS[name][0]
                 wanted = " or ".join([kinds] if isinstance(kinds, str) else kinds)
                 raise ValueError(
@@ -226,6 +228,11 @@ def _python_types(kinds: str | list[str]) -> tuple[tuple[type, ...], bool]:
 
 # Each field's types, worked out once: every record read checks each of its fields.
 _FIELD_TYPES = {name: _python_types(kinds) for name, (kinds, _) in FIELDS.items()}
+
+
+# The same as exact types, which is what json.loads makes: a bool is a number to isinstance,
+# not to ``type(value) in``.
+_EXACT_TYPES = {name: frozenset(allowed) for name, (allowed, _) in _FIELD_TYPES.items()}
 
 
 def _is_type(value: Any, types: tuple[tuple[type, ...], bool]) -> bool:
