@@ -49,10 +49,12 @@ def append_line(path: Path, line: bytes) -> None:
         os.close(fd)
 
 
-def _append_whole(fd: int, size: int, line: bytes) -> None:
-    """:func:`append_line` on ``fd``, a file of ``size`` bytes opened with O_APPEND."""
+def _append_whole(fd: int, size: int, line: bytes, *, ends_a_line: bool = False) -> int:
+    """:func:`append_line` on ``fd``, a file of ``size`` bytes opened with O_APPEND (under
+    the folder lock); ``ends_a_line``: its last byte is known to be a newline (this process
+    wrote it). The file's size after it."""
     global _last_sync  # noqa: PLW0603 -- one process's clock of its last fsync
-    if size and os.pread(fd, 1, size - 1) != b"\n":
+    if size and not ends_a_line and os.pread(fd, 1, size - 1) != b"\n":
         line = b"\n" + line
     try:
         view = memoryview(line)
@@ -64,12 +66,14 @@ def _append_whole(fd: int, size: int, line: bytes) -> None:
     if time.monotonic() - _last_sync >= SYNC_SECONDS:
         os.fsync(fd)
         _last_sync = time.monotonic()
+    return size + len(line)
 
 
 class LineAppender:
     """:func:`append_line` under :func:`locked_folder`, for a process that appends to one
     file after every case (the results plugin): the file and its folder stay open between
-    lines, so a line costs a lock, a look at the file, its last byte and the write.
+    lines, so a line costs a lock, a look at the file and the write (and a read of its last
+    byte where another process wrote since).
 
     Each use first checks (fstat) that a kept descriptor is still the file it opened and
     that the file is still in its folder: a file replaced whole (compaction) or removed is
@@ -81,6 +85,7 @@ class LineAppender:
         self.path = path
         self._file: tuple[int, tuple[int, int]] | None = None  # descriptor, (device, inode)
         self._folder: tuple[int, tuple[int, int]] | None = None
+        self._end: int | None = None  # the file's size after this appended last
 
     def append(self, line: bytes) -> None:
         folder = self._folder_fd()
@@ -88,7 +93,9 @@ class LineAppender:
             fcntl.flock(folder, fcntl.LOCK_EX)
         try:
             fd, size = self._file_fd()
-            _append_whole(fd, size, line)
+            # Where the file ends where this wrote last, its last byte is that line's newline.
+            ends_a_line, self._end = size == self._end, None
+            self._end = _append_whole(fd, size, line, ends_a_line=ends_a_line)
         finally:
             if fcntl is not None:
                 fcntl.flock(folder, fcntl.LOCK_UN)
@@ -118,6 +125,7 @@ class LineAppender:
             if status is not None:
                 return self._file[0], status.st_size
         self._forget(self._file)
+        self._end = None
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         status = os.fstat(fd)
         self._file = (fd, _identity(status))
@@ -254,9 +262,10 @@ class NoteFile:
     def write(self, body: str) -> None:
         """Make the note ``body`` (a JSON object's text)."""
         data = note_text(body).encode("utf-8")
-        fd = self._fd()
+        fd, size = self._fd()
         os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
+        if size > len(data):  # (after clear() the file is empty: nothing to cut)
+            os.ftruncate(fd, len(data))
 
     def clear(self) -> None:
         """Empty the note: no case runs."""
@@ -272,16 +281,18 @@ class NoteFile:
         self._kept = None
         self.path.unlink(missing_ok=True)
 
-    def _fd(self) -> int:
-        if self._kept is not None and _still(self._kept) is not None:
-            return self._kept[0]
+    def _fd(self) -> tuple[int, int]:
+        """The note's descriptor and the note's size now."""
+        if self._kept is not None and (status := _still(self._kept)) is not None:
+            return self._kept[0], status.st_size
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        self._kept = (fd, _identity(os.fstat(fd)))
-        return fd
+        status = os.fstat(fd)
+        self._kept = (fd, _identity(status))
+        return fd, status.st_size
 
 
 def note_text(body: str) -> str:
