@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ftmatrix.case_verdicts import CaseVerdicts
-from ftmatrix.cell import records as records_module
 from ftmatrix.cell.file_writes import LineAppender, NoteFile, note_text, read_note, write_atomically
 from ftmatrix.cell.records import (
     FIELDS,
@@ -28,6 +27,7 @@ from ftmatrix.cell.records import (
     record_line,
     scan_records,
 )
+from ftmatrix.cell.redact import current_redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import cell_env, pytest_command
 from ftmatrix.config import HardwareClass, InstallOptions
@@ -41,7 +41,7 @@ _REPEATED = ("packages", "host_packages", "hardware", "pins", "runner_labels")
 def reference_line(record: Record) -> str:
     """A record's line as records were written before the line was put together by hand:
     json.dumps of every field redacted, keys sorted."""
-    redactor = records_module._current_redactor()
+    redactor = current_redactor()
     data = record.to_dict()
     for name, value in data.items():
         if name in _REPEATED:
@@ -283,18 +283,18 @@ CLOSER = """
 import json, os, sys
 from pathlib import Path
 from ftmatrix.cell.file_writes import LineAppender, NoteFile, read_note
-from ftmatrix.cell.plugin import _keeper_dying
+from ftmatrix.cell.processes import keeper_dying
 
 folder = Path(sys.argv[1])
 appender, note = LineAppender(folder / "cell.jsonl"), NoteFile(folder / "cell.jsonl.current")
 appender.append(b'{"n": 1}\\n')
 note.write(json.dumps({"case": "first"}))
-assert _keeper_dying() is False
+assert keeper_dying() is False
 os.closerange(3, 256)  # a case that closes every descriptor it did not open...
-assert _keeper_dying() is False  # ...is not taken for its keeper's death (a 30 s wait)
+assert keeper_dying() is False  # ...is not taken for its keeper's death (a 30 s wait)
 os.closerange(3, 256)  # ...nor when it opens files of its own on their numbers
 victims = [os.open(folder / f"victim{i}", os.O_RDWR | os.O_CREAT) for i in range(4)]
-assert _keeper_dying() is False
+assert keeper_dying() is False
 appender.append(b'{"n": 2}\\n')
 note.write(json.dumps({"case": "second"}))
 note.clear()

@@ -29,7 +29,7 @@ from ftmatrix.cell.file_writes import (
     write_atomically,
 )
 from ftmatrix.cell.files import RUN_ID_RULE, CellFiles, is_run_id
-from ftmatrix.cell.redact import Redactor, redact_text
+from ftmatrix.cell.redact import Redactor, current_redactor, redact_text
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 
@@ -535,7 +535,7 @@ def _line(record: Record) -> str:
     # json.dumps(the redacted fields, sort_keys=True) to the byte, put together field by
     # field: a trivial case's record is mostly None, short strings and the fields every
     # record of the cell repeats, whose JSON is made once.
-    redactor = _current_redactor()
+    redactor = current_redactor()
     parts = []
     for name, key in _SORTED_KEYS:
         value = getattr(record, name)
@@ -578,73 +578,6 @@ _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 _SORTED_KEYS = tuple((name, json.dumps(name) + ": ") for name in sorted(FIELDS))
 # The fields each record of a cell holds alike.
 _REPEATED_FIELDS = frozenset({"packages", "host_packages", "hardware", "pins", "runner_labels"})
-# Variables that name the running case (set anew for each): no secret, and left out of
-# the environment a record is redacted for, which they would change with every case.
-_PER_CASE_VARIABLES = frozenset({"PYTEST_CURRENT_TEST", "FTMATRIX_RUNNING_CASE"})
-_PER_CASE_KEYS = _PER_CASE_VARIABLES | {name.encode() for name in _PER_CASE_VARIABLES}
-# The environment the last record was redacted for, as os.environ holds it, and its Redactor.
-_redacted_for: tuple[dict[Any, Any], _Redactor] | None = None
-
-
-def _current_redactor() -> _Redactor:
-    """The Redactor of the environment as it is now: the last one while it is unchanged.
-
-    Compared as os.environ stores it (bytes on POSIX, copied at C speed): reading it as
-    text decodes every variable, which cost more than the rest of a trivial record.
-    """
-    global _redacted_for  # noqa: PLW0603 -- one process's environment, remembered
-    stored = getattr(os.environ, "_data", None)
-    if not isinstance(stored, dict):  # not CPython's os.environ: read it as text
-        stored = dict(os.environ)
-    now = stored.copy()
-    for key in _PER_CASE_KEYS:
-        now.pop(key, None)
-    if _redacted_for is None or _redacted_for[0] != now:
-        env = {k: v for k, v in os.environ.items() if k not in _PER_CASE_VARIABLES}
-        _redacted_for = (now, _Redactor(env))
-    return _redacted_for[1]
-
-
-class _Redactor(Redactor):
-    """A Redactor that also remembers the JSON of what every record of a cell repeats."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__(env)
-        self._json: dict[tuple[type, str], str] = {}
-
-    def json_once(self, value: Any) -> str:
-        """``value`` redacted, as sorted JSON text; made once per distinct value.
-
-        Known by its type and ``repr()``, which tell plain values apart as JSON does
-        (``1``, ``1.0``, ``True`` and ``'1'`` differ; a dict's order does not matter to
-        the text, only to the memory), at a fraction of json.dumps's cost. Only values of
-        JSON's own types are remembered: another object's repr may hide what str() writes.
-        """
-        key = (type(value), repr(value))
-        text = self._json.get(key)
-        if text is None:
-            normal = dict(value) if isinstance(value, Mapping) else value
-            text = json.dumps(
-                self.data(json.loads(json.dumps(normal, sort_keys=True, default=str))),
-                sort_keys=True,
-            )
-            if _plain(value):
-                if len(self._json) >= 64:
-                    self._json.clear()
-                self._json[key] = text
-        return text
-
-
-def _plain(value: Any) -> bool:
-    """Is ``value`` made of JSON's own types only (str, int, float, bool, None, and dicts,
-    lists and tuples of them)?"""
-    if value is None or type(value) in (str, int, float, bool):
-        return True
-    if type(value) is dict:
-        return all(type(k) is str and _plain(v) for k, v in value.items())
-    if type(value) in (list, tuple):
-        return all(_plain(v) for v in value)
-    return False
 
 
 def redact(text: str | None, env: Mapping[str, str]) -> str | None:
