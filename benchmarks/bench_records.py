@@ -8,8 +8,12 @@ Two figures side by side (printed, never asserted):
   results plugin, the records; a real venv of six made by ``python -m ftmatrix run``)
   against the same cases run by plain pytest in the same venv (the cases' own time), in
   wall seconds and in CPU seconds (on a shared machine the CPU ratio is the steadier).
+  Both sides keep their bytecode as the runner has a cell's processes keep it
+  (``PYTHONPYCACHEPREFIX``), warmed first; ``--no-bytecode`` runs them with the caller's
+  settings instead (with ``PYTHONDONTWRITEBYTECODE`` set, both sides compile pytest anew
+  each time: a constant that makes the ratio look smaller than a cell's).
 
-    python benchmarks/bench_records.py [--json out.json] [--sizes 250,1000,2000]
+    python benchmarks/bench_records.py [--json out.json] [--sizes 250,1000,2000] [--no-bytecode]
 """
 
 from __future__ import annotations
@@ -101,10 +105,13 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cell(count: int, folder: Path, python: Path, cell_file: Path) -> dict[str, float]:
+def cell(
+    count: int, folder: Path, python: Path, cell_file: Path, bytecode: Path | None
+) -> dict[str, float]:
     """The cases stage of a cell of ``count`` trivial cases, as the runner runs it (the
     supervisor, the plugin, the records), against the same cases in plain pytest in the
-    same venv: wall seconds and CPU seconds (this process and its children) of each."""
+    same venv: wall seconds and CPU seconds (this process and its children) of each.
+    ``bytecode``: where both keep their bytecode (None: as the caller's environment says)."""
     (folder / "cases" / "test_many.py").write_text(CASES.format(count=count))
     ctx = CellContext(
         run_id="20261127T000000Z",
@@ -124,7 +131,7 @@ def cell(count: int, folder: Path, python: Path, cell_file: Path) -> dict[str, f
             targets,
             record_file=records,
             cases_dir=ctx.cases_dir.resolve(),
-            env=cell_env(ctx.env),
+            env=cell_env(ctx.env, bytecode=bytecode),
             limits=CaseLimits(case_seconds=60, cell_seconds=3600, memory_bytes=None),
             make_record=lambda **fields: record(fields["case"]),
             log=lambda line: None,
@@ -133,10 +140,7 @@ def cell(count: int, folder: Path, python: Path, cell_file: Path) -> dict[str, f
     stage = time.perf_counter() - started
     stage_cpu = time.process_time() + children_cpu() - cpu
     started, cpu = time.perf_counter(), children_cpu()
-    subprocess.run(
-        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "cases")],
-        cwd=folder, capture_output=True, check=True,
-    )  # fmt: skip
+    plain(python, folder, bytecode)
     return {
         "stage_s": stage,
         "stage_cpu_s": stage_cpu,
@@ -145,10 +149,25 @@ def cell(count: int, folder: Path, python: Path, cell_file: Path) -> dict[str, f
     }
 
 
+def plain(python: Path, folder: Path, bytecode: Path | None) -> None:
+    """The cell's cases in plain pytest, in the environment the cell's pytest has."""
+    subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "cases")],
+        cwd=folder, capture_output=True, check=True,
+        env=cell_env(dict(os.environ), bytecode=bytecode) if bytecode else None,
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--sizes", default="250,1000,2000")
+    parser.add_argument(
+        "--bytecode",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep both sides' bytecode as the runner does (default)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
@@ -158,9 +177,11 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="bench-records-") as scratch:
         python, cell_file = venv(Path(scratch) / "cell")
+        bytecode = Path(scratch) / "bytecode" if args.bytecode else None
+        plain(python, Path(scratch) / "cell", bytecode)  # the bytecode written, not timed
         for count in sizes:
             write = writing(count, Path(scratch))
-            run = cell(count, Path(scratch) / "cell", python, cell_file)
+            run = cell(count, Path(scratch) / "cell", python, cell_file, bytecode)
             row = {
                 "records": count,
                 "write_s": round(write, 3),

@@ -367,7 +367,7 @@ if sys.argv[1] == "pending":  # a death sent to the keeper that it has not acted
     os.kill(os.getpid(), signal.SIGTERM)
 env = {**os.environ, "FTMATRIX_KEEPER": str(os.getpid())}
 env.pop("PYTEST_XDIST_WORKER", None)
-ask = "from ftmatrix.cell.plugin import _keeper_dying; print(_keeper_dying())"
+ask = "from ftmatrix.cell.processes import keeper_dying; print(keeper_dying())"
 sys.exit(subprocess.run([sys.executable, "-c", ask], env=env).returncode)
 """
 

@@ -27,6 +27,7 @@ from ftmatrix.cell.records import (
     WHOLE_CELL,
     CellRecordFile,
     Record,
+    RecordScanner,
     compact_records,
     read_records,
     redact,
@@ -65,6 +66,8 @@ class CaseVerdicts:
         self.log = log
         self.on_concluded = on_concluded
         self.first_tries: dict[str, Record] = {}
+        # The cell's records as they grow: each look reads only what was added since.
+        self.scanner = RecordScanner(files.records)
         if not resumed:
             files.first_tries.unlink(missing_ok=True)  # from an earlier run of the cell
         elif files.first_tries.exists():
@@ -88,9 +91,10 @@ class CaseVerdicts:
 
         Done at once, not at the end, so that a run killed later keeps the verdict.
         """
+        latest = {r.case: r for r in self.scanner.scan().records} if self.first_tries else {}
         file = CellRecordFile(self.files.records)
         for case in list(self.first_tries):
-            second = next((r for r in file.records if r.case == case), None)
+            second = latest.get(case)
             if second is not None:
                 file.add(merge_tries(self.first_tries.pop(case), second))
         self._save()
@@ -103,12 +107,16 @@ class CaseVerdicts:
         text = "".join(json.dumps(r.to_dict()) + "\n" for r in tries)
         write_atomically(self.files.first_tries, text)
 
+    def recorded(self) -> set[str]:
+        """The cases of the cell that have a record."""
+        return {r.case for r in self.scanner.scan().records}
+
     def conclude_unrecorded(self, case: str, output: str) -> None:
         """A case that ran alone and ended normally, yet left no record: ours, once.
 
         Never expected; concluded so that the supervisor cannot run it forever.
         """
-        if case not in recorded(self.files):
+        if case not in self.recorded():
             reason = "the case ran in a process of its own and left no record"
             self.conclude({"case": case}, Status.ERROR, reason, output)
 
@@ -175,16 +183,11 @@ class CaseVerdicts:
                 cases = ", ".join(r.case for r in refused)
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"the records of {cases}")
         _note_leftovers(self.files, ended, self.log)
-        scan = compact_records(self.files.records)
+        scan = compact_records(self.files.records, self.scanner)
         if scan.damaged:
             kept = self.files.quarantine
             self.log(f"[ftmatrix] {len(scan.damaged)} unreadable record line(s) moved to {kept}")
         return list(scan.records)
-
-
-def recorded(files: CellFiles) -> set[str]:
-    """The cases of the cell that have a record."""
-    return {r.case for r in CellRecordFile(files.records).records}
 
 
 def write_or_keep(record_file: Path, records: Sequence[Record]) -> list[Record]:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 try:
     import fcntl
@@ -39,24 +42,121 @@ def append_line(path: Path, line: bytes) -> None:
     reported), never glued to this one. A write that fails (a full disk) leaves the file
     as it was before it.
     """
-    global _last_sync  # noqa: PLW0603 -- one process's clock of its last fsync
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError:
-            os.ftruncate(fd, size)  # no half line left behind
-            raise
-        if time.monotonic() - _last_sync >= SYNC_SECONDS:
-            os.fsync(fd)
-            _last_sync = time.monotonic()
+        _append_whole(fd, os.fstat(fd).st_size, line)
     finally:
         os.close(fd)
+
+
+def _append_whole(fd: int, size: int, line: bytes, *, ends_a_line: bool = False) -> int:
+    """:func:`append_line` on ``fd``, a file of ``size`` bytes opened with O_APPEND (under
+    the folder lock); ``ends_a_line``: its last byte is known to be a newline (this process
+    wrote it). The file's size after it."""
+    global _last_sync  # noqa: PLW0603 -- one process's clock of its last fsync
+    if size and not ends_a_line and os.pread(fd, 1, size - 1) != b"\n":
+        line = b"\n" + line
+    try:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        os.ftruncate(fd, size)  # no half line left behind
+        raise
+    if time.monotonic() - _last_sync >= SYNC_SECONDS:
+        os.fsync(fd)
+        _last_sync = time.monotonic()
+    return size + len(line)
+
+
+class LineAppender:
+    """:func:`append_line` under :func:`locked_folder`, for a process that appends to one
+    file after every case (the results plugin): the file and its folder stay open between
+    lines, so a line costs a lock, a look at the file and the write (and a read of its last
+    byte where another process wrote since).
+
+    Each use first checks (fstat) that a kept descriptor is still the file it opened and
+    that the file is still in its folder: a file replaced whole (compaction) or removed is
+    opened again by name, and so is a descriptor a case closed (or closed and reused for
+    a file of its own), which is then left alone. :meth:`close` when done.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: tuple[int, tuple[int, int]] | None = None  # descriptor, (device, inode)
+        self._folder: tuple[int, tuple[int, int]] | None = None
+        self._end: int | None = None  # the file's size after this appended last
+
+    def append(self, line: bytes) -> None:
+        folder = self._folder_fd()
+        if fcntl is not None:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+        try:
+            fd, size = self._file_fd()
+            # Where the file ends where this wrote last, its last byte is that line's newline.
+            ends_a_line, self._end = size == self._end, None
+            self._end = _append_whole(fd, size, line, ends_a_line=ends_a_line)
+        finally:
+            if fcntl is not None:
+                fcntl.flock(folder, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        for kept in (self._file, self._folder):
+            if kept is not None and _still(kept) is not None:
+                os.close(kept[0])
+        self._file = self._folder = None
+
+    def _folder_fd(self) -> int:
+        if self._folder is not None and _still(self._folder) is not None:
+            return self._folder[0]
+        self._forget(self._folder)
+        try:
+            fd = os.open(self.path.parent, os.O_RDONLY)
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path.parent, os.O_RDONLY)
+        self._folder = (fd, _identity(os.fstat(fd)))
+        return fd
+
+    def _file_fd(self) -> tuple[int, int]:
+        """The file's descriptor and its size now (under the lock)."""
+        if self._file is not None:
+            status = _still(self._file)
+            if status is not None:
+                return self._file[0], status.st_size
+        self._forget(self._file)
+        self._end = None
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        status = os.fstat(fd)
+        self._file = (fd, _identity(status))
+        return fd, status.st_size
+
+    def _forget(self, kept: tuple[int, tuple[int, int]] | None) -> None:
+        """Close a kept descriptor that is ours still (its file replaced or removed); one
+        that is not (a case closed it, maybe opened another file on its number) is left."""
+        if kept is None:
+            return
+        with contextlib.suppress(OSError):
+            if _identity(os.fstat(kept[0])) == kept[1]:
+                os.close(kept[0])
+        if kept is self._file:
+            self._file = None
+        if kept is self._folder:
+            self._folder = None
+
+
+def _identity(status: os.stat_result) -> tuple[int, int]:
+    return status.st_dev, status.st_ino
+
+
+def _still(kept: tuple[int, tuple[int, int]]) -> os.stat_result | None:
+    """``kept``'s status, if its descriptor is still the file it opened and that file is
+    still linked in its folder; else None."""
+    try:
+        status = os.fstat(kept[0])
+    except OSError:
+        return None
+    return status if _identity(status) == kept[1] and status.st_nlink else None
 
 
 def sync_file(path: Path) -> None:
@@ -139,6 +239,85 @@ def _replace_quickly(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class NoteFile:
+    """A small note rewritten in place before every case and emptied after it (the
+    results plugin's running-case note): a write and a truncation of a file kept open,
+    where making a file, renaming it over the last and removing it cost a trivial case
+    55 microseconds of the filesystem's work.
+
+    A reader may meet a note half rewritten (reading a file is not kept out while it is
+    written in place), so each note carries a checksum of itself (:func:`note_text`), and
+    :func:`read_note` reads a note that fails it, like an empty one, as no note: the
+    supervisor, which reads the note four times a second, takes the next look. Before each
+    use the kept descriptor is checked (fstat) to be the note still: one a case closed (or
+    closed and reused for a file of its own) is left alone and the note opened again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._kept: tuple[int, tuple[int, int]] | None = None  # descriptor, (device, inode)
+
+    def write(self, body: str) -> None:
+        """Make the note ``body`` (a JSON object's text)."""
+        data = note_text(body).encode("utf-8")
+        fd, size = self._fd()
+        os.pwrite(fd, data, 0)
+        if size > len(data):  # (after clear() the file is empty: nothing to cut)
+            os.ftruncate(fd, len(data))
+
+    def clear(self) -> None:
+        """Empty the note: no case runs."""
+        if self._kept is not None and _still(self._kept) is not None:
+            os.ftruncate(self._kept[0], 0)
+
+    def close(self) -> None:
+        """Close the note and remove its file, if this wrote it."""
+        if self._kept is None:
+            return
+        if _still(self._kept) is not None:
+            os.close(self._kept[0])
+        self._kept = None
+        self.path.unlink(missing_ok=True)
+
+    def _fd(self) -> tuple[int, int]:
+        """The note's descriptor and the note's size now."""
+        if self._kept is not None and (status := _still(self._kept)) is not None:
+            return self._kept[0], status.st_size
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        status = os.fstat(fd)
+        self._kept = (fd, _identity(status))
+        return fd, status.st_size
+
+
+def note_text(body: str) -> str:
+    """A note of JSON text ``body`` as its file holds it: the JSON, then its CRC-32 on a
+    line of its own."""
+    return f"{body}\n{zlib.crc32(body.encode('utf-8')):08x}\n"
+
+
+def read_note(path: Path) -> dict[str, Any] | None:
+    """The note at ``path``; None where there is none, it is empty, or it fails its
+    checksum (read while it was being rewritten)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    body, newline, check = data[:-10], data[-10:-9], data[-9:-1]
+    if newline != b"\n" or not data.endswith(b"\n"):
+        return None
+    try:
+        if int(check, 16) != zlib.crc32(body):
+            return None
+        note = json.loads(body)
+    except ValueError:
+        return None
+    return note if isinstance(note, dict) else None
 
 
 @functools.cache

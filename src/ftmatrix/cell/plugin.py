@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Generator, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
+from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,13 @@ from packaging.version import Version
 
 from ftmatrix.cell import api as _api
 from ftmatrix.cell.api import gpu_lease
-from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.file_writes import NoteFile, note_text, read_note, write_atomically
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
 from ftmatrix.cell.outcome import Failure, case_status
-from ftmatrix.cell.processes import die_with_parent
+from ftmatrix.cell.processes import die_with_parent, keeper_dying
 from ftmatrix.cell.records import (
-    KEEPER_VARIABLE,
     RUNNING_CASE_VARIABLE,
     UNWRITTEN_RECORD,
     CellRecordFile,
@@ -217,12 +217,18 @@ class _Recorder:
 
     def __init__(self, cell: Mapping[str, Any], path: Path) -> None:
         self.cell = cell
-        self.file = CellRecordFile(path)
+        self.file = CellRecordFile(path, keep_open=True)  # a record after every case
         # Set in a pytest-xdist worker: each worker notes its own running case.
         self.worker = os.environ.get("PYTEST_XDIST_WORKER") or None
         self.files = CellFiles(path)
         self.current = self.files.running_case(self.worker)
-        self.packages = _installed_versions(by_display_name=True)
+        # Plain strings, made once: written before every case, and pathlib's objects cost
+        # more than the system calls.
+        self.note = NoteFile(self.current)
+        self.starts_path = os.fspath(self.files.starts)
+        self.worker_json = "null" if self.worker is None else _json_string(self.worker)
+        self.operations: dict[str, str] = {}  # the running case's operation
+        self.packages = dict(_display_versions())
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}
         self.selected: list[str] = []
@@ -261,19 +267,20 @@ class _Recorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         # Noted before the case starts, so that if the process dies or hangs in it,
-        # the supervisor outside knows which case to blame.
-        note = {
-            "case": item.nodeid,
-            "operation": _operation(item),
-            "started": time.time(),
-            "pid": os.getpid(),
-            "worker": self.worker,
-        }
-        write_atomically(self.current, json.dumps(note), durable=False)
-        os.environ[RUNNING_CASE_VARIABLE] = item.nodeid
+        # the supervisor outside knows which case to blame. The JSON made by hand (as
+        # json.dumps writes it): made before every case, json.dumps's calls cost more.
+        case, started = item.nodeid, time.time()
+        self.operations = {case: _operation(item)}  # the case's record asks it again
+        quoted = _json_string(case)
+        note = (
+            f'{{"case": {quoted}, "operation": {_json_string(self.operations[case])}, '
+            f'"started": {started!r}, "pid": {os.getpid()}, "worker": {self.worker_json}}}'
+        )
+        self.note.write(note)
+        os.environ[RUNNING_CASE_VARIABLE] = case
         # One short line per case, appended whole by one write: workers share the file.
-        line = json.dumps({"case": item.nodeid, "started": note["started"]}) + "\n"
-        starts = os.open(self.files.starts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        line = f'{{"case": {quoted}, "started": {started!r}}}\n'
+        starts = os.open(self.starts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(starts, line.encode("utf-8"))
         finally:
@@ -289,12 +296,11 @@ class _Recorder:
         if not error:
             return
         note_path = self.files.running_case(str(node.gateway.id))
-        try:
-            note = json.loads(note_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        note = read_note(note_path)
+        if note is None:
             return  # it died between cases: no case to blame
         note["exit"] = _worker_exit_status(node)
-        write_atomically(note_path, json.dumps(note), durable=False)
+        write_atomically(note_path, note_text(json.dumps(note)), durable=False)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
@@ -304,17 +310,18 @@ class _Recorder:
         report: pytest.TestReport = outcome.get_result()
         state = self.pending.get(item.nodeid)
         if state is None:  # its first phase (built once: it reads markers and the clock)
-            state = self.pending[item.nodeid] = _CaseState(item)
+            operation = self.operations.get(item.nodeid) or _operation(item)
+            state = self.pending[item.nodeid] = _CaseState(item, operation)
         state.observe(call, report)
         if call.when == "teardown":
             del self.pending[item.nodeid]
-            if _keeper_dying():
+            if keeper_dying():
                 # The case ended the process watching it (its parent): this process dies
                 # with it in a moment. Waited for here, with the case's note in place, so
                 # the supervisor records this case as the crash, never the next one.
                 _wait_for_the_end()
             self._keep(self._record(state))
-            self.current.unlink(missing_ok=True)
+            self.note.clear()
             os.environ.pop(RUNNING_CASE_VARIABLE, None)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -352,13 +359,16 @@ class _Recorder:
                     )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.note.close()
         if not self.unwritten:
+            self.file.close()
             return
         self._keep(self.unwritten.pop())  # a last try, of all of them in order
         # Still refused: handed to the supervisor on the cell's output, to write once it can.
         for record in self.unwritten:  # each on a line of its own, after pytest's dots
             sys.stdout.write("\n" + UNWRITTEN_RECORD + record_line(record))
         sys.stdout.flush()
+        self.file.close()
 
     def _record(self, state: _CaseState) -> Record:
         status, reason, failure = state.verdict()
@@ -426,9 +436,9 @@ class _Recorder:
 class _CaseState:
     """What the setup, call and teardown phases of one case did."""
 
-    def __init__(self, item: pytest.Item) -> None:
+    def __init__(self, item: pytest.Item, operation: str) -> None:
         self.item = item
-        self.operation = _operation(item)
+        self.operation = operation
         self.started_at = _now()
         self.duration = 0.0
         self.failure: Failure | None = None
@@ -473,7 +483,15 @@ def _texts(text: str | None, name: str) -> dict[str, str | None]:
 def _cell_versions() -> dict[str, str]:
     """:func:`_installed_versions` by canonical name, read once per pytest process: a
     cell's environment is fixed, and every case's gate (and the collection's) asks it."""
-    return _installed_versions()
+    canonical = {canonicalize_name(name): v for name, v in _display_versions().items()}
+    return dict(sorted(canonical.items(), key=lambda kv: kv[0].lower()))
+
+
+@functools.cache
+def _display_versions() -> dict[str, str]:
+    """:func:`_installed_versions` by display name, read once for the records and the
+    gates alike (never changed: each reader copies it)."""
+    return _installed_versions(by_display_name=True)
 
 
 def _installed_versions(*, by_display_name: bool = False) -> dict[str, str]:
@@ -519,47 +537,6 @@ def _worker_exit_status(node: Any) -> int | None:
         return None
 
 
-# Signals that end a process unless it handles them (the keeper handles none).
-_FATAL_SIGNALS = (1, 2, 3, 6, 9, 11, 13, 14, 15)
-
-
-def _keeper_dying() -> bool:
-    """Has the supervisor's keeper, this pytest's parent, been sent its death (or died)?
-
-    A signal is pending on its target as soon as kill() returns, before the target runs
-    again to die: reading it here is not a race with the case that sent it.
-    """
-    keeper = os.environ.get(KEEPER_VARIABLE)
-    if not keeper or not keeper.isdigit() or os.environ.get("PYTEST_XDIST_WORKER"):
-        return False  # a worker's parent is pytest-xdist's controller, not the keeper
-    if os.getppid() != int(keeper):
-        return True
-    # Read after every case: the three fields found in the raw bytes, not every line parsed.
-    try:
-        fd = os.open(f"/proc/{keeper}/status", os.O_RDONLY)
-        try:
-            status = os.read(fd, 1 << 16)
-        finally:
-            os.close(fd)
-    except OSError:
-        return True
-    if _status_field(status, b"State")[:1] in (b"Z", b"X"):
-        return True
-    pending = int(_status_field(status, b"SigPnd") or b"0", 16)
-    pending |= int(_status_field(status, b"ShdPnd") or b"0", 16)
-    return any(pending & (1 << (number - 1)) for number in _FATAL_SIGNALS)
-
-
-def _status_field(status: bytes, name: bytes) -> bytes:
-    """The value of ``name`` in a /proc/PID/status text, or b"" where it has none."""
-    at = (b"\n" + status).find(b"\n" + name + b":")  # where the name starts in ``status``
-    if at == -1:
-        return b""
-    start = at + len(name) + 1
-    end = status.find(b"\n", start)
-    return status[start : None if end == -1 else end].strip()
-
-
 def _wait_for_the_end() -> None:
     """Wait to be killed with the keeper (its death signal); leave if it never comes."""
     deadline = time.monotonic() + 30
@@ -574,4 +551,12 @@ def _operation(item: pytest.Item) -> str:
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    """The time now, in seconds (ISO 8601, UTC): made once a second, not twice a case."""
+    global _this_second  # noqa: PLW0603 -- one process's clock
+    second = int(time.time())
+    if second != _this_second[0]:
+        _this_second = (second, datetime.fromtimestamp(second, UTC).isoformat())
+    return _this_second[1]
+
+
+_this_second = (-1, "")

@@ -13,16 +13,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.file_writes import append_line, locked_folder, sync_file, write_atomically
+from ftmatrix.cell.file_writes import (
+    LineAppender,
+    append_line,
+    locked_folder,
+    sync_file,
+    write_atomically,
+)
 from ftmatrix.cell.files import RUN_ID_RULE, CellFiles, is_run_id
-from ftmatrix.cell.redact import Redactor, redact_text
+from ftmatrix.cell.redact import Redactor, current_redactor, redact_text
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
 
@@ -173,7 +180,9 @@ class Record:
         if missing:
             raise ValueError(f"missing field(s): {', '.join(missing)}")
         for name, types in _FIELD_TYPES.items():
-            if name in data and not _is_type(data[name], types):
+            if name not in data or type(data[name]) in _EXACT_TYPES[name]:
+                continue  # what JSON reads is of these exact types: one look, not isinstance's
+            if not _is_type(data[name], types):
                 kinds = FIELDS[name][0]
                 wanted = " or ".join([kinds] if isinstance(kinds, str) else kinds)
                 raise ValueError(
@@ -219,6 +228,11 @@ def _python_types(kinds: str | list[str]) -> tuple[tuple[type, ...], bool]:
 
 # Each field's types, worked out once: every record read checks each of its fields.
 _FIELD_TYPES = {name: _python_types(kinds) for name, (kinds, _) in FIELDS.items()}
+
+
+# The same as exact types, which is what json.loads makes: a bool is a number to isinstance,
+# not to ``type(value) in``.
+_EXACT_TYPES = {name: frozenset(allowed) for name, (allowed, _) in _FIELD_TYPES.items()}
 
 
 def _is_type(value: Any, types: tuple[tuple[type, ...], bool]) -> bool:
@@ -283,9 +297,12 @@ class CellRecordFile:
     to the cell's quarantine file (:func:`compact_records`) and runs the case again.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, keep_open: bool = False) -> None:
+        """``keep_open``: the file and its folder stay open between records (the results
+        plugin, which adds one after every case); :meth:`close` when done."""
         self.path = path
         self._records: dict[str, Record] | None = None  # read on first use
+        self._appender = LineAppender(path) if keep_open else None
 
     @property
     def records(self) -> list[Record]:
@@ -301,11 +318,19 @@ class CellRecordFile:
     def add(self, record: Record) -> None:
         """Append ``record``; it replaces an earlier record of the same case."""
         line = _line(record).encode("utf-8")
-        with locked_folder(self.path):
-            append_line(self.path, line)
+        if self._appender is not None:
+            self._appender.append(line)
+        else:
+            with locked_folder(self.path):
+                append_line(self.path, line)
         if self._records is not None:
             self._records.pop(record.case, None)
             self._records[record.case] = record
+
+    def close(self) -> None:
+        """Close what ``keep_open`` kept open."""
+        if self._appender is not None:
+            self._appender.close()
 
     def save(self) -> None:
         """Replace the file by ``records``, one line each."""
@@ -328,48 +353,88 @@ def scan_records(path: Path) -> Scan:
     """Read ``path`` line by line: the last record of each case, and every line that is
     not a whole record (not UTF-8, not JSON, not an object, not a record, or the torn end
     of a write that never finished), with its number and why."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return Scan(records=(), problems=(), damaged=())
-    latest: dict[str, tuple[Record, bytes]] = {}
-    superseded = 0
-    problems: list[str] = []
-    damaged: list[bytes] = []
-    lines = data.split(b"\n")
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
+    return RecordScanner(path).scan()
+
+
+class RecordScanner:
+    """:func:`scan_records` of one file as it grows: each scan reads only the lines added
+    since the last one, so a supervisor that asks after every pass (which cases have a
+    record?) and compacts the file at the end reads each record once, not three times.
+
+    Records files are only appended to, or replaced whole (compaction, a resumed run):
+    a file that is another one now (its inode) or shorter is read again from its start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._start(None)
+
+    def _start(self, identity: tuple[int, int] | None) -> None:
+        self._identity = identity
+        self._offset = 0  # bytes read, up to the end of the last whole line
+        self._lines = 0  # lines read
+        self._latest: dict[str, tuple[Record, bytes]] = {}
+        self._superseded = 0
+        self._problems: list[str] = []
+        self._damaged: list[bytes] = []
+
+    def scan(self) -> Scan:
+        """The file as it is now: each case's last record, and its unreadable lines."""
         try:
-            if number == len(lines):  # no newline after it: a write that never finished
-                raise ValueError("a torn line (the file ends in the middle of it)")
+            with self.path.open("rb") as handle:
+                status = os.fstat(handle.fileno())
+                identity = (status.st_dev, status.st_ino)
+                if identity != self._identity or status.st_size < self._offset:
+                    self._start(identity)
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            self._start(None)
+            return Scan(records=(), problems=(), damaged=())
+        whole = data[: data.rfind(b"\n") + 1]
+        for raw in whole.split(b"\n")[:-1]:
+            self._read_line(raw)
+        self._offset += len(whole)
+        problems, damaged = list(self._problems), list(self._damaged)
+        torn = data[len(whole) :]
+        if torn.strip():  # no newline after it: a write that never finished (or not yet)
+            why = "a torn line (the file ends in the middle of it)"
+            problems.append(f"{self.path}:{self._lines + 1}: skipped: {why}")
+            damaged.append(torn)
+        return Scan(
+            records=tuple(record for record, _ in self._latest.values()),
+            problems=tuple(problems),
+            damaged=tuple(damaged),
+            lines=tuple(line for _, line in self._latest.values()),
+            superseded=self._superseded,
+        )
+
+    def _read_line(self, raw: bytes) -> None:
+        self._lines += 1
+        if not raw.strip():
+            return
+        try:
             value = json.loads(raw.decode("utf-8"))
             if not isinstance(value, dict):
                 raise ValueError(f"a JSON {type(value).__name__}, not a record object")
             record = Record.from_mapping(value)
         except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
-            problems.append(f"{path}:{number}: skipped: {exc}")
-            damaged.append(raw)
-            continue
-        superseded += latest.pop(record.case, None) is not None
-        latest[record.case] = (record, raw)
-    return Scan(
-        records=tuple(record for record, _ in latest.values()),
-        problems=tuple(problems),
-        damaged=tuple(damaged),
-        lines=tuple(line for _, line in latest.values()),
-        superseded=superseded,
-    )
+            self._problems.append(f"{self.path}:{self._lines}: skipped: {exc}")
+            self._damaged.append(raw)
+            return
+        self._superseded += self._latest.pop(record.case, None) is not None
+        self._latest[record.case] = (record, raw)
 
 
-def compact_records(record_file: Path) -> Scan:
+def compact_records(record_file: Path, scanner: RecordScanner | None = None) -> Scan:
     """Rewrite ``record_file`` with one line per case, its last record, and move its
     unreadable lines to its quarantine file (appended, bytes as found); what it read (the
     records kept, the lines moved). Once per cell (its cases done, or on resume), so
     readers of the file see one record a case. The cases a moved line held have no record
-    now: a resumed run runs them again."""
+    now: a resumed run runs them again. ``scanner``: one that has read the file so far
+    (the supervisor's), which reads only the rest."""
     with locked_folder(record_file):
-        scan = scan_records(record_file)
+        scan = (scanner or RecordScanner(record_file)).scan()
         if scan.damaged:
             with CellFiles(record_file).quarantine.open("ab") as kept:
                 kept.write(b"".join(line + b"\n" for line in scan.damaged))
@@ -466,66 +531,53 @@ def record_line(record: Record) -> str:
 def _line(record: Record) -> str:
     # The one place every record passes before it is written: every string of it
     # (case ids, reasons, messages, metrics, their names) redacted by value, for the
-    # environment as it is now (a case may have set a secret in it).
-    redactor = _current_redactor()
-    data = record.to_dict()
-    repeated = {name: data.pop(name) for name in _REPEATED_FIELDS}
-    # The field names are ours (FIELDS); every value is redacted (None and numbers have
-    # nothing to mask).
-    for name, value in data.items():
-        if isinstance(value, str):
-            data[name] = redactor.text(value)
-        elif isinstance(value, dict | list | tuple):
-            data[name] = redactor.data(value)
-    for name, value in repeated.items():
-        data[name] = redactor.data_once(json.dumps(value, sort_keys=True, default=str))
-    return json.dumps(data, sort_keys=True, default=str) + "\n"
+    # environment as it is now (a case may have set a secret in it). The text is
+    # json.dumps(the redacted fields, sort_keys=True) to the byte, put together field by
+    # field: a trivial case's record is mostly None, short strings and the fields every
+    # record of the cell repeats, whose JSON is made once.
+    redactor = current_redactor()
+    parts = []
+    for name, key in _SORTED_KEYS:
+        value = getattr(record, name)
+        kind = type(value)
+        if value is None:
+            parts.append(key + "null")
+        elif kind is str:
+            parts.append(key + _json_string(redactor.text(value)))
+        elif name in _REPEATED_FIELDS:
+            parts.append(key + redactor.json_once(value))
+        elif kind is bool:
+            parts.append(key + ("true" if value else "false"))
+        elif kind is int or (kind is float and math.isfinite(value)):
+            parts.append(key + repr(value))  # as json.dumps writes them
+        elif not value and kind in (dict, list, tuple):
+            parts.append(key + ("{}" if kind is dict else "[]"))
+        elif isinstance(value, Status):
+            parts.append(key + _json_string(redactor.text(value.value)))
+        else:
+            parts.append(key + _json_other(redactor, value))
+    return "{" + ", ".join(parts) + "}\n"
 
 
+def _json_other(redactor: Redactor, value: Any) -> str:
+    """``value`` (not None, a str, a bool or a number) redacted, as json.dumps writes it."""
+    if isinstance(value, Mapping):
+        value = dict(value)
+    elif isinstance(value, tuple):
+        value = [dict(v) if isinstance(v, Mapping) else v for v in value]
+    if isinstance(value, dict | list | tuple):
+        value = redactor.data(value)
+    elif isinstance(value, str):
+        value = redactor.text(value)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+# json.dumps's own string encoder (its C version where there is one).
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+# Each field's name, in the order sort_keys writes them, and its '"name": ' text.
+_SORTED_KEYS = tuple((name, json.dumps(name) + ": ") for name in sorted(FIELDS))
 # The fields each record of a cell holds alike.
-_REPEATED_FIELDS = ("packages", "host_packages", "hardware", "pins", "runner_labels")
-# Variables that name the running case (set anew for each): no secret, and left out of
-# the environment a record is redacted for, which they would change with every case.
-_PER_CASE_VARIABLES = frozenset({"PYTEST_CURRENT_TEST", "FTMATRIX_RUNNING_CASE"})
-_PER_CASE_KEYS = _PER_CASE_VARIABLES | {name.encode() for name in _PER_CASE_VARIABLES}
-# The environment the last record was redacted for, as os.environ holds it, and its Redactor.
-_redacted_for: tuple[dict[Any, Any], _Redactor] | None = None
-
-
-def _current_redactor() -> _Redactor:
-    """The Redactor of the environment as it is now: the last one while it is unchanged.
-
-    Compared as os.environ stores it (bytes on POSIX, copied at C speed): reading it as
-    text decodes every variable, which cost more than the rest of a trivial record.
-    """
-    global _redacted_for  # noqa: PLW0603 -- one process's environment, remembered
-    stored = getattr(os.environ, "_data", None)
-    if not isinstance(stored, dict):  # not CPython's os.environ: read it as text
-        stored = dict(os.environ)
-    now = stored.copy()
-    for key in _PER_CASE_KEYS:
-        now.pop(key, None)
-    if _redacted_for is None or _redacted_for[0] != now:
-        env = {k: v for k, v in os.environ.items() if k not in _PER_CASE_VARIABLES}
-        _redacted_for = (now, _Redactor(env))
-    return _redacted_for[1]
-
-
-class _Redactor(Redactor):
-    """A Redactor that also remembers what every record of a cell repeats, as JSON text."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__(env)
-        self._parsed: dict[str, Any] = {}
-
-    def data_once(self, value: str) -> Any:
-        """``value`` (JSON text) parsed and redacted; the same object each time, never
-        mutated (it is only written)."""
-        if value not in self._parsed:
-            if len(self._parsed) >= 64:
-                self._parsed.clear()
-            self._parsed[value] = self.data(json.loads(value))
-        return self._parsed[value]
+_REPEATED_FIELDS = frozenset({"packages", "host_packages", "hardware", "pins", "runner_labels"})
 
 
 def redact(text: str | None, env: Mapping[str, str]) -> str | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import os
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
@@ -166,6 +167,7 @@ class Redactor:
         self._secrets = _known(env)
         self._masked: dict[str, str] = {}
         self._remember = remember
+        self._json: dict[tuple[type, str], str] = {}
 
     def text(self, text: str) -> str:
         masked = self._masked.get(text)
@@ -185,6 +187,70 @@ class Redactor:
         if isinstance(data, list | tuple):
             return [self.data(v) for v in data]
         return data
+
+    def json_once(self, value: Any) -> str:
+        """``value`` redacted, as sorted JSON text (``json.dumps(sort_keys=True)``; a
+        mapping as a dict): made once per distinct value, for what every record of a cell
+        repeats (its packages, its machine).
+
+        Known by its type and ``repr()``, which tell plain values apart as JSON does
+        (``1``, ``1.0``, ``True`` and ``'1'`` differ; a dict's order does not matter to
+        the text, only to the memory), at a fraction of json.dumps's cost. Only values of
+        JSON's own types are remembered: another object's repr may hide what str() writes.
+        """
+        key = (type(value), repr(value))
+        text = self._json.get(key)
+        if text is None:
+            normal = dict(value) if isinstance(value, Mapping) else value
+            text = json.dumps(
+                self.data(json.loads(json.dumps(normal, sort_keys=True, default=str))),
+                sort_keys=True,
+            )
+            if _plain(value):
+                if len(self._json) >= 64:
+                    self._json.clear()
+                self._json[key] = text
+        return text
+
+
+def _plain(value: Any) -> bool:
+    """Is ``value`` made of JSON's own types only (str, int, float, bool, None, and dicts,
+    lists and tuples of them)?"""
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if type(value) is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(_plain(v) for v in value)
+    return False
+
+
+# Variables that name the running case (set anew for each): no secret, and left out of
+# the environment a record is redacted for, which they would change with every case.
+_PER_CASE_VARIABLES = frozenset({"PYTEST_CURRENT_TEST", "FTMATRIX_RUNNING_CASE"})
+_PER_CASE_KEYS = _PER_CASE_VARIABLES | {name.encode() for name in _PER_CASE_VARIABLES}
+# The environment the last record was redacted for, as os.environ holds it, and its Redactor.
+_redacted_for: tuple[dict[Any, Any], Redactor] | None = None
+
+
+def current_redactor() -> Redactor:
+    """The Redactor of this process's environment as it is now (a case may have set a
+    secret in it): the last one while it is unchanged.
+
+    Compared as os.environ stores it (bytes on POSIX, copied at C speed): reading it as
+    text decodes every variable, which cost more than the rest of a trivial record.
+    """
+    global _redacted_for  # noqa: PLW0603 -- one process's environment, remembered
+    stored = getattr(os.environ, "_data", None)
+    if not isinstance(stored, dict):  # not CPython's os.environ: read it as text
+        stored = dict(os.environ)
+    now = stored.copy()
+    for key in _PER_CASE_KEYS:
+        now.pop(key, None)
+    if _redacted_for is None or _redacted_for[0] != now:
+        env = {k: v for k, v in os.environ.items() if k not in _PER_CASE_VARIABLES}
+        _redacted_for = (now, Redactor(env))
+    return _redacted_for[1]
 
 
 def writable(text: str) -> str:
@@ -260,10 +326,11 @@ def _assigned_values_masked(text: str) -> str:
         at = separator.start()
         if at < end:
             continue
-        if not _secret_assignee(_name_before(text, at)):
-            continue
+        # The value first, at C speed: most separators have none ("::" in a case id, "C:\\").
         value = VALUE_AFTER.match(text, at)
         if not value or len(value[1]) < SHORTEST_SECRET or value[1].startswith("<redacted"):
+            continue
+        if not _secret_assignee(_name_before(text, at)):
             continue
         pieces += [text[end : value.start(1)], "<redacted>"]
         end = value.end(1)

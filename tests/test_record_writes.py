@@ -1,0 +1,366 @@
+"""What a cell's records cost stays linear, and every guarantee the plugin's writes keep:
+the line each record gets, the supervisor's reading of the file, the running-case note
+rewritten in place, and the files the plugin keeps open between cases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import make_record
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ftmatrix.case_verdicts import CaseVerdicts
+from ftmatrix.cell.file_writes import LineAppender, NoteFile, note_text, read_note, write_atomically
+from ftmatrix.cell.records import (
+    FIELDS,
+    CellRecordFile,
+    Record,
+    RecordScanner,
+    compact_records,
+    record_line,
+    scan_records,
+)
+from ftmatrix.cell.redact import current_redactor
+from ftmatrix.cell.status import Status
+from ftmatrix.cell_launch import cell_env, pytest_command
+from ftmatrix.config import HardwareClass, InstallOptions
+from ftmatrix.runner import CellContext
+from ftmatrix.supervise import CaseLimits, run_cases
+
+SECRET = "hunter2-secret-value"
+_REPEATED = ("packages", "host_packages", "hardware", "pins", "runner_labels")
+
+
+def reference_line(record: Record) -> str:
+    """A record's line as records were written before the line was put together by hand:
+    json.dumps of every field redacted, keys sorted."""
+    redactor = current_redactor()
+    data = record.to_dict()
+    for name, value in data.items():
+        if name in _REPEATED:
+            data[name] = redactor.data(json.loads(json.dumps(value, sort_keys=True, default=str)))
+        elif isinstance(value, str):
+            data[name] = redactor.text(value)
+        elif isinstance(value, dict | list | tuple):
+            data[name] = redactor.data(value)
+    return json.dumps(data, sort_keys=True, default=str) + "\n"
+
+
+texts = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from([SECRET, f"token={SECRET}", f"x {SECRET!r} y", "a::b[1]", "\udc80bad"]),
+)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), texts
+)  # fmt: skip
+plain = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(texts, inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    case=texts,
+    reason=st.one_of(st.none(), texts),
+    status=st.sampled_from(list(Status)),
+    duration=st.floats(allow_nan=True),
+    flaky=st.booleans(),
+    metrics=st.dictionaries(texts, plain, max_size=4),
+    attempts=st.lists(st.dictionaries(texts, plain, max_size=3), max_size=2),
+    packages=st.dictionaries(texts, texts, max_size=5),
+    hardware=st.dictionaries(texts, plain, max_size=4),
+    pins=st.dictionaries(texts, st.one_of(st.none(), texts), max_size=3),
+    labels=st.lists(texts, max_size=3),
+)
+def test_a_record_s_line_is_byte_for_byte_what_json_dumps_wrote(
+    monkeypatch: pytest.MonkeyPatch, **fields: Any
+) -> None:
+    """The line is put together field by field (json.dumps over a whole record cost a
+    trivial case more than its run): whatever a record holds, the same bytes, redacted."""
+    monkeypatch.setenv("WRITES_API_TOKEN", SECRET)
+    record = make_record(
+        case=fields["case"],
+        reason=fields["reason"],
+        status=fields["status"],
+        duration=fields["duration"],
+        flaky=fields["flaky"],
+        metrics=fields["metrics"],
+        attempts=tuple(fields["attempts"]),
+        packages=fields["packages"],
+        hardware=fields["hardware"],
+        pins=fields["pins"],
+        runner_labels=tuple(fields["labels"]),
+    )
+    line = record_line(record)
+    assert line == reference_line(record)
+    assert line == record_line(record)  # the remembered JSON of the repeated fields too
+    assert SECRET not in line
+    assert set(json.loads(line)) == set(FIELDS)
+
+
+def test_equal_values_of_other_types_are_not_taken_for_each_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The repeated fields' JSON is remembered by value: 0, False, 0.0 and '0' are equal
+    or alike to Python, not to JSON."""
+    monkeypatch.delenv("WRITES_API_TOKEN", raising=False)
+    seen = [
+        json.loads(record_line(make_record(hardware={"gpus": value})))["hardware"]["gpus"]
+        for value in (0, False, 0.0, "0", 0, False)
+    ]
+    assert [(type(v), v) for v in seen] == [
+        (int, 0), (bool, False), (float, 0.0), (str, "0"), (int, 0), (bool, False)
+    ]  # fmt: skip
+
+
+# --- the supervisor's reading of the records file -------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.sampled_from(["record", "again", "garbage", "blank", "torn", "newline", "replace"]),
+        max_size=25,
+    )
+)
+def test_reading_only_what_was_added_finds_what_reading_it_all_finds(steps: list[str]) -> None:
+    """Whatever is appended (records, a case again, damaged and torn lines) or however the
+    file is replaced, a scanner that read it before finds what a fresh read finds."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "cell.jsonl"
+        scanner = RecordScanner(path)
+        for number, step in enumerate(steps):
+            with path.open("ab") as handle:
+                if step == "record":
+                    handle.write(record_line(make_record(case=f"t.py::c{number}")).encode())
+                elif step == "again":
+                    handle.write(record_line(make_record(case="t.py::c0")).encode())
+                elif step == "garbage":
+                    handle.write(b'{"not": "a record"}\n\xff\n')
+                elif step == "blank":
+                    handle.write(b"\n  \n")
+                elif step == "torn":
+                    handle.write(record_line(make_record(case="t.py::torn")).encode()[:30])
+                elif step == "newline":
+                    handle.write(b"\n")
+            if step == "replace":
+                write_atomically(path, record_line(make_record(case="t.py::only")))
+            assert scanner.scan() == scan_records(path)
+
+
+def test_the_supervisor_reads_each_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which cases have a record was asked after each pass, and the file compacted at the
+    end, each reading the whole file: three reads of every record of a cell. Now each
+    record is read once, however many times the supervisor asks."""
+    count = 40
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "test_many.py").write_text(
+        f"import pytest\n\n\n@pytest.mark.parametrize('n', range({count}))\n"
+        "def test_one(n):\n    assert n >= 0\n"
+    )
+    cell_file = tmp_path / "cell.json"
+    cell = {"run_id": "r1", "id": "cell1", "label": "cpu-py3.11-x1", "python": "3.11"}
+    cell_file.write_text(json.dumps({**cell, "pins": {}, "hardware": "cpu"}))
+    ctx = CellContext(
+        run_id="r1",
+        out_dir=tmp_path / "out",
+        cases_dir=cases,
+        case_selection=(),
+        install=InstallOptions(),
+        hardware_class=HardwareClass(name="cpu", runs_on=()),
+        env=dict(os.environ),
+    )
+    record_file = tmp_path / "out" / "cell1.jsonl"
+    command, targets = pytest_command(Path(sys.executable), cell_file, record_file, ctx)
+    parsed = []
+    real = Record.from_mapping.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[Record], data: Any) -> Record:
+        parsed.append(data.get("case"))
+        return real(cls, data)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Record, "from_mapping", classmethod(counted))
+    records = run_cases(
+        command,
+        targets,
+        record_file=record_file,
+        cases_dir=cases.resolve(),
+        env=cell_env(ctx.env),
+        limits=CaseLimits(case_seconds=60, cell_seconds=600, memory_bytes=None),
+        make_record=make_record,
+        log=lambda line: None,
+        cwd=tmp_path,
+    )
+    assert [r.status for r in records] == [Status.PASS] * count
+    assert len(parsed) == count, sorted(parsed)
+
+
+def test_compaction_with_the_supervisor_s_scanner_reads_only_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "cell.jsonl"
+    file = CellRecordFile(path)
+    for number in range(5):
+        file.add(make_record(case=f"t.py::c{number}"))
+    scanner = RecordScanner(path)
+    assert len(scanner.scan().records) == 5
+    file.add(make_record(case="t.py::c0", status=Status.FAIL))  # a case recorded again
+    path.open("ab").write(b"not json\n")
+    scan = compact_records(path, scanner)
+    assert (len(scan.records), scan.superseded, scan.damaged) == (5, 1, (b"not json",))
+    assert scanner.scan() == scan_records(path)  # the rewritten file, read anew
+    assert [r.status for r in scan_records(path).records].count(Status.FAIL) == 1
+
+
+def test_verdicts_know_the_cases_recorded_after_a_file_was_replaced(tmp_path: Path) -> None:
+    files_dir = tmp_path / "records"
+    from ftmatrix.cell.files import CellFiles
+
+    files = CellFiles(files_dir / "cell1.jsonl")
+    verdicts = CaseVerdicts(
+        files, make_record, {}, lambda line: None, lambda case, status: None, resumed=False
+    )
+    file = CellRecordFile(files.records)
+    file.add(make_record(case="t.py::a"))
+    assert verdicts.recorded() == {"t.py::a"}
+    file.records = [make_record(case="t.py::b")]
+    file.save()  # replaced whole, shorter or not
+    assert verdicts.recorded() == {"t.py::b"}
+
+
+# --- the running-case note, rewritten in place ----------------------------------------
+
+
+def test_a_note_read_while_it_is_rewritten_is_the_old_the_new_or_none(tmp_path: Path) -> None:
+    """Rewritten in place, a note may be read half old, half new: with the same layout
+    (one case after another), the halves made a note that parses, naming one case with
+    another's start (a timeout the supervisor would have to act on). The checksum makes
+    every such mix no note."""
+    old = note_text(json.dumps({"case": "t.py::c[1234]", "started": 1764230400.125, "pid": 7}))
+    new = note_text(json.dumps({"case": "t.py::c[1235]", "started": 1764230461.5, "pid": 7}))
+    path = tmp_path / "note"
+    seen = set()
+    for cut in range(len(new) + 1):
+        for tail in (old[cut:], ""):  # before and after the truncation to the new length
+            path.write_text(new[:cut] + tail)
+            note = read_note(path)
+            seen.add(None if note is None else (note["case"], note["started"]))
+    assert seen == {None, ("t.py::c[1234]", 1764230400.125), ("t.py::c[1235]", 1764230461.5)}
+    at = new.index('", "started"')  # such a mix parses: the new case, the old case's start
+    mixed = json.loads(new[:at] + old[at:].split("\n")[0])
+    assert (mixed["case"], mixed["started"]) == ("t.py::c[1235]", 1764230400.125)
+
+
+def test_a_note_is_written_cleared_and_removed(tmp_path: Path) -> None:
+    path = tmp_path / "records" / "cell1.jsonl.current"
+    note = NoteFile(path)
+    note.write(json.dumps({"case": "t.py::a"}))
+    assert read_note(path) == {"case": "t.py::a"}
+    note.write(json.dumps({"case": "t.py::b", "operation": "b"}))
+    note.write(json.dumps({"case": "t.py::c"}))  # shorter than the last: nothing of it left
+    assert read_note(path) == {"case": "t.py::c"}
+    note.clear()
+    assert read_note(path) is None
+    note.close()
+    assert not path.exists()
+
+
+# --- what the plugin keeps open, when a case closes what it did not open -------------
+
+CLOSER = """
+import json, os, sys
+from pathlib import Path
+from ftmatrix.cell.file_writes import LineAppender, NoteFile, read_note
+from ftmatrix.cell.processes import keeper_dying
+
+folder = Path(sys.argv[1])
+appender, note = LineAppender(folder / "cell.jsonl"), NoteFile(folder / "cell.jsonl.current")
+appender.append(b'{"n": 1}\\n')
+note.write(json.dumps({"case": "first"}))
+assert keeper_dying() is False
+os.closerange(3, 256)  # a case that closes every descriptor it did not open...
+assert keeper_dying() is False  # ...is not taken for its keeper's death (a 30 s wait)
+os.closerange(3, 256)  # ...nor when it opens files of its own on their numbers
+victims = [os.open(folder / f"victim{i}", os.O_RDWR | os.O_CREAT) for i in range(4)]
+assert keeper_dying() is False
+appender.append(b'{"n": 2}\\n')
+note.write(json.dumps({"case": "second"}))
+note.clear()
+note.write(json.dumps({"case": "third"}))
+print(json.dumps([read_note(folder / "cell.jsonl.current"), sorted(victims)]))
+"""
+
+
+def test_descriptors_a_case_closed_or_took_are_opened_again_never_written(tmp_path: Path):
+    """The plugin keeps the records file, its folder, the note and the keeper's /proc
+    status open between cases; a case that closes descriptors it did not open, and opens
+    files of its own on their numbers, must find its files untouched, and every record
+    and note must still reach its file."""
+    env = {**os.environ, "FTMATRIX_KEEPER": str(os.getpid())}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    ran = subprocess.run(
+        [sys.executable, "-c", CLOSER, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    note, victims = json.loads(ran.stdout)
+    assert note == {"case": "third"}
+    assert 3 in victims  # a number the plugin had kept open
+    assert (tmp_path / "cell.jsonl").read_text() == '{"n": 1}\n{"n": 2}\n'
+    assert [(tmp_path / f"victim{i}").read_bytes() for i in range(4)] == [b""] * 4
+
+
+def test_a_kept_records_file_replaced_whole_gets_the_next_line(tmp_path: Path) -> None:
+    """Compaction replaces the file: a line appended through the old descriptor would go
+    to a file no one reads."""
+    path = tmp_path / "cell.jsonl"
+    appender = LineAppender(path)
+    appender.append(b'{"n": 1}\n')
+    write_atomically(path, '{"n": 0}\n')
+    appender.append(b'{"n": 2}\n')
+    path.write_bytes(path.read_bytes() + b'{"torn')  # a write that never finished
+    appender.append(b'{"n": 3}\n')
+    appender.close()
+    assert path.read_text().splitlines() == ['{"n": 0}', '{"n": 2}', '{"torn', '{"n": 3}']
+
+
+def open_descriptors() -> int:
+    return len(list(Path("/proc/self/fd").iterdir()))
+
+
+def test_the_plugin_s_file_closes_what_it_kept(tmp_path: Path) -> None:
+    file = CellRecordFile(tmp_path / "cell.jsonl", keep_open=True)
+    before = open_descriptors()
+    file.add(make_record(case="t.py::a"))
+    assert open_descriptors() == before + 2  # the file and its folder
+    file.close()
+    assert open_descriptors() == before
+    assert [r.case for r in file.records] == ["t.py::a"]
+
+
+def test_the_record_written_through_a_kept_file_is_the_one_written_by_name(
+    tmp_path: Path,
+) -> None:
+    kept, by_name = tmp_path / "kept" / "cell.jsonl", tmp_path / "named" / "cell.jsonl"
+    for path, keep_open in ((kept, True), (by_name, False)):
+        file = CellRecordFile(path, keep_open=keep_open)
+        for number in range(3):
+            file.add(make_record(case=f"t.py::c{number}"))
+        file.close()
+    assert kept.read_bytes() == by_name.read_bytes()
+    assert kept.read_text().count("\n") == 3
