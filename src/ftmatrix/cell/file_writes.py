@@ -303,18 +303,28 @@ def note_text(body: str) -> str:
 
 def read_note(path: Path) -> dict[str, Any] | None:
     """The note at ``path``; None where there is none, it is empty, or it fails its
-    checksum (read while it was being rewritten)."""
+    checksum (read while it was being rewritten). A note of JSON alone, as ftmatrix wrote
+    them before the checksum (a run folder an older version left), reads as itself: no
+    mix of two checksummed notes is a JSON object with nothing after it."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
     body, newline, check = data[:-10], data[-10:-9], data[-9:-1]
     if newline != b"\n" or not data.endswith(b"\n"):
-        return None
+        return _plain_note(data)
     try:
         if int(check, 16) != zlib.crc32(body):
             return None
         note = json.loads(body)
+    except ValueError:
+        return None
+    return note if isinstance(note, dict) else None
+
+
+def _plain_note(data: bytes) -> dict[str, Any] | None:
+    try:
+        note = json.loads(data)
     except ValueError:
         return None
     return note if isinstance(note, dict) else None

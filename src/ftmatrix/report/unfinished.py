@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ftmatrix.cell.file_writes import read_note
 from ftmatrix.cell.files import DONE_SUFFIX, OWNER_SUFFIX, RECORDS_SUFFIX, CellFiles
 from ftmatrix.cell.records import WHOLE_CELL, Record, scan_records
 from ftmatrix.cell.redact import Redactor
@@ -156,7 +157,7 @@ def _unfinished(
         if isinstance(collected, list)
         else None
     )
-    notes = [_read_json(p) for p in [files.running_case(), *files.workers_running_cases()]]
+    notes = [read_note(p) for p in [files.running_case(), *files.workers_running_cases()]]
     # Not a note whose worker died in it earlier (a crash awaiting its record; the
     # controller added how it ended), nor one whose case's record beat it to the disk.
     running = {
