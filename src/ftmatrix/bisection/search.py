@@ -96,8 +96,9 @@ def bisect(
     """Find the first release of ``versions`` (good end first) whose outcome is bad.
 
     ``evaluate(version)`` returns (verdict, status, detail). The ends are checked
-    first; each middle release that must be skipped is replaced by the nearest
-    untried one, so a few uninstallable releases cost only their own builds. When
+    first; then the release that halves the places the first bad one can still be
+    (:func:`_halving`), skipped releases left out, so a few uninstallable releases cost
+    only their own builds. When
     ``evaluate`` raises BudgetSpent in the middle, the finding is the range narrowed
     so far (``untested_between`` lists what is left); at the ends it is a BisectError.
     """
@@ -123,8 +124,7 @@ def bisect(
         candidates = [i for i in range(good + 1, bad) if i not in skipped]
         if not candidates:
             break
-        middle = (good + bad) / 2
-        index = min(candidates, key=lambda i: (abs(i - middle), i))
+        index = _halving(candidates, good, bad)
         try:
             verdict = judge(index)
         except BudgetSpent:
@@ -143,6 +143,20 @@ def bisect(
         skipped=tuple(versions[i] for i in sorted(skipped)),
         untested_between=tuple(versions[i] for i in range(good + 1, bad)),
     )
+
+
+def _halving(candidates: Sequence[int], good: int, bad: int) -> int:
+    """The candidate that halves where the first bad release can still be: at one of the
+    candidates or at ``bad`` (a skipped release is no place of its own: it stands with the
+    next one tried). Of two that halve it as well, the one nearer the middle, then the
+    lower: a skip in the middle costs its own build and no more."""
+    places = len(candidates) + 1
+    middle = (good + bad) / 2
+
+    def worse_half(k: int) -> tuple[int, float, int]:
+        return max(k + 1, places - k - 1), abs(candidates[k] - middle), candidates[k]
+
+    return candidates[min(range(len(candidates)), key=worse_half)]
 
 
 def confirm(
