@@ -255,3 +255,14 @@ def test_a_bad_gpu_name_names_its_key(tmp_path: Path, gpu_name: object, gpus: in
 def test_a_gpu_name_is_kept() -> None:
     matrix = load_matrix(DATA / "gpu_named.yaml", default_python="3.11")
     assert [(h.name, h.gpus, h.gpu_name) for h in matrix.hardware] == [("hopper", 1, "H100|H200")]
+
+
+def test_a_bad_gpus_count_is_said_once_not_again_under_gpu_name(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    hardware = {"h100": {"gpus": -1, "gpu-name": "H100"}}
+    path.write_text(yaml.safe_dump({"packages": {"trl": ["1.0"]}, "hardware": hardware}))
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(path, default_python="3.11")
+    assert [p for p in caught.value.problems if "hardware.h100" in p] == [
+        f"{path}: hardware.h100.gpus: must be a whole number >= 0, got -1"
+    ]

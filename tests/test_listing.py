@@ -173,8 +173,20 @@ def test_the_key_is_the_content_the_profile_the_python_and_the_index_variables(t
     assert plan_key(settings_of(tmp_path / "c.yaml", text + "# more\n"), {}) != key
     assert plan_key(settings_of(tmp_path / "d.yaml", text, FTMATRIX_PROFILE="more"), {}) != key
     assert plan_key(settings_of(tmp_path / "e.yaml", text, FTMATRIX_PYTHON="3.99"), {}) != key
-    for variable in ("UV_EXCLUDE_NEWER", "UV_INDEX_URL", "PIP_FIND_LINKS", "UV_OFFLINE"):
+    for variable in (
+        "UV_EXCLUDE_NEWER",
+        "UV_INDEX_URL",
+        "PIP_FIND_LINKS",
+        "UV_OFFLINE",
+        "PIP_NO_INDEX",
+    ):
         assert plan_key(base, {variable: "x"}) != key, variable
+    # A constraints file edited in place: the same path, another plan.
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("six<1.17\n")
+    before = plan_key(base, {"UV_CONSTRAINT": str(constraints)})
+    constraints.write_text("six<2\n")
+    assert plan_key(base, {"UV_CONSTRAINT": str(constraints)}) != before
     # What selects among the planned cells is applied after reading: no part of the key.
     assert plan_key(base, {"FTMATRIX_SELECT": "cpu-*", "FTMATRIX_SHARD": "1/2"}) == key
 

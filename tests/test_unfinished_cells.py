@@ -24,7 +24,7 @@ import ftmatrix
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile
 from ftmatrix.cell.status import Status
-from ftmatrix.live_runs import IN_RUN_VARIABLE, RUN_LOCK
+from ftmatrix.live_runs import IN_RUN_VARIABLE, RUN_LOCK, note_planned
 from ftmatrix.report.unfinished import UnfinishedCell, unfinished_cells
 
 EXAMPLE = Path(__file__).parent / "data" / "unfinished_cell"
@@ -228,3 +228,20 @@ def test_case_ids_are_shown_redacted_as_their_records_are(tmp_path):
     )
     (cell,) = unfinished_cells(tmp_path / "records", env)
     assert (cell.running, cell.without_record) == ((), 0)
+
+
+def test_a_cell_killed_in_its_first_case_is_said_as_stopped_not_also_as_missing(tmp_path):
+    # No records file yet (it is made by the first record), but its cases were collected
+    # and the run planned it: one notice, the stopped cell's, and one warning.
+    files = killed_run(tmp_path)
+    files.records.unlink()
+    note_planned(files.run_folder, {CELL: LABEL})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report", "--out", str(tmp_path)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 1, ran.stderr
+    assert "5 of 5 collected case(s) have no record" in ran.stderr
+    assert "produced no records" not in ran.stderr
+    assert json.loads((tmp_path / "results.json").read_text())["planned_without_records"] == []

@@ -161,7 +161,7 @@ class CaseVerdicts:
     def record_unrun(self, cell_seconds: float) -> None:
         """A timeout for every collected case without a record: the cell's time ran out."""
         file = CellRecordFile(self.files.records)
-        done = {r.case for r in file.records}
+        done = self.recorded()
         reason = f"not run: the cell ran past its {cell_seconds:g} s limit first"
         for case in json.loads(self.files.collected.read_text()):
             if case not in done:

@@ -37,17 +37,19 @@ def hardware_classes(checker: Checker, raw: Any) -> tuple[HardwareClass, ...]:
             checker.add(f"{at}.runs-on", f"must be a list of runner labels, got {runs_on!r}")
             runs_on = []
         gpus = settings.get("gpus", 0)
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+        valid_gpus = isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0
+        if not valid_gpus:
             checker.add(f"{at}.gpus", f"must be a whole number >= 0, got {gpus!r}")
             gpus = 0
-        gpu_name = _gpu_name(checker, settings.get("gpu-name"), at, gpus)
+        # Judged against gpus only where gpus itself was valid: one problem, said once.
+        gpu_name = _gpu_name(checker, settings.get("gpu-name"), at, gpus if valid_gpus else None)
         classes.append(
             HardwareClass(name=str(name), runs_on=tuple(runs_on), gpus=gpus, gpu_name=gpu_name)
         )
     return tuple(classes)
 
 
-def _gpu_name(checker: Checker, raw: Any, at: str, gpus: int) -> str | None:
+def _gpu_name(checker: Checker, raw: Any, at: str, gpus: int | None) -> str | None:
     if raw is None:
         return None
     where = f"{at}.gpu-name"
@@ -59,7 +61,7 @@ def _gpu_name(checker: Checker, raw: Any, at: str, gpus: int) -> str | None:
     except re.error as error:
         checker.add(where, f"is not a regular expression ({error}): {raw!r}")
         return None
-    if gpus < 1:
+    if gpus is not None and gpus < 1:
         checker.add(where, "names the GPUs of a class with gpus: 0; give gpus: 1 or more")
         return None
     return raw

@@ -92,12 +92,14 @@ def index_urls(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
 NO_INDEX_VARIABLES = ("UV_OFFLINE", "PIP_NO_INDEX")  # uv 0.13 has no UV_NO_INDEX
 
 
-def index_disabled(env: Mapping[str, str]) -> str | None:
-    """The variable that turns every index off (``UV_OFFLINE=1``), or None."""
-    for name in NO_INDEX_VARIABLES:
-        if env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}:
-            return name
-    return None
+def switched_on(env: Mapping[str, str], name: str) -> bool:
+    """Is the on/off variable ``name`` on (``1``, ``true``, ``yes``, ``on``, any case)?"""
+    return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def index_disabled(env: Mapping[str, str]) -> bool:
+    """Does a variable turn every index off (``UV_OFFLINE=1``)?"""
+    return any(switched_on(env, name) for name in NO_INDEX_VARIABLES)
 
 
 def configured_indexes(install: InstallOptions, env: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -349,12 +349,17 @@ def report(settings: Settings, *, now: datetime, env: Mapping[str, str] | None =
     records_root = settings.out / "records"
     with one_report_at_a_time(settings.out):
         merged = merge_outputs(settings.out)
-        missing = cells_without_records(settings.out)
+        in_progress = runs_in_progress(records_root, env)
+        unfinished = unfinished_cells(records_root, env, {run.run_id for run in in_progress})
+        # A cell killed in its first case has no records file but is said as stopped.
+        stopped = {cell.label for cell in unfinished}
+        missing = [label for label in cells_without_records(settings.out) if label not in stopped]
         # A run of this machine's own (`ftmatrix run`, `nox -s matrix`): its cells too.
         missing += [
-            label for label in planned_without_records(records_root, env) if label not in missing
+            label
+            for label in planned_without_records(records_root, env)
+            if label not in missing and label not in stopped
         ]
-        unfinished = unfinished_cells(records_root, env)
         grid = render_report(
             settings.out,
             now=now,
@@ -362,7 +367,7 @@ def report(settings: Settings, *, now: datetime, env: Mapping[str, str] | None =
             known_issues=known_issues_file(settings),
             missing=missing,
             unfinished=unfinished,
-            in_progress=runs_in_progress(records_root, env),
+            in_progress=in_progress,
         )
         site = write_site(settings.out)
     written = (
@@ -449,14 +454,16 @@ def run_cells(
     says what it knows."""
     code = run_nox(loaded, env, extra, root=root)
     records_root = loaded.settings.out / "records"
+    unfinished = [
+        cell
+        for cell in unfinished_cells(records_root, env)
+        if cell.run_id == loaded.settings.run_id
+    ]
+    stopped = {cell.label for cell in unfinished}  # said once: as stopped, not as missing
     ended = RunEnded(
         code=code,
-        unrecorded=planned_without_records(records_root, env),
-        unfinished=[
-            cell
-            for cell in unfinished_cells(records_root, env)
-            if cell.run_id == loaded.settings.run_id
-        ],
+        unrecorded=[c for c in planned_without_records(records_root, env) if c not in stopped],
+        unfinished=unfinished,
     )
     if ended.unrecorded or ended.unfinished:
         try:

@@ -46,7 +46,7 @@ from ftmatrix import __version__
 from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.config import Matrix
 from ftmatrix.plan import UNRESOLVED, Cell, Covering, Plan, PlanFinding
-from ftmatrix.resolve import RESOLVER_ENV, cache_dir
+from ftmatrix.resolve import RESOLVER_ENV, cache_dir, resolver_inputs
 from ftmatrix.settings import Settings, resolve_ttl
 from ftmatrix.system_packages import HOST_PYTHON_VARIABLE
 
@@ -57,6 +57,7 @@ PLAN_ENV = (
     "PIP_EXTRA_INDEX_URL",
     "PIP_FIND_LINKS",
     "UV_OFFLINE",
+    "PIP_NO_INDEX",
     HOST_PYTHON_VARIABLE,
 )
 FORMAT = 1  # of the kept file: another format is another key
@@ -114,7 +115,7 @@ def plan_key(settings: Settings, env: Mapping[str, str]) -> str:
         "matrix": hashlib.sha256(settings.matrix.read_bytes()).hexdigest(),
         "profile": settings.profile,
         "python": settings.python,
-        "env": {name: env.get(name) for name in PLAN_ENV},
+        "env": resolver_inputs(env, PLAN_ENV),
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
 

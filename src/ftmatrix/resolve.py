@@ -15,13 +15,15 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions, Limits
+from ftmatrix.index import switched_on
 from ftmatrix.plan import Cell
 from ftmatrix.settings import resolve_ttl
 from ftmatrix.system_packages import HostError, host_note, host_stack
@@ -218,11 +220,17 @@ def _file_contents(value: str | None) -> list[str]:
     return contents
 
 
+def resolver_inputs(env: Mapping[str, str], names: Sequence[str] = RESOLVER_ENV) -> list[Any]:
+    """What of ``env`` decides uv's answers: the variables ``names`` and what the files the
+    constraint, override and exclude variables name hold (an edited file, same path)."""
+    return [
+        {name: env.get(name) for name in names},
+        {name: _file_contents(env.get(name)) for name in _RESOLVER_FILES},
+    ]
+
+
 def _cache_key(requirements: str, args: list[str], env: Mapping[str, str]) -> str:
-    files = {k: _file_contents(env.get(k)) for k in _RESOLVER_FILES}
-    material = json.dumps(
-        [requirements, args, {k: env.get(k) for k in RESOLVER_ENV}, files], sort_keys=True
-    )
+    material = json.dumps([requirements, args, *resolver_inputs(env)], sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -273,7 +281,7 @@ def uv_index_args(install: InstallOptions, env: Mapping[str, str]) -> list[str]:
     links = [*install.find_links, *env.get("PIP_FIND_LINKS", "").split()]
     for link in dict.fromkeys(links):
         args += ["--find-links", link]
-    if env.get("PIP_NO_INDEX", "").strip().lower() in {"1", "true", "yes", "on"}:
+    if switched_on(env, "PIP_NO_INDEX"):
         args.append("--no-index")  # uv reads no variable of its own for this
     index_url = install.index_url or env.get("PIP_INDEX_URL")
     if index_url:

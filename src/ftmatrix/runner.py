@@ -35,7 +35,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.file_writes import read_json, write_atomically
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import lease_env
 from ftmatrix.cell.hardware import probe_hardware
@@ -280,15 +280,8 @@ def _clear(files: CellFiles) -> None:
 
 def _done_key(files: CellFiles) -> Any:
     """The key the run finished the cell with (None: not finished, or a whole-cell end)."""
-    marker = _read_json(files.done)
+    marker = read_json(files.done)
     return marker.get("key") if isinstance(marker, dict) else None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -411,7 +404,7 @@ def _finished_or_reused(run: _CellRun, key: CellKey) -> list[Record] | None:
         if _done_key(files) == state:
             run.say(f"complete in run {ctx.run_id}; nothing to resume")
             return run.records()
-        if _read_json(files.state) != state:
+        if read_json(files.state) != state:
             _clear(files)  # the lock or the cases changed: earlier records no longer apply
     if ctx.reuse_days:
         decision, reused = reuse_cell(

@@ -8,12 +8,13 @@ inspectable; the finding is written beside them as ``finding.json``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from ftmatrix.bisection.search import (
     BisectFinding,
@@ -27,8 +28,8 @@ from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.cell.records import WHOLE_CELL
 from ftmatrix.cell.status import Status
 from ftmatrix.config import Matrix
-from ftmatrix.index import list_releases
 from ftmatrix.lone_cell import hardware_named, run_lone_cell
+from ftmatrix.pipeline import index_releases
 from ftmatrix.plan import Cell
 from ftmatrix.runner import current_python
 
@@ -75,13 +76,17 @@ def run_bisect(
     env: Mapping[str, str],
     log: Log = print,
     max_cells: int | None = None,
+    releases: Callable[[str], Sequence[Version]] | None = None,
 ) -> BisectFinding:
     """Search the releases of ``request.axis`` for the first one where the case breaks.
 
     ``max_cells`` caps the cells built (one per release tried; a flaky one's second
     run reuses its cell): past it the search stops with the range narrowed so far.
     """
-    released = [str(r.version) for r in list_releases(request.axis, matrix.install, env)]
+    # The listing the caller already has (autobisect chose its jobs on it), else the index's,
+    # frozen at UV_EXCLUDE_NEWER as every listing is.
+    lookup = releases or index_releases(matrix, env)
+    released = [str(v) for v in lookup(request.axis)]
     versions = releases_between(released, request.good, request.bad)
     log(
         f"[ftmatrix] bisect {request.axis}: {len(versions)} releases from "

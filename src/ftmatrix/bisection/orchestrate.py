@@ -161,6 +161,7 @@ def autobisect(
                     out_dir=settings.out,
                     env=env,
                     max_cells=left,
+                    releases=lookup,
                 )
             )
         except BisectError as exc:

@@ -219,9 +219,9 @@ def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
 
 def _replace_quickly(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` as :func:`write_atomically` does, without its fsync,
-    in a few system calls: the plugin notes the running case this way before every case,
-    and the temporary file's random name, mode change and file object were most of the
-    note's cost. The temporary name is this thread's own; its mode is the umask's."""
+    in a few system calls (the plugin's note of a dead pytest-xdist worker's exit; the
+    running-case note itself is a :class:`NoteFile`). The temporary name is this thread's
+    own; its mode is the umask's."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_native_id()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
@@ -316,10 +316,17 @@ def read_note(path: Path) -> dict[str, Any] | None:
     try:
         if int(check, 16) != zlib.crc32(body):
             return None
-        note = json.loads(body)
     except ValueError:
         return None
-    return note if isinstance(note, dict) else None
+    return _plain_note(body)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None where it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _plain_note(data: bytes) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 RECORDS_SUFFIX = ".jsonl"
 # Beside a cell's records once a run finished it: what it was run with (its reuse key).
 DONE_SUFFIX = ".done.json"
+COLLECTED_SUFFIX = RECORDS_SUFFIX + ".cases"  # what a cell that never finished leaves
 # Beside a cell's records, locked while a run writes the cell.
 OWNER_SUFFIX = ".owner"
 _QUARANTINE = ".quarantine"
@@ -113,7 +114,7 @@ class CellFiles:
     @property
     def collected(self) -> Path:
         """Where the plugin lists every case it collected for the cell."""
-        return self._beside_records(".cases")
+        return self._named(COLLECTED_SUFFIX)
 
     @property
     def isolated(self) -> Path:

@@ -491,11 +491,12 @@ def _cell_versions() -> dict[str, str]:
 def _display_versions() -> dict[str, str]:
     """:func:`_installed_versions` by display name, read once for the records and the
     gates alike (never changed: each reader copies it)."""
-    return _installed_versions(by_display_name=True)
+    return _installed_versions()
 
 
-def _installed_versions(*, by_display_name: bool = False) -> dict[str, str]:
-    """Each distribution's version, as import finds it: the first copy along sys.path."""
+def _installed_versions() -> dict[str, str]:
+    """Each distribution's version by its display name, as import finds it: the first copy
+    along sys.path."""
     versions: dict[str, str] = {}
     seen = set()
     for dist in metadata.distributions():  # in sys.path order
@@ -503,7 +504,7 @@ def _installed_versions(*, by_display_name: bool = False) -> dict[str, str]:
         if not name or canonicalize_name(name) in seen:
             continue  # a later copy, shadowed by the first
         seen.add(canonicalize_name(name))
-        versions[name if by_display_name else canonicalize_name(name)] = dist.version
+        versions[name] = dist.version
     return dict(sorted(versions.items(), key=lambda kv: kv[0].lower()))
 
 

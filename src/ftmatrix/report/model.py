@@ -52,7 +52,6 @@ class ReportData:
     missing: tuple[str, ...]  # planned cells without a record of the night
     unfinished: tuple[UnfinishedCell, ...]  # cells whose newest run stopped in their cases
     in_progress: tuple[RunInProgress, ...]  # runs still going on: the report is partial
-    problems: tuple[str, ...]  # record lines the merge could not read
     unreadable: tuple[str, ...]  # those and the lines kept apart in quarantine files
     results: Results  # what check reads from this report's results.json
     latest: tuple[Record, ...]  # every newest record, probes included: the constraints' input
@@ -97,7 +96,6 @@ def report_data(
         missing=tuple(missing),
         unfinished=tuple(unfinished),
         in_progress=tuple(in_progress),
-        problems=tuple(problems),
         unreadable=(*problems, *quarantined_lines),
         results=check_results(grid, groups),
         latest=tuple((*grid.records, *probes) if latest is None else latest),

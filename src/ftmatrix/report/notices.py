@@ -40,12 +40,13 @@ def notices_html(in_progress: Sequence[RunInProgress], unreadable: Sequence[str]
         f"<section id=in-progress class=problems><h2>{escape(run.describe())}</h2></section>"
         for run in in_progress
     ]
-    if unreadable:
-        items = "".join(f"<li>{escape(clean_paths(p))}</li>" for p in unreadable)
-        parts.append(
-            f"<section id=unreadable class=problems><h2>{len(unreadable)} record line(s) "
-            f"could not be read</h2><ul>{items}</ul></section>"
+    parts.append(
+        _section_html(
+            "unreadable",
+            f"{len(unreadable)} record line(s) could not be read",
+            [escape(clean_paths(p)) for p in unreadable],
         )
+    )
     return "".join(parts)
 
 

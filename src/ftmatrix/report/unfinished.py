@@ -17,14 +17,19 @@ runs the cases without a record.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.file_writes import read_note
-from ftmatrix.cell.files import DONE_SUFFIX, OWNER_SUFFIX, RECORDS_SUFFIX, CellFiles
+from ftmatrix.cell.file_writes import read_json, read_note
+from ftmatrix.cell.files import (
+    COLLECTED_SUFFIX,
+    DONE_SUFFIX,
+    OWNER_SUFFIX,
+    RECORDS_SUFFIX,
+    CellFiles,
+)
 from ftmatrix.cell.records import WHOLE_CELL, Record, scan_records
 from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.signature import clean_paths
@@ -41,7 +46,7 @@ NONE_RUNNING = "none (it stopped between two cases)"
 
 # The files by which a cell shows it ran in a run (its owner lock is taken first; reuse
 # writes records and a done marker; the plugin's list of collected cases).
-_COLLECTED = RECORDS_SUFFIX + ".cases"  # CellFiles.collected
+_COLLECTED = COLLECTED_SUFFIX
 _CELL_SUFFIXES = (OWNER_SUFFIX, RECORDS_SUFFIX, DONE_SUFFIX, _COLLECTED)
 
 
@@ -84,18 +89,33 @@ class UnfinishedCell:
         }
 
 
-def unfinished_cells(records_root: Path, env: Mapping[str, str]) -> list[UnfinishedCell]:
+def unfinished_cells(
+    records_root: Path, env: Mapping[str, str], going_on: set[str] | None = None
+) -> list[UnfinishedCell]:
     """The cells under ``records_root`` whose newest run stopped before it finished them.
 
-    Runs still going on are left out (the report says they are in progress), and so are
-    cells running now (their owner lock is held: the run building this report, ``env``'s
-    ``FTMATRIX_IN_RUN``, may have cells side by side with its report). Shown text is
-    redacted with ``env`` and path-free: case ids are raw text."""
-    runs, left_collected = _cell_runs(records_root)
-    going_on = {run.run_id for run in runs_in_progress(records_root, env)}
+    Runs still going on are left out (the report says they are in progress; ``going_on``:
+    their ids, where the caller has them), and so are cells running now (their owner lock
+    is held: the run building this report, ``env``'s ``FTMATRIX_IN_RUN``, may have cells
+    side by side with its report). Shown text is redacted with ``env`` and path-free: case
+    ids are raw text."""
+    # Only a cell some run left with its list of collected cases and no done marker can be
+    # news: the runner removes the list when it marks the cell done.
+    left_collected = sorted(
+        {
+            path.name.removesuffix(_COLLECTED)
+            for path in records_root.glob(f"*/*{_COLLECTED}")
+            if not path.with_name(path.name.removesuffix(_COLLECTED) + DONE_SUFFIX).exists()
+        }
+    )
+    if not left_collected:
+        return []
+    if going_on is None:
+        going_on = {run.run_id for run in runs_in_progress(records_root, env)}
+    folders = sorted(p for p in records_root.iterdir() if p.is_dir())
     found = []
-    for cell_id in sorted(left_collected):  # only a cell some run left collected can be news
-        newest = max(runs[cell_id], key=lambda folder: _last_change(folder, cell_id))
+    for cell_id in left_collected:
+        newest = max(folders, key=lambda folder: _last_change(folder, cell_id))
         files = CellFiles(newest / f"{cell_id}{RECORDS_SUFFIX}")
         if newest.name in going_on or files.done.exists() or lock_held(files.owner):
             continue
@@ -103,29 +123,6 @@ def unfinished_cells(records_root: Path, env: Mapping[str, str]) -> list[Unfinis
         if files.collected.exists() and not _install_failed(records):
             found.append(_unfinished(files, records, env))
     return sorted(found, key=lambda cell: (cell.label, cell.run_id))
-
-
-def _cell_runs(records_root: Path) -> tuple[dict[str, list[Path]], set[str]]:
-    """cell id -> every run folder with files of that cell; and the cells some run left
-    with a list of collected cases and no done marker."""
-    runs: dict[str, list[Path]] = {}
-    left_collected: set[str] = set()
-    folders = (
-        sorted(p for p in records_root.iterdir() if p.is_dir()) if records_root.is_dir() else []
-    )
-    for folder in folders:
-        names = {entry.name for entry in folder.iterdir() if not entry.name.startswith(".")}
-        ids = {
-            name.removesuffix(suffix)
-            for name in names
-            for suffix in _CELL_SUFFIXES
-            if name.endswith(suffix)
-        }
-        for cell_id in ids:
-            runs.setdefault(cell_id, []).append(folder)
-            if f"{cell_id}{_COLLECTED}" in names and f"{cell_id}{DONE_SUFFIX}" not in names:
-                left_collected.add(cell_id)
-    return runs, left_collected
 
 
 def _last_change(folder: Path, cell_id: str) -> float:
@@ -148,7 +145,7 @@ def _unfinished(
     files: CellFiles, records: Sequence[Record], env: Mapping[str, str]
 ) -> UnfinishedCell:
     recorded = {r.case for r in records}
-    collected = _read_json(files.collected)
+    collected = read_json(files.collected)
     # The plugin's lists and notes hold case ids raw, its records redacted (by the cell's
     # environment: this one is the closest there is).
     redactor = Redactor(env)
@@ -178,16 +175,9 @@ def _unfinished(
 def _label(files: CellFiles, records: Sequence[Record]) -> str:
     """The cell's label: as the runner gave it to the plugin, on its records, in the run's
     planned cells, or its id."""
-    info = _read_json(files.cell_info)
+    info = read_json(files.cell_info)
     if isinstance(info, dict) and isinstance(info.get("label"), str):
         return str(info["label"])
     if records:
         return records[0].cell_label
     return planned_cells(files.run_folder).get(files.cell_id, files.cell_id)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
