@@ -194,27 +194,24 @@ def expected_after_reward_step(
     each reward the head's output at the last token of the sequence, unpadded."""
     import torch
     from helpers.contracts import model_device
+    from helpers.update import sgd_reference
 
-    weights = {n: p.detach().clone().requires_grad_(True) for n, p in model.named_parameters()}
-    weights = {n: w for n, w in weights.items() if dict(model.named_parameters())[n].requires_grad}
+    def loss_of(forward: Any) -> Any:
+        def reward(ids: list[int]) -> Any:
+            tokens = torch.tensor([ids], device=model_device(model))
+            return forward(input_ids=tokens).logits.reshape(-1)[0].float()
 
-    def reward(ids: list[int]) -> Any:
-        tokens = torch.tensor([ids], device=model_device(model))
-        logits = torch.func.functional_call(
-            model, weights, args=(), kwargs={"input_ids": tokens}, strict=False
-        ).logits
-        return logits.reshape(-1)[0].float()
+        losses, centred = [], []
+        for row in rows:
+            chosen, rejected = (reward(ids) for ids in reward_sequences(row))
+            losses.append(-torch.nn.functional.logsigmoid(chosen - rejected))
+            centred.append((chosen + rejected) ** 2)
+        loss = torch.stack(losses).mean()
+        if center_rewards_coefficient is not None:
+            loss = loss + center_rewards_coefficient * torch.stack(centred).mean()
+        return loss
 
-    losses, centred = [], []
-    for row in rows:
-        chosen, rejected = (reward(ids) for ids in reward_sequences(row))
-        losses.append(-torch.nn.functional.logsigmoid(chosen - rejected))
-        centred.append((chosen + rejected) ** 2)
-    loss = torch.stack(losses).mean()
-    if center_rewards_coefficient is not None:
-        loss = loss + center_rewards_coefficient * torch.stack(centred).mean()
-    loss.backward()
-    return {n: (w - w.grad if w.grad is not None else w).detach() for n, w in weights.items()}
+    return sgd_reference(model, loss_of)
 
 
 @pytest.mark.operation("reward")

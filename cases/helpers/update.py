@@ -75,20 +75,19 @@ def sgd_step_values(*, batch: int, accumulation: int, steps: int = 1) -> dict[st
     }
 
 
-def token_loss_terms(
-    model: Any, batch: Any, forward: Any = None, label_smoothing: float = 0.0
-) -> tuple[Any, int]:
+def token_loss_terms(forward: Any, batch: Any, label_smoothing: float = 0.0) -> tuple[Any, int]:
     """(sum of next-token cross-entropies, number of label tokens) of one batch.
 
     Labels are the batch's ``labels`` (else its ``input_ids``), -100 ignored, shifted by
-    one as every causal LM in transformers does. ``forward`` calls the model (default:
-    ``model`` itself); ``label_smoothing`` is torch's (``(1 - e) * -log p(label) + e *
-    the mean of -log p over the vocabulary``, what ``label_smoothing_factor`` means).
+    one as every causal LM in transformers does. ``forward`` calls the model (the model
+    itself, or its weights swapped in); ``label_smoothing`` is torch's (``(1 - e) *
+    -log p(label) + e * the mean of -log p over the vocabulary``, what
+    ``label_smoothing_factor`` means).
     """
     import torch
 
     labels = batch["labels"] if "labels" in batch else batch["input_ids"]
-    logits = (forward or model)(**model_inputs(batch)).logits
+    logits = forward(**model_inputs(batch)).logits
     predicting = logits[:, :-1, :].reshape(-1, logits.size(-1)).float()
     targets = labels[:, 1:].reshape(-1)
     total = torch.nn.functional.cross_entropy(
@@ -478,7 +477,7 @@ def mean_token_loss(label_smoothing: float = 0.0) -> Any:
     def loss_of(forward: Any, batches: list[Any]) -> Any:
         total, count = None, 0
         for batch in batches:
-            terms, tokens = token_loss_terms(None, batch, forward, label_smoothing)
+            terms, tokens = token_loss_terms(forward, batch, label_smoothing)
             total = terms if total is None else total + terms
             count += tokens
         if total is None or count == 0:
