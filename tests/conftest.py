@@ -69,3 +69,27 @@ def cell(
         message="cannot import name 'X' from 'transformers'" if failed else None,
         signature=signature if failed else None,
     )
+
+
+def bare_cell(tmp_path: Path, cases: Path) -> tuple[Path, Any]:
+    """A cell of no pins run by this interpreter: its cell file, and the runner's context
+    for ``cases`` (records under ``tmp_path/out``)."""
+    import json
+    import os
+
+    from ftmatrix.config import HardwareClass, InstallOptions
+    from ftmatrix.runner import CellContext
+
+    cell_file = tmp_path / "cell.json"
+    cell = {"run_id": "r1", "id": "cell1", "label": "cpu-py3.11-x1", "python": "3.11"}
+    cell_file.write_text(json.dumps({**cell, "pins": {}, "hardware": "cpu"}))
+    context = CellContext(
+        run_id="r1",
+        out_dir=tmp_path / "out",
+        cases_dir=cases,
+        case_selection=(),
+        install=InstallOptions(),
+        hardware_class=HardwareClass(name="cpu", runs_on=()),
+        env=dict(os.environ),
+    )
+    return cell_file, context

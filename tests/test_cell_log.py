@@ -4,14 +4,13 @@ square of the cell's cases: each pass looked through every case's reports)."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from ftmatrix.config import HardwareClass, InstallOptions
-from ftmatrix.runner import CellContext, cell_env, pytest_command
+from conftest import bare_cell
+
+from ftmatrix.runner import cell_env, pytest_command
 
 CASES = """
 def test_quiet_pass():
@@ -32,18 +31,7 @@ def test_the_log_lists_each_verdict_and_a_failure_s_output_not_a_pass_s(tmp_path
     cases = tmp_path / "cases"
     cases.mkdir()
     (cases / "test_log.py").write_text(CASES)
-    cell_file = tmp_path / "cell.json"
-    cell = {"run_id": "r1", "id": "cell1", "label": "cpu-py3.11-x1", "python": "3.11"}
-    cell_file.write_text(json.dumps({**cell, "pins": {}, "hardware": "cpu"}))
-    ctx = CellContext(
-        run_id="r1",
-        out_dir=tmp_path / "out",
-        cases_dir=cases,
-        case_selection=(),
-        install=InstallOptions(),
-        hardware_class=HardwareClass(name="cpu", runs_on=()),
-        env=dict(os.environ),
-    )
+    cell_file, ctx = bare_cell(tmp_path, cases)
     command, targets = pytest_command(Path(sys.executable), cell_file, tmp_path / "r.jsonl", ctx)
     ran = subprocess.run(
         [*command, *targets],

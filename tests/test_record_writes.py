@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_record
+from conftest import bare_cell, make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,8 +30,6 @@ from ftmatrix.cell.records import (
 from ftmatrix.cell.redact import current_redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import cell_env, pytest_command
-from ftmatrix.config import HardwareClass, InstallOptions
-from ftmatrix.runner import CellContext
 from ftmatrix.supervise import CaseLimits, run_cases
 
 SECRET = "hunter2-secret-value"
@@ -172,18 +170,7 @@ def test_the_supervisor_reads_each_record_once(
         f"import pytest\n\n\n@pytest.mark.parametrize('n', range({count}))\n"
         "def test_one(n):\n    assert n >= 0\n"
     )
-    cell_file = tmp_path / "cell.json"
-    cell = {"run_id": "r1", "id": "cell1", "label": "cpu-py3.11-x1", "python": "3.11"}
-    cell_file.write_text(json.dumps({**cell, "pins": {}, "hardware": "cpu"}))
-    ctx = CellContext(
-        run_id="r1",
-        out_dir=tmp_path / "out",
-        cases_dir=cases,
-        case_selection=(),
-        install=InstallOptions(),
-        hardware_class=HardwareClass(name="cpu", runs_on=()),
-        env=dict(os.environ),
-    )
+    cell_file, ctx = bare_cell(tmp_path, cases)
     record_file = tmp_path / "out" / "cell1.jsonl"
     command, targets = pytest_command(Path(sys.executable), cell_file, record_file, ctx)
     parsed = []
