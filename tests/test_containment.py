@@ -28,6 +28,8 @@ from pathlib import Path
 STATE = Path(os.environ["FTMATRIX_TEST_STATE"])
 
 
+# The double fork daemonizes (a session of its own), as daemons do: left in pytest's process
+# group, a later case's OOM kills it with the group before the sweep can name it (CI saw it).
 def test_leaves_a_new_session_child_and_a_double_fork():
     alone = subprocess.Popen(["sleep", "300"], start_new_session=True)
     (STATE / "new-session.pid").write_text(str(alone.pid))
@@ -35,7 +37,7 @@ def test_leaves_a_new_session_child_and_a_double_fork():
         [sys.executable, "-c",
          "import subprocess; "
          "print(subprocess.Popen(['sleep', '300'], stdout=subprocess.DEVNULL, "
-         "stderr=subprocess.DEVNULL).pid)"],
+         "stderr=subprocess.DEVNULL, start_new_session=True).pid)"],
         capture_output=True, text=True, check=True,
     )
     (STATE / "double-fork.pid").write_text(middle.stdout.strip())
