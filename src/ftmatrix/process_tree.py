@@ -31,6 +31,7 @@ class ProcessStat:
     rss: int  # bytes
     name: str  # the command's name (/proc/PID/comm, as stat holds it)
     started: float  # seconds since the epoch
+    dead: bool = False  # a zombie: it has exited, nobody has reaped it yet
 
 
 def process_table() -> dict[int, ProcessStat]:
@@ -45,14 +46,15 @@ def process_table() -> dict[int, ProcessStat]:
         try:
             head, tail = (entry / "stat").read_text().rsplit(")", 1)
             fields = tail.split()
-            # Fields 2, 4, 5, 22 and 24 of /proc/PID/stat: name, parent, process group,
-            # start (clock ticks after boot) and resident pages.
+            # Fields 2, 3, 4, 5, 22 and 24 of /proc/PID/stat: name, state, parent, process
+            # group, start (clock ticks after boot) and resident pages.
             table[int(entry.name)] = ProcessStat(
                 ppid=int(fields[1]),
                 pgid=int(fields[2]),
                 rss=int(fields[21]) * page,
                 name=head.split("(", 1)[-1],
                 started=booted + int(fields[19]) / ticks,
+                dead=fields[0] == "Z",
             )
         except (OSError, IndexError, ValueError):
             continue
@@ -143,15 +145,21 @@ class Leftover:
         return f"{self.pid} ({self.name})"
 
 
-def end_leftovers(root: int, ours_before: Set[int]) -> list[Leftover]:
+def end_leftovers(
+    root: int, ours_before: Set[int], *, group_killed: bool = False
+) -> list[Leftover]:
     """Kill what the cases left running once their pytest process ended.
 
     On a GPU runner such a process would hold GPU memory and the lease into the next cell.
+    ``group_killed``: a timeout or an OOM killed ``root``'s process group; what was in it
+    (pytest itself among them, exiting) is ended already, no leftover.
     """
     table = process_table()
     leftovers = sorted(case_processes(root, ours_before, table) - {root})
     named = []
     for pid in leftovers:
+        if table[pid].dead or (group_killed and table[pid].pgid == root):
+            continue
         case = running_case_of(pid)  # read while it lives: a dead process has no environ
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -301,7 +301,7 @@ def _attempt(
         kill_group(process)  # Ctrl-C: leave no stray training process behind
         raise
     process.wait()
-    leftovers = end_leftovers(process.pid, ours_before)
+    leftovers = end_leftovers(process.pid, ours_before, group_killed=killed_for is not None)
     ended.extend(leftovers)
     if leftovers:
         log_line = (
