@@ -351,3 +351,21 @@ def test_the_record_written_through_a_kept_file_is_the_one_written_by_name(
         file.close()
     assert kept.read_bytes() == by_name.read_bytes()
     assert kept.read_text().count("\n") == 3
+
+
+def test_a_kept_file_removed_or_replaced_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    # A kept descriptor of a file since removed is still ours: closed, never leaked.
+    def open_descriptors() -> int:
+        return len(list(Path("/proc/self/fd").iterdir()))
+
+    note, appender = NoteFile(tmp_path / "note"), LineAppender(tmp_path / "cell.jsonl")
+    note.write(json.dumps({"case": "first"}))
+    appender.append(b'{"n": 1}\n')
+    before = open_descriptors()
+    (tmp_path / "note").unlink()
+    note.write(json.dumps({"case": "second"}))
+    assert open_descriptors() == before
+    (tmp_path / "cell.jsonl").unlink()
+    appender.close()
+    note.close()
+    assert open_descriptors() == before - 3  # the note, the records file and its folder

@@ -102,8 +102,7 @@ class LineAppender:
 
     def close(self) -> None:
         for kept in (self._file, self._folder):
-            if kept is not None and _still(kept) is not None:
-                os.close(kept[0])
+            _close_if_ours(kept)
         self._file = self._folder = None
 
     def _folder_fd(self) -> int:
@@ -136,9 +135,7 @@ class LineAppender:
         that is not (a case closed it, maybe opened another file on its number) is left."""
         if kept is None:
             return
-        with contextlib.suppress(OSError):
-            if _identity(os.fstat(kept[0])) == kept[1]:
-                os.close(kept[0])
+        _close_if_ours(kept)
         if kept is self._file:
             self._file = None
         if kept is self._folder:
@@ -147,6 +144,16 @@ class LineAppender:
 
 def _identity(status: os.stat_result) -> tuple[int, int]:
     return status.st_dev, status.st_ino
+
+
+def _close_if_ours(kept: tuple[int, tuple[int, int]] | None) -> None:
+    """Close a kept descriptor where it is still the file it opened (removed or replaced
+    since, it is still ours to close); one a case closed or reused is left alone."""
+    if kept is None:
+        return
+    with contextlib.suppress(OSError):
+        if _identity(os.fstat(kept[0])) == kept[1]:
+            os.close(kept[0])
 
 
 def _still(kept: tuple[int, tuple[int, int]]) -> os.stat_result | None:
@@ -276,8 +283,7 @@ class NoteFile:
         """Close the note and remove its file, if this wrote it."""
         if self._kept is None:
             return
-        if _still(self._kept) is not None:
-            os.close(self._kept[0])
+        _close_if_ours(self._kept)
         self._kept = None
         self.path.unlink(missing_ok=True)
 
@@ -285,6 +291,8 @@ class NoteFile:
         """The note's descriptor and the note's size now."""
         if self._kept is not None and (status := _still(self._kept)) is not None:
             return self._kept[0], status.st_size
+        _close_if_ours(self._kept)  # the note was removed or replaced: its old descriptor
+        self._kept = None
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except FileNotFoundError:

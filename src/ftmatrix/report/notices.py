@@ -18,7 +18,7 @@ from ftmatrix.cell.files import QUARANTINE_SUFFIX
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.live_runs import RunInProgress
 from ftmatrix.report.md_text import md_code, md_text
-from ftmatrix.report.unfinished import NONE_RUNNING, UnfinishedCell
+from ftmatrix.report.unfinished import UnfinishedCell
 
 
 def quarantined(records_root: Path) -> list[str]:
@@ -92,10 +92,8 @@ def unfinished_headline(cells: Sequence[UnfinishedCell]) -> str:
 def _unfinished_item(
     cell: UnfinishedCell, code: Callable[[str], str], text: Callable[[str], str]
 ) -> str:
-    running = ", ".join(code(case) for case in cell.running) or text(NONE_RUNNING)
     return (
-        f"{code(cell.label)} (run {text(cell.run_id)}): {text(cell.counted())}; running when "
-        f"it stopped: {running}; resume: {code(cell.resume())} before the run's command "
+        f"{cell.stopped(code, text)}; resume: {code(cell.resume())} before the run's command "
         f"({code('ftmatrix run')} or {code('nox -s matrix')}) runs only the cases without a "
         "record"
     )

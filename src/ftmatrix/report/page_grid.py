@@ -73,10 +73,15 @@ def pivot_controls_html(
     )
 
 
-def _filter_option(index: int, value: str, names: Mapping[str, str]) -> str:
+def _titled(value: str, names: Mapping[str, str]) -> tuple[str, str]:
+    """A cell's short name (escaped) and, where it is not the label, the label as a title."""
     shown = names.get(value, value)
-    title = f' title="{escape(value)}"' if shown != value else ""
-    return f'<option value="{index}"{title}>{escape(shown)}</option>'
+    return escape(shown), (f' title="{escape(value)}"' if shown != value else "")
+
+
+def _filter_option(index: int, value: str, names: Mapping[str, str]) -> str:
+    shown, title = _titled(value, names)
+    return f'<option value="{index}"{title}>{shown}</option>'
 
 
 def pivot_html(
@@ -93,9 +98,8 @@ def pivot_html(
     names = names or {}
 
     def heading(axis: str, value: str) -> str:
-        if axis == "cell" and names.get(value, value) != value:
-            return f'<span title="{escape(value)}">{escape(names[value])}</span>'
-        return escape(value)
+        shown, title = _titled(value, names if axis == "cell" else {})
+        return f"<span{title}>{shown}</span>" if title else shown
 
     if not grid.rows:
         return "<p>No records found. Run <code>nox -s matrix</code> first.</p>"

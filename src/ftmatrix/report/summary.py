@@ -64,7 +64,7 @@ def _grid(grid: Grid, reused: Mapping[str, str]) -> list[str]:
             values.append(f"{shown} (unverified)" if record and unverified(record) else shown)
         if whole and not grid.columns:
             values = [whole.status.value]
-        note = f" ({md_text(f'reused, unchanged since {reused[row]}')})" if row in reused else ""
+        note = _reused_note(row, reused)
         lines.append(f"| {md_text(row)}{note} | " + " | ".join(values) + " |")
     return lines
 
@@ -75,7 +75,7 @@ def _cell_counts(grid: Grid, reused: Mapping[str, str]) -> list[str]:
     unverified_passes = Counter[str]()
     for (row, _), record in grid.cells.items():
         counts[row][record.status] += 1
-        unverified_passes[row] += record.status is Status.PASS and bool(unverified(record))
+        unverified_passes[row] += bool(unverified(record))  # a pass's alone
     for row, whole in grid.whole_cell.items():
         if not counts[row]:
             counts[row][whole.status] += 1
@@ -93,9 +93,13 @@ def _cell_counts(grid: Grid, reused: Mapping[str, str]) -> list[str]:
         if Status.PASS in shown and unverified_passes[row]:
             at = shown.index(Status.PASS)
             values[at] += f" ({unverified_passes[row]} unverified)"
-        note = f" ({md_text(f'reused, unchanged since {reused[row]}')})" if row in reused else ""
+        note = _reused_note(row, reused)
         lines.append(f"| {md_text(row)}{note} | " + " | ".join(values) + " |")
     return lines
+
+
+def _reused_note(row: str, reused: Mapping[str, str]) -> str:
+    return f" ({md_text(f'reused, unchanged since {reused[row]}')})" if row in reused else ""
 
 
 def _changes(data: ReportData) -> list[str]:

@@ -17,7 +17,7 @@ runs the cases without a record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,12 +70,17 @@ class UnfinishedCell:
             return "its list of collected cases cannot be read"
         return f"{self.without_record} of {self.collected} collected case(s) have no record"
 
-    def describe(self) -> str:
-        running = ", ".join(self.running) if self.running else NONE_RUNNING
+    def stopped(self, code: Callable[[str], str] = str, text: Callable[[str], str] = str) -> str:
+        """Which cell, in which run, how many cases have no record and what was running;
+        ``code`` and ``text`` shape the names and the words for a page or summary.md."""
+        running = ", ".join(code(case) for case in self.running) or text(NONE_RUNNING)
         return (
-            f"{self.label} (run {self.run_id}): {self.counted()}; running when it stopped: "
-            f"{running}; resume the run to finish it ({self.resume()})"
+            f"{code(self.label)} (run {text(self.run_id)}): {text(self.counted())}; running "
+            f"when it stopped: {running}"
         )
+
+    def describe(self) -> str:
+        return f"{self.stopped()}; resume the run to finish it ({self.resume()})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
