@@ -4,6 +4,7 @@ rewritten in place, and the files the plugin keeps open between cases."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from ftmatrix.case_verdicts import CaseVerdicts
 from ftmatrix.cell.file_writes import LineAppender, NoteFile, note_text, read_note, write_atomically
+from ftmatrix.cell.record_lines import CellLines
 from ftmatrix.cell.records import (
     FIELDS,
     CellRecordFile,
@@ -118,6 +120,58 @@ def test_equal_values_of_other_types_are_not_taken_for_each_other(
     assert [(type(v), v) for v in seen] == [
         (int, 0), (bool, False), (float, 0.0), (str, "0"), (int, 0), (bool, False)
     ]  # fmt: skip
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shared=st.fixed_dictionaries(
+        {},
+        optional={
+            # A shared field holding a marker the shared text is cut at.
+            "cell_label": st.one_of(texts, st.just("\x00ftmatrix-case-field-0\x00")),
+            "packages": st.dictionaries(texts, texts, max_size=4),
+            "hardware": st.dictionaries(texts, plain, max_size=3),
+            "pins": st.dictionaries(texts, st.one_of(st.none(), texts), max_size=3),
+            "beyond_cap": st.one_of(st.none(), texts),
+        },
+    ),
+    cases=st.lists(
+        st.fixed_dictionaries(
+            {"case": texts, "status": st.sampled_from(list(Status))},
+            optional={
+                "reason": st.one_of(st.none(), texts),
+                "duration": st.floats(allow_nan=True),
+                "metrics": st.dictionaries(texts, plain, max_size=3),
+                "started_at": texts,
+                "message": texts,  # not a case field: the record's line field by field
+                "flaky": st.booleans(),
+            },
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    secret=st.sampled_from([SECRET, "ftmatrix-case-field", "u0000ftmatrix", "null, "]),
+    change_at=st.integers(min_value=0, max_value=4),
+)
+def test_a_cell_s_quick_lines_are_each_record_s_own_line(
+    monkeypatch: pytest.MonkeyPatch,
+    shared: dict[str, Any],
+    cases: list[dict[str, Any]],
+    secret: str,
+    change_at: int,
+) -> None:
+    """The plugin's lines (the cell's fields written once, each case's put in their
+    places) are byte for byte each record's line, whatever the fields hold: a secret that
+    masks part of the markers the shared text is cut at, the environment changed between
+    two records (a case that set a secret), a field outside the case's own."""
+    monkeypatch.setenv("WRITES_API_TOKEN", secret)
+    monkeypatch.delenv("LATER_API_TOKEN", raising=False)  # set by an earlier example
+    base = make_record(**shared)
+    lines = CellLines(base)
+    for at, fields in enumerate(cases):
+        if at == change_at:
+            monkeypatch.setenv("LATER_API_TOKEN", "py3.11-trl1.16")  # in the cell label
+        assert lines.line(**fields) == record_line(dataclasses.replace(base, **fields))
 
 
 # --- the supervisor's reading of the records file -------------------------------------

@@ -81,13 +81,20 @@ class LineAppender:
     a file of its own), which is then left alone. :meth:`close` when done.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, locked: bool = True) -> None:
+        """``locked``: False for a file no one replaces or reads torn (the case starts:
+        short lines, each one write, whole among other writers' without the lock, never
+        synced)."""
         self.path = path
         self._file: tuple[int, tuple[int, int]] | None = None  # descriptor, (device, inode)
         self._folder: tuple[int, tuple[int, int]] | None = None
         self._end: int | None = None  # the file's size after this appended last
+        self._locked = locked and fcntl is not None
 
     def append(self, line: bytes) -> None:
+        if not self._locked:
+            os.write(self._file_fd()[0], line)  # one short write: whole among the others'
+            return
         folder = self._folder_fd()
         if fcntl is not None:
             fcntl.flock(folder, fcntl.LOCK_EX)

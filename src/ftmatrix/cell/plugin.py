@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from json.encoder import encode_basestring_ascii as _json_string
@@ -32,19 +32,24 @@ from packaging.version import Version
 
 from ftmatrix.cell import api as _api
 from ftmatrix.cell.api import gpu_lease
-from ftmatrix.cell.file_writes import NoteFile, note_text, read_note, write_atomically
+from ftmatrix.cell.file_writes import (
+    LineAppender,
+    NoteFile,
+    note_text,
+    read_note,
+    write_atomically,
+)
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
 from ftmatrix.cell.outcome import Failure, case_status
 from ftmatrix.cell.processes import die_with_parent, keeper_dying
+from ftmatrix.cell.record_lines import CellLines
 from ftmatrix.cell.records import (
     RUNNING_CASE_VARIABLE,
     UNWRITTEN_RECORD,
-    CellRecordFile,
     Record,
     operation_from_path,
-    record_line,
     redact,
     shorten,
 )
@@ -217,7 +222,8 @@ class _Recorder:
 
     def __init__(self, cell: Mapping[str, Any], path: Path) -> None:
         self.cell = cell
-        self.file = CellRecordFile(path, keep_open=True)  # a record after every case
+        self.file = LineAppender(path)  # a record after every case, the file kept open
+        self.lines: CellLines | None = None  # made with the first record (the machine known)
         # Set in a pytest-xdist worker: each worker notes its own running case.
         self.worker = os.environ.get("PYTEST_XDIST_WORKER") or None
         self.files = CellFiles(path)
@@ -225,15 +231,16 @@ class _Recorder:
         # Plain strings, made once: written before every case, and pathlib's objects cost
         # more than the system calls.
         self.note = NoteFile(self.current)
-        self.starts_path = os.fspath(self.files.starts)
+        self.starts = LineAppender(self.files.starts, locked=False)
         self.worker_json = "null" if self.worker is None else _json_string(self.worker)
-        self.operations: dict[str, str] = {}  # the running case's operation
         self.packages = dict(_display_versions())
         self.hardware: dict[str, Any] | None = None
-        self.pending: dict[str, _CaseState] = {}
+        self.pending: dict[str, _CaseState] = {}  # by case id: the running case's phases
+        self.raised: BaseException | None = None  # the phase's exception, for its report
+        self.raised_tb: Any = None
         self.selected: list[str] = []
         self.controller = False
-        self.unwritten: list[Record] = []  # records a full disk refused, in order
+        self.unwritten: list[str] = []  # the lines of records a full disk refused, in order
         self.refused = False  # said once
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -270,21 +277,17 @@ class _Recorder:
         # the supervisor outside knows which case to blame. The JSON made by hand (as
         # json.dumps writes it): made before every case, json.dumps's calls cost more.
         case, started = item.nodeid, time.time()
-        self.operations = {case: _operation(item)}  # the case's record asks it again
+        operation = _operation(item)
+        self.pending[case] = _CaseState(case, operation)
         quoted = _json_string(case)
         note = (
-            f'{{"case": {quoted}, "operation": {_json_string(self.operations[case])}, '
+            f'{{"case": {quoted}, "operation": {_json_string(operation)}, '
             f'"started": {started!r}, "pid": {os.getpid()}, "worker": {self.worker_json}}}'
         )
         self.note.write(note)
         os.environ[RUNNING_CASE_VARIABLE] = case
         # One short line per case, appended whole by one write: workers share the file.
-        line = f'{{"case": {quoted}, "started": {started!r}}}\n'
-        starts = os.open(self.starts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(starts, line.encode("utf-8"))
-        finally:
-            os.close(starts)
+        self.starts.append(f'{{"case": {quoted}, "started": {started!r}}}\n'.encode())
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -302,25 +305,31 @@ class _Recorder:
         note["exit"] = _worker_exit_status(node)
         write_atomically(note_path, note_text(json.dumps(note)), durable=False)
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, Any, None]:
-        outcome = yield
-        report: pytest.TestReport = outcome.get_result()
-        state = self.pending.get(item.nodeid)
-        if state is None:  # its first phase (built once: it reads markers and the clock)
-            operation = self.operations.get(item.nodeid) or _operation(item)
-            state = self.pending[item.nodeid] = _CaseState(item, operation)
-        state.observe(call, report)
-        if call.when == "teardown":
-            del self.pending[item.nodeid]
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+        # Only the phase's exception is taken here, for its report, which reaches
+        # pytest_runtest_logreport next (a plain hook: a wrapper around this one cost
+        # more than the rest of a trivial case's record).
+        if call.excinfo is not None:
+            self.raised, self.raised_tb = call.excinfo.value, call.excinfo.tb
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.controller:
+            return  # pytest-xdist's controller: the workers record their cases
+        raised, self.raised = self.raised, None
+        state = self.pending.get(report.nodeid)
+        if state is None:  # a case another plugin ran past our protocol hook
+            operation = operation_from_path(report.nodeid)
+            state = self.pending[report.nodeid] = _CaseState(report.nodeid, operation)
+        state.observe(report, raised, self.raised_tb)
+        if report.when == "teardown":
+            del self.pending[report.nodeid]
             if keeper_dying():
                 # The case ended the process watching it (its parent): this process dies
                 # with it in a moment. Waited for here, with the case's note in place, so
                 # the supervisor records this case as the crash, never the next one.
                 _wait_for_the_end()
-            self._keep(self._record(state))
+            self._keep(self._line(state, report))
             self.note.clear()
             os.environ.pop(RUNNING_CASE_VARIABLE, None)
 
@@ -329,7 +338,7 @@ class _Recorder:
         if report.failed and not self.controller:
             now = _now()
             self._keep(
-                self._base_record(
+                self._record_line(
                     case=report.nodeid or "<collection>",
                     operation=operation_from_path(report.nodeid),
                     status=Status.ERROR,
@@ -342,35 +351,55 @@ class _Recorder:
                 )
             )
 
-    def _keep(self, record: Record) -> None:
-        """Write ``record``, and any the disk refused before (a full disk); what still
-        cannot be written waits for the next record and the session's end."""
-        waiting, self.unwritten = [*self.unwritten, record], []
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        """Every pass's verdict in the log, a line each, as pytest's ``-rp`` wrote them
+        (the cell's pytest runs with ``-ra``: pytest's own lines cost 0.04 ms a pass)."""
+        passed = [r for r in terminalreporter.stats.get("passed", ()) if r.when == "call"]
+        if not passed:
+            return
+        where: dict[str, str] = {}  # each case file's path from the folder pytest ran in
+        lines = []
+        for report in passed:
+            path, sep, rest = str(report.nodeid).partition("::")
+            shown = where.get(path)
+            if shown is None:
+                shown = _relative(config.rootpath / path, config.invocation_params.dir)
+                where[path] = shown
+            lines.append(f"PASSED {shown}{sep}{rest}\n")
+        terminalreporter.write_sep("=", "passes")
+        terminalreporter.write("".join(lines))
+
+    def _keep(self, line: str) -> None:
+        """Write a record's ``line``, and any the disk refused before (a full disk); what
+        still cannot be written waits for the next record and the session's end."""
+        waiting, self.unwritten = [*self.unwritten, line], []
         for each in waiting:
             try:
-                self.file.add(each)
+                self.file.append(each.encode("utf-8"))
             except OSError as exc:
                 self.unwritten.append(each)
                 if not self.refused:
                     self.refused = True
+                    case = json.loads(each)["case"]
                     sys.stderr.write(
-                        f"ftmatrix: the record of {each.case} cannot be written ({exc}); "
+                        f"ftmatrix: the record of {case} cannot be written ({exc}); "
                         "it is kept and written once the disk takes it\n"
                     )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.note.close()
+        self.starts.close()
         if not self.unwritten:
             self.file.close()
             return
         self._keep(self.unwritten.pop())  # a last try, of all of them in order
         # Still refused: handed to the supervisor on the cell's output, to write once it can.
-        for record in self.unwritten:  # each on a line of its own, after pytest's dots
-            sys.stdout.write("\n" + UNWRITTEN_RECORD + record_line(record))
+        for line in self.unwritten:  # each on a line of its own, after pytest's dots
+            sys.stdout.write("\n" + UNWRITTEN_RECORD + line)
         sys.stdout.flush()
         self.file.close()
 
-    def _record(self, state: _CaseState) -> Record:
+    def _line(self, state: _CaseState, report: pytest.TestReport) -> str:
         status, reason, failure = state.verdict()
         fields: dict[str, Any] = {"reason": reason}
         if failure is not None and failure.crashed is not None:
@@ -401,21 +430,29 @@ class _Recorder:
                 **_texts(message, "message"),
                 **_texts(failure.traceback, "traceback"),
             )
-        return self._base_record(
-            case=state.item.nodeid,
+        return self._record_line(
+            case=state.case,
             operation=state.operation,
             status=status,
             started_at=state.started_at,
             finished_at=_now(),
             duration=state.duration,
-            metrics=state.metrics(),
+            metrics=_metrics(report.user_properties),
             **fields,
         )
 
-    def _base_record(self, **fields: Any) -> Record:
-        if self.hardware is None:
+    def _record_line(self, **fields: Any) -> str:
+        """The line of the cell's record with ``fields``."""
+        if self.lines is None:
             # Probed after the first case imported torch, so torch's view costs nothing.
             self.hardware = probe_hardware(os.environ, with_torch=True)
+            self.lines = CellLines(self._base_record())
+        return self.lines.line(**fields)
+
+    def _base_record(self) -> Record:
+        """A record of what every record of the cell holds alike; the case's own fields
+        are left for :class:`CellLines` to fill in."""
+        assert self.hardware is not None
         return Record(
             run_id=self.cell["run_id"],
             cell_id=self.cell["id"],
@@ -429,15 +466,19 @@ class _Recorder:
             host_packages=self.cell.get("host_packages", {}),
             hardware=self.hardware,
             beyond_cap=self.cell.get("beyond_cap"),
-            **fields,
+            case="",
+            operation="",
+            status=Status.PASS,
+            started_at="",
+            finished_at="",
         )
 
 
 class _CaseState:
     """What the setup, call and teardown phases of one case did."""
 
-    def __init__(self, item: pytest.Item, operation: str) -> None:
-        self.item = item
+    def __init__(self, case: str, operation: str) -> None:
+        self.case = case
         self.operation = operation
         self.started_at = _now()
         self.duration = 0.0
@@ -445,15 +486,15 @@ class _CaseState:
         self.skip: BaseException | None = None
         self.output = ""
 
-    def observe(self, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    def observe(self, report: pytest.TestReport, raised: BaseException | None, tb: Any) -> None:
+        """One phase's report, and the exception it raised (None where none)."""
         self.duration += report.duration
-        excinfo = call.excinfo
-        if excinfo is None or self.failure is not None:
+        if raised is None or self.failure is not None:
             return
-        if isinstance(excinfo.value, pytest.skip.Exception):
-            self.skip = excinfo.value
+        if isinstance(raised, pytest.skip.Exception):
+            self.skip = raised
             return
-        self.failure = Failure.from_exception(excinfo.value, excinfo.tb, str(report.longreprtext))
+        self.failure = Failure.from_exception(raised, tb, str(report.longreprtext))
         # What the case and its children printed: vLLM's engine process logs its cause there.
         self.output = report.capstdout + report.capstderr
 
@@ -461,13 +502,13 @@ class _CaseState:
         status, reason = case_status(self.failure, self.skip, self.output)
         return status, reason, self.failure
 
-    def metrics(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for name, value in self.item.user_properties:
-            values[str(name)] = (
-                value if isinstance(value, int | float | str | bool) else repr(value)
-            )
-        return values
+
+def _metrics(properties: Sequence[tuple[str, object]]) -> dict[str, Any]:
+    """The numbers a case recorded (``record_property``), as its record holds them."""
+    values: dict[str, Any] = {}
+    for name, value in properties:
+        values[str(name)] = value if isinstance(value, int | float | str | bool) else repr(value)
+    return values
 
 
 def _texts(text: str | None, name: str) -> dict[str, str | None]:
@@ -544,6 +585,14 @@ def _wait_for_the_end() -> None:
     while time.monotonic() < deadline:
         time.sleep(0.05)
     os._exit(137)
+
+
+def _relative(path: Path, start: Path) -> str:
+    """``path`` as pytest shows a case's file: from ``start``, with ``/``."""
+    try:
+        return Path(os.path.relpath(path, start)).as_posix()
+    except ValueError:  # another drive (Windows)
+        return path.as_posix()
 
 
 def _operation(item: pytest.Item) -> str:

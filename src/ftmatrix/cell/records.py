@@ -536,27 +536,30 @@ def _line(record: Record) -> str:
     # field: a trivial case's record is mostly None, short strings and the fields every
     # record of the cell repeats, whose JSON is made once.
     redactor = current_redactor()
-    parts = []
-    for name, key in _SORTED_KEYS:
-        value = getattr(record, name)
-        kind = type(value)
-        if value is None:
-            parts.append(key + "null")
-        elif kind is str:
-            parts.append(key + _json_string(redactor.text(value)))
-        elif name in _REPEATED_FIELDS:
-            parts.append(key + redactor.json_once(value))
-        elif kind is bool:
-            parts.append(key + ("true" if value else "false"))
-        elif kind is int or (kind is float and math.isfinite(value)):
-            parts.append(key + repr(value))  # as json.dumps writes them
-        elif not value and kind in (dict, list, tuple):
-            parts.append(key + ("{}" if kind is dict else "[]"))
-        elif isinstance(value, Status):
-            parts.append(key + _json_string(redactor.text(value.value)))
-        else:
-            parts.append(key + _json_other(redactor, value))
-    return "{" + ", ".join(parts) + "}\n"
+    fields = ", ".join(
+        key + field_json(redactor, name, getattr(record, name)) for name, key in SORTED_KEYS
+    )
+    return "{" + fields + "}\n"
+
+
+def field_json(redactor: Redactor, name: str, value: Any) -> str:  # noqa: PLR0911 -- a return per kind
+    """The JSON text of the record's field ``name`` holding ``value``, redacted."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is str:
+        return _json_string(redactor.text(value))
+    if name in _REPEATED_FIELDS:
+        return redactor.json_once(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int or (kind is float and math.isfinite(value)):
+        return repr(value)  # as json.dumps writes them
+    if not value and kind in (dict, list, tuple):
+        return "{}" if kind is dict else "[]"
+    if isinstance(value, Status):
+        return _json_string(redactor.text(value.value))
+    return _json_other(redactor, value)
 
 
 def _json_other(redactor: Redactor, value: Any) -> str:
@@ -575,7 +578,7 @@ def _json_other(redactor: Redactor, value: Any) -> str:
 # json.dumps's own string encoder (its C version where there is one).
 _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 # Each field's name, in the order sort_keys writes them, and its '"name": ' text.
-_SORTED_KEYS = tuple((name, json.dumps(name) + ": ") for name in sorted(FIELDS))
+SORTED_KEYS = tuple((name, json.dumps(name) + ": ") for name in sorted(FIELDS))
 # The fields each record of a cell holds alike.
 _REPEATED_FIELDS = frozenset({"packages", "host_packages", "hardware", "pins", "runner_labels"})
 

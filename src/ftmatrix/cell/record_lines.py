@@ -1,0 +1,76 @@
+"""The lines of one cell's records, made the quick way: what every record of the cell
+shares written once, each case's own fields filled in.
+
+A record's line is ``json.dumps`` of its redacted fields, keys sorted
+(:func:`ftmatrix.cell.records.record_line`). Of a case that passed, skipped or was n/a, all
+but eight fields are the cell's (its pins, packages, machine, ids) or empty: the line is the
+text of a record whose eight are markers, cut at the markers, with the eight fields' JSON
+put in their places, by the same function that writes each field of every record. A record
+with anything more (an exception, attempts, a flaky verdict) is written field by field.
+
+Runs inside each cell's environment (the results plugin): the standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ftmatrix.cell.records import SORTED_KEYS, Record, field_json, record_line
+from ftmatrix.cell.redact import Redactor, current_redactor
+
+# A case's own fields, in the order its line holds them (the keys sorted).
+CASE_FIELDS = tuple(
+    name
+    for name, _ in SORTED_KEYS
+    if name
+    in {"case", "operation", "status", "reason", "started_at", "finished_at", "duration", "metrics"}
+)
+
+
+class CellLines:
+    """Lines of the records of one cell: ``base`` holds what they share (its own case
+    fields are ignored)."""
+
+    def __init__(self, base: Record) -> None:
+        self.base = base
+        self._own = {name: getattr(base, name) for name in CASE_FIELDS}
+        self._made_for: Redactor | None = None
+        self._pieces: tuple[str, ...] = ()
+
+    def line(self, **fields: Any) -> str:
+        """The line of ``base`` with ``fields``: quick where they are case fields only."""
+        if fields.keys() - self._own.keys():
+            return record_line(dataclasses.replace(self.base, **fields))
+        redactor = current_redactor()
+        if redactor is not self._made_for:
+            self._pieces = _pieces(self.base)
+            self._made_for = redactor
+        pieces = self._pieces
+        if not pieces:  # a marker did not come through whole (masked, or in a shared field)
+            return record_line(dataclasses.replace(self.base, **fields))
+        values = self._own | fields
+        parts = [pieces[0]]
+        for at, name in enumerate(CASE_FIELDS, start=1):
+            parts.append(field_json(redactor, name, values[name]))
+            parts.append(pieces[at])
+        return "".join(parts)
+
+
+def _pieces(base: Record) -> tuple[str, ...]:
+    """``base``'s line cut where its case fields are, for the redactor of now; () where a
+    marker is not found exactly once (a secret masked across it)."""
+    markers: dict[str, Any] = {
+        name: f"\x00ftmatrix-case-field-{at}\x00" for at, name in enumerate(CASE_FIELDS)
+    }
+    text = record_line(dataclasses.replace(base, **markers))
+    redactor = current_redactor()
+    pieces = []
+    for name in CASE_FIELDS:
+        marker = field_json(redactor, name, markers[name])
+        if text.count(marker) != 1:
+            return ()
+        head, text = text.split(marker)
+        pieces.append(head)
+    pieces.append(text)
+    return tuple(pieces)
