@@ -314,6 +314,10 @@ def test_a_note_is_written_cleared_and_removed(tmp_path: Path) -> None:
     assert read_note(path) == {"case": "t.py::c"}
     note.clear()
     assert read_note(path) is None
+    note.write(json.dumps({"case": "t.py::d"}))  # as long as the spoiled one: whole again
+    assert read_note(path) == {"case": "t.py::d"}
+    note.clear()
+    assert read_note(path) is None
     note.close()
     assert not path.exists()
 

@@ -256,10 +256,10 @@ def _replace_quickly(path: Path, data: bytes) -> None:
 
 
 class NoteFile:
-    """A small note rewritten in place before every case and emptied after it (the
-    results plugin's running-case note): a write and a truncation of a file kept open,
-    where making a file, renaming it over the last and removing it cost a trivial case
-    55 microseconds of the filesystem's work.
+    """A small note rewritten in place before every case and spoiled after it (the
+    results plugin's running-case note): two writes to a file kept open, where making a
+    file, renaming it over the last and removing it cost a trivial case 55 microseconds
+    of the filesystem's work.
 
     A reader may meet a note half rewritten (reading a file is not kept out while it is
     written in place), so each note carries a checksum of itself (:func:`note_text`), and
@@ -278,13 +278,15 @@ class NoteFile:
         data = note_text(body).encode("utf-8")
         fd, size = self._fd()
         os.pwrite(fd, data, 0)
-        if size > len(data):  # (after clear() the file is empty: nothing to cut)
+        if size > len(data):  # what is left of a longer note
             os.ftruncate(fd, len(data))
 
     def clear(self) -> None:
-        """Empty the note: no case runs."""
+        """Say that no case runs: the note's first byte spoiled, so that it fails its
+        checksum and reads as no note (one byte written, where emptying the file cost
+        the filesystem more)."""
         if self._kept is not None and _still(self._kept) is not None:
-            os.ftruncate(self._kept[0], 0)
+            os.pwrite(self._kept[0], b"-", 0)
 
     def close(self) -> None:
         """Close the note and remove its file, if this wrote it."""

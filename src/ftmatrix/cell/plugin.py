@@ -233,6 +233,7 @@ class _Recorder:
         self.note = NoteFile(self.current)
         self.starts = LineAppender(self.files.starts, locked=False)
         self.worker_json = "null" if self.worker is None else _json_string(self.worker)
+        self.pid = os.getpid()
         self.packages = dict(_display_versions())
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}  # by case id: the running case's phases
@@ -282,7 +283,7 @@ class _Recorder:
         quoted = _json_string(case)
         note = (
             f'{{"case": {quoted}, "operation": {_json_string(operation)}, '
-            f'"started": {started!r}, "pid": {os.getpid()}, "worker": {self.worker_json}}}'
+            f'"started": {started!r}, "pid": {self.pid}, "worker": {self.worker_json}}}'
         )
         self.note.write(note)
         os.environ[RUNNING_CASE_VARIABLE] = case

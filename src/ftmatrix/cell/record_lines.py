@@ -14,6 +14,7 @@ Runs inside each cell's environment (the results plugin): the standard library o
 from __future__ import annotations
 
 import dataclasses
+from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
 from ftmatrix.cell.records import SORTED_KEYS, Record, field_json, record_line
@@ -40,19 +41,25 @@ class CellLines:
 
     def line(self, **fields: Any) -> str:
         """The line of ``base`` with ``fields``: quick where they are case fields only."""
-        if fields.keys() - self._own.keys():
+        if not fields.keys() <= self._own.keys():
             return record_line(dataclasses.replace(self.base, **fields))
         redactor = current_redactor()
         if redactor is not self._made_for:
             self._pieces = _pieces(self.base)
             self._made_for = redactor
         pieces = self._pieces
-        if not pieces:  # a marker did not come through whole (masked, or in a shared field)
+        if not pieces:  # a marker did not come through whole (in a shared field)
             return record_line(dataclasses.replace(self.base, **fields))
-        values = self._own | fields
+        own = self._own
         parts = [pieces[0]]
         for at, name in enumerate(CASE_FIELDS, start=1):
-            parts.append(field_json(redactor, name, values[name]))
+            value = fields[name] if name in fields else own[name]
+            if value is None:
+                parts.append("null")
+            elif type(value) is str:  # the case's id, its times (as field_json writes them)
+                parts.append(_json_string(redactor.text(value)))
+            else:
+                parts.append(field_json(redactor, name, value))
             parts.append(pieces[at])
         return "".join(parts)
 
