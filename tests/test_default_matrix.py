@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.cell.plugin import package_gap
+from ftmatrix.cell.gates import package_gap
 from ftmatrix.config import InstallOptions
 from ftmatrix.pipeline import load
 from ftmatrix.plan import Cell

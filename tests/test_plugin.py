@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.cell.plugin import hardware_gap, package_gap
+from ftmatrix.cell.gates import hardware_gap, package_gap
 
 pytest_plugins = ["pytester"]
 

@@ -11,7 +11,6 @@ else of ours.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -20,15 +19,11 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from importlib import metadata
 from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import Any
 
 import pytest
-from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 from ftmatrix.cell import api as _api
 from ftmatrix.cell.api import gpu_lease
@@ -40,8 +35,8 @@ from ftmatrix.cell.file_writes import (
     write_atomically,
 )
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
-from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
+from ftmatrix.cell.gates import display_versions, gate, is_exclusive, is_isolated
+from ftmatrix.cell.hardware import probe_hardware
 from ftmatrix.cell.outcome import Failure, case_status
 from ftmatrix.cell.processes import die_with_parent, keeper_dying
 from ftmatrix.cell.record_lines import CellLines
@@ -135,88 +130,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(gated[1])
 
 
-def gate(item: pytest.Item) -> tuple[str, str] | None:
-    """``("n/a", why)`` where the cell's packages lack the case's feature, ``("skip", why)``
-    where the machine lacks its hardware, None where it runs: decided from the installed
-    versions and the machine probe alone, without running anything of the case."""
-    installed = _cell_versions()
-    for marker in item.iter_markers("requires_packages"):
-        for package, spec in marker.kwargs.items():
-            reason = package_gap(package, str(spec), installed)
-            if reason:
-                return ("n/a", reason)
-    for marker in item.iter_markers("requires_hardware"):
-        reason = hardware_gap(
-            marker.kwargs, _fingerprint(item.config), lease=leased_devices(os.environ)
-        )
-        if reason:
-            return ("skip", reason)
-    return None
-
-
-def is_exclusive(item: pytest.Item) -> bool:
-    """Must the case have the machine to itself? Marked so, or it wants GPUs.
-
-    A GPU is never shared between cases: two cases on one device would take each
-    other's memory and time, and their ``oom`` and ``timeout`` would mean nothing.
-    """
-    if item.get_closest_marker("exclusive") is not None:
-        return True
-    for marker in item.iter_markers("requires_hardware"):
-        if marker.kwargs.get("cuda") or int(marker.kwargs.get("gpus", 0)) > 0:
-            return True
-    return False
-
-
-def package_gap(package: str, spec: str, installed: Mapping[str, str]) -> str | None:
-    """Why ``package`` at its installed version lacks the feature, or None if it has it."""
-    version = installed.get(canonicalize_name(package))
-    if version is None:
-        return f"{package} is not installed in this cell (needs {package}{spec})"
-    if not SpecifierSet(spec).contains(Version(version), prereleases=True):
-        return f"{package} {version} is outside {spec}"
-    return None
-
-
-def is_isolated(item: pytest.Item) -> bool:
-    """Does the case run in a pytest process of its own?"""
-    return item.get_closest_marker("isolated") is not None
-
-
-def hardware_gap(
-    needs: Mapping[str, Any],
-    fingerprint: Mapping[str, Any],
-    *,
-    lease: Sequence[str] | None = None,
-) -> str | None:
-    """Why this machine cannot run a case needing ``needs``, or None if it can.
-
-    ``lease``: the GPUs the runner leased the cell. The case's own process sees one
-    of them; a case wanting ``gpus=N`` starts processes that see the whole lease,
-    so N is checked against the lease, not against what this process sees.
-    """
-    visible = usable_gpu_count(fingerprint)
-    wanted = int(needs.get("gpus", 1 if needs.get("cuda") else 0))
-    if wanted and visible == 0:
-        return f"needs {_gpus(wanted)}; this machine has no CUDA GPU"
-    if wanted and lease is None and visible < wanted:
-        return f"needs {_gpus(wanted)}; this machine has {_gpus(visible)}"
-    if wanted and lease is not None and len(lease) < wanted:
-        return f"needs {_gpus(wanted)}; the cell leased {_gpus(len(lease))} ({LEASE_VARIABLE})"
-    minimum = needs.get("min_compute_capability")
-    if minimum is not None:
-        devices = (fingerprint.get("torch") or {}).get("devices") or fingerprint.get("gpus", [])
-        caps = [Version(str(d.get("compute_capability", "0"))) for d in devices]
-        if not caps or min(caps) < Version(str(minimum)):
-            have = ", ".join(str(c) for c in caps) or "none"
-            return f"needs compute capability >= {minimum}; this machine has {have}"
-    return None
-
-
-def _gpus(count: int) -> str:
-    return f"{count} CUDA GPU{'s' if count != 1 else ''}"
-
-
 class _Recorder:
     """Collects each case's phases and writes one record when its teardown ends."""
 
@@ -234,7 +147,7 @@ class _Recorder:
         self.starts = LineAppender(self.files.starts, locked=False)
         self.worker_json = "null" if self.worker is None else _json_string(self.worker)
         self.pid = os.getpid()
-        self.packages = dict(_display_versions())
+        self.packages = dict(display_versions())
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}  # by case id: the running case's phases
         self.raised: BaseException | None = None  # the phase's exception, for its report
@@ -521,35 +434,6 @@ def _texts(text: str | None, name: str) -> dict[str, str | None]:
     return {name: clean, f"raw_{name}": raw if raw != clean else None}
 
 
-@functools.cache
-def _cell_versions() -> dict[str, str]:
-    """:func:`_installed_versions` by canonical name, read once per pytest process: a
-    cell's environment is fixed, and every case's gate (and the collection's) asks it."""
-    canonical = {canonicalize_name(name): v for name, v in _display_versions().items()}
-    return dict(sorted(canonical.items(), key=lambda kv: kv[0].lower()))
-
-
-@functools.cache
-def _display_versions() -> dict[str, str]:
-    """:func:`_installed_versions` by display name, read once for the records and the
-    gates alike (never changed: each reader copies it)."""
-    return _installed_versions()
-
-
-def _installed_versions() -> dict[str, str]:
-    """Each distribution's version by its display name, as import finds it: the first copy
-    along sys.path."""
-    versions: dict[str, str] = {}
-    seen = set()
-    for dist in metadata.distributions():  # in sys.path order
-        name = dist.metadata["Name"]
-        if not name or canonicalize_name(name) in seen:
-            continue  # a later copy, shadowed by the first
-        seen.add(canonicalize_name(name))
-        versions[name] = dist.version
-    return dict(sorted(versions.items(), key=lambda kv: kv[0].lower()))
-
-
 def _note_isolated(path: Path, cases: Sequence[str]) -> None:
     """Add ``cases`` to the list of isolated cases the supervisor reads."""
     try:
@@ -558,14 +442,6 @@ def _note_isolated(path: Path, cases: Sequence[str]) -> None:
         known = set()
     if not set(cases) <= known:
         write_atomically(path, json.dumps(sorted(known | set(cases))))
-
-
-def _fingerprint(config: pytest.Config) -> dict[str, Any]:
-    cached: dict[str, Any] | None = getattr(config, "_ftmatrix_fingerprint", None)
-    if cached is None:
-        cached = probe_hardware(os.environ, with_torch=True)
-        config._ftmatrix_fingerprint = cached  # type: ignore[attr-defined]
-    return cached
 
 
 def _worker_exit_status(node: Any) -> int | None:
