@@ -150,8 +150,7 @@ class _Recorder:
         self.packages = dict(display_versions())
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}  # by case id: the running case's phases
-        self.raised: BaseException | None = None  # the phase's exception, for its report
-        self.raised_tb: Any = None
+        self.raised: pytest.ExceptionInfo[BaseException] | None = None  # the phase's
         self.selected: list[str] = []
         self.controller = False
         self.unwritten: list[str] = []  # the lines of records a full disk refused, in order
@@ -222,10 +221,9 @@ class _Recorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
         # Only the phase's exception is taken here, for its report, which reaches
-        # pytest_runtest_logreport next (a plain hook: a wrapper around this one cost
-        # more than the rest of a trivial case's record).
-        if call.excinfo is not None:
-            self.raised, self.raised_tb = call.excinfo.value, call.excinfo.tb
+        # pytest_runtest_logreport next: two plain hooks cost a case less than one
+        # wrapper around this one.
+        self.raised = call.excinfo
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.controller:
@@ -235,7 +233,7 @@ class _Recorder:
         if state is None:  # a case another plugin ran past our protocol hook
             operation = operation_from_path(report.nodeid)
             state = self.pending[report.nodeid] = _CaseState(report.nodeid, operation)
-        state.observe(report, raised, self.raised_tb)
+        state.observe(report, raised)
         if report.when == "teardown":
             del self.pending[report.nodeid]
             if keeper_dying():
@@ -400,15 +398,17 @@ class _CaseState:
         self.skip: BaseException | None = None
         self.output = ""
 
-    def observe(self, report: pytest.TestReport, raised: BaseException | None, tb: Any) -> None:
+    def observe(
+        self, report: pytest.TestReport, raised: pytest.ExceptionInfo[BaseException] | None
+    ) -> None:
         """One phase's report, and the exception it raised (None where none)."""
         self.duration += report.duration
         if raised is None or self.failure is not None:
             return
-        if isinstance(raised, pytest.skip.Exception):
-            self.skip = raised
+        if isinstance(raised.value, pytest.skip.Exception):
+            self.skip = raised.value
             return
-        self.failure = Failure.from_exception(raised, tb, str(report.longreprtext))
+        self.failure = Failure.from_exception(raised.value, raised.tb, str(report.longreprtext))
         # What the case and its children printed: vLLM's engine process logs its cause there.
         self.output = report.capstdout + report.capstderr
 
