@@ -48,6 +48,7 @@ from ftmatrix.cell.records import (
     redact,
     shorten,
 )
+from ftmatrix.cell.redact import current_redactor
 from ftmatrix.cell.signature import (
     clean_paths,
     compute_signature,
@@ -147,6 +148,7 @@ class _Recorder:
         self.starts = LineAppender(self.files.starts, locked=False)
         self.worker_json = "null" if self.worker is None else _json_string(self.worker)
         self.pid = os.getpid()
+        self.operations: dict[str, str] = {}  # each collected case's
         self.packages = dict(display_versions())
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}  # by case id: the running case's phases
@@ -183,6 +185,12 @@ class _Recorder:
         # The supervisor needs the whole list to finish a cell whose process died.
         if not self.files.collected.exists():
             write_atomically(self.files.collected, json.dumps(self.selected))
+        # Each case's operation, and its id masked for its record, worked out here, all
+        # together: each among pytest's own work between two cases cost three times more.
+        self.operations = {item.nodeid: _operation(item) for item in session.items}
+        redactor = current_redactor()
+        for case in self.operations:
+            redactor.text(case)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -190,7 +198,7 @@ class _Recorder:
         # the supervisor outside knows which case to blame. The JSON made by hand (as
         # json.dumps writes it): made before every case, json.dumps's calls cost more.
         case, started = item.nodeid, time.time()
-        operation = _operation(item)
+        operation = self.operations.get(case) or _operation(item)
         self.pending[case] = _CaseState(case, operation)
         quoted = _json_string(case)
         note = (
