@@ -89,6 +89,20 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
         "import sys\n\n\ndef test_ok():\n    assert sys.version_info >= (3, 9)\n"
     )
     write_matrix(tmp_path, [current_python(), missing])
+    # Other code from outside the cases: pytest settings above them that load a plugin,
+    # and the caller's PYTHONPATH (a sitecustomize.py, a module PYTEST_PLUGINS names),
+    # each leaving a file where it runs in a cell (under .nox; the host runs it too).
+    site = tmp_path / "site"
+    site.mkdir()
+    leave = (
+        "import pathlib, sys\n"
+        "if '.nox' in sys.prefix:\n"
+        "    (pathlib.Path(__file__).parent.parent / ('RAN_' + __name__)).write_text('ran')\n"
+    )
+    for module in ("sitecustomize", "env_plugin", "ini_plugin"):
+        (site / f"{module}.py").write_text(leave)
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p ini_plugin\npythonpath = site\n")
+    outside = {"PYTHONPATH": str(site), "PYTEST_PLUGINS": "env_plugin"}
 
     planned = subprocess.run(
         [sys.executable, "-m", "ftmatrix", "plan", "--json"],
@@ -100,7 +114,7 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
     assert plan["interpreters"]["found"][missing] is None
     assert plan["interpreters"]["found"][current_python()]
 
-    ran = run(entry, tmp_path)
+    ran = run(entry, tmp_path, **outside)
     output = ran.stdout + ran.stderr
     assert ran.returncode == 1, output[-4000:]
     assert "Traceback" not in output, output[-4000:]
@@ -114,6 +128,7 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "1 pass, 1 install-error" in summary
     assert not (tmp_path / "ABOVE_RAN").exists()
+    assert sorted(p.name for p in tmp_path.glob("RAN_*")) == []
     assert (cases / "OWN_RAN").exists()
 
 
