@@ -227,3 +227,41 @@ def test_a_read_only_output_folder_gets_one_message_and_keeps_what_it_holds(
     assert f"FTMATRIX_OUT={out}: cannot be written ({out}: Read-only file system)" in output
     assert ran.returncode == ExitCode.SETTINGS, output[-3000:]
     assert kept.read_text() == '{"kept": true}\n'
+
+
+@pytest.mark.parametrize("entry", ["cli-run", "cli-plan", "nox-matrix"])
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("UV_PYTHON_PREFERENCE", "bogus", "invalid value 'bogus' for '--python-preference"),
+        ("UV_VENV_SEED", "maybe", "`UV_VENV_SEED` with invalid value `maybe`"),
+        ("UV_CACHE_DIR", "{tmp}/a-file", "Failed to initialize cache at"),
+    ],
+)
+def test_a_uv_setting_uv_refuses_stops_the_run_before_any_cell(
+    tmp_path: Path, entry: str, variable: str, value: str, says: str
+) -> None:
+    """Every venv, install and interpreter search would fail (the plan called every Python
+    missing; nox found no uv and printed a traceback per cell): one line, before any cell."""
+    (tmp_path / "a-file").write_text("not a folder")
+    argv = {
+        "cli-run": [sys.executable, "-m", "ftmatrix", "run"],
+        "cli-plan": [sys.executable, "-m", "ftmatrix", "plan"],
+        "nox-matrix": [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+        + ["--envdir", str(tmp_path / ".nox"), "-s", "matrix"],
+    }[entry]
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(OK),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+        variable: value.replace("{tmp}", str(tmp_path)),
+    }
+    ran = subprocess.run(
+        argv, env=env, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120
+    )
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert "uv refuses this environment's settings" in output and says in output, output[-3000:]
+    assert f"UV_* variables set: {variable}" in output or variable in output
+    assert ran.returncode == ExitCode.SETTINGS, output[-3000:]
+    assert not (tmp_path / "out" / "records").exists()  # no cell began

@@ -70,6 +70,10 @@ LISTED = list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
 # and matrix print it as the CLI does) or, where none runs (`nox -l`, `nox -s lint`),
 # when nox exits.
 UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None else []
+if LISTED.problem is not None:
+    # Nothing is built for a matrix that is refused: its one session needs no venv backend
+    # (uv itself may be what refused the run, and nox fails to find it with a traceback).
+    nox.options.default_venv_backend = "none"
 
 
 # nox's options that list the sessions and run none.
