@@ -401,3 +401,51 @@ def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
     assert resumed.returncode == 0, output[-4000:]
     newest = [r for r in records_of(small_disk) if r["run_id"] == "20261127T040000Z"]
     assert sorted(r["case"].split("::")[-1] for r in newest) == sorted(found)
+
+
+HALF_BUILT = """
+import sys
+from setuptools import setup
+
+if "bdist_wheel" in sys.argv:
+    raise SystemExit("halfpkg: the build dies half way")
+setup(name="halfpkg", version="1.0", py_modules=["halfpkg"])
+"""
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_run_whose_only_cell_has_no_verdict_still_writes_its_report(
+    tmp_path: Path, entry: str
+) -> None:
+    """An install that dies half way (metadata builds, the wheel does not): the cell's one
+    record is an install-error, and the report says so. Its session used to end before it
+    queued the report: the last run's report stayed, green, as if it were this one's."""
+    source = tmp_path / "halfpkg-1.0"
+    source.mkdir()
+    (source / "setup.py").write_text(HALF_BUILT)
+    (source / "halfpkg.py").write_text("")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    subprocess.run(
+        ["tar", "czf", str(wheels / "halfpkg-1.0.tar.gz"), "-C", str(tmp_path), "halfpkg-1.0"],
+        check=True,
+    )
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_a.py").write_text("def test_ok():\n    pass\n")
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{current_python()}"]\n'
+        'packages:\n  six: ["1.17.0"]\n  halfpkg: ["1.0"]\n'
+        f"install: {{find-links: [{json.dumps(str(wheels))}]}}\n"
+    )
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "summary.md").write_text("# the last run's report\n\n1 pass\n")
+
+    ran = run(entry, tmp_path)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    [record] = records_of(tmp_path / "out")
+    assert (record["status"], record["case"]) == ("install-error", "*")
+    assert "the build dies half way" in record["reason"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "1 install-error" in summary and "the last run's report" not in summary

@@ -290,11 +290,13 @@ def run_matrix_cell(
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         + f"; pytest's output: {files.log}"
     )
+    if not session.parallel:
+        # Queued before the verdict check ends the session: a run whose only cells had no
+        # verdict (an install-error) still gets its report, never the last run's left as is.
+        session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
     problem = no_verdict(records)
     if problem:
         session.error(f"{cell.label}: no verdict: {problem}")
-    if not session.parallel:
-        session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
 
 
 # The run's lock, held by this process once it ran a cell (live_runs): a report built
