@@ -147,7 +147,10 @@ def _report(args: argparse.Namespace, call: _Call) -> int:
     # The report is written and shows them; the night still failed.
     _warn(reported.missing, f"planned cell(s) produced no records, so no verdict (see {PLAN_FILE})")
     _warn_unfinished(reported.unfinished)
-    what = "record line(s) could not be read (a resumed run keeps them apart and runs again)"
+    what = (
+        "record line(s) could not be read or were kept out of the history (a resumed run "
+        "keeps unreadable lines apart and runs their cases again)"
+    )
     _warn(reported.unreadable, what, "; ")
     return ExitCode.FAILED if reported.failed else ExitCode.OK
 

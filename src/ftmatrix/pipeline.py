@@ -352,7 +352,7 @@ def report(settings: Settings, *, now: datetime, env: Mapping[str, str] | None =
     env = env or {}
     records_root = settings.out / "records"
     with one_report_at_a_time(settings.out):
-        merged = merge_outputs(settings.out)
+        merged = merge_outputs(settings.out, now=now)
         in_progress = runs_in_progress(records_root, env)
         unfinished = unfinished_cells(records_root, env, {run.run_id for run in in_progress})
         # A cell killed in its first case has no records file but is said as stopped.
