@@ -449,3 +449,30 @@ def test_a_run_whose_only_cell_has_no_verdict_still_writes_its_report(
     assert "the build dies half way" in record["reason"]
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "1 install-error" in summary and "the last run's report" not in summary
+
+
+@pytest.mark.parametrize(
+    ("options", "says", "recorded"),
+    [
+        # nox skipped every session for a Python it could not find: exit 0, no report
+        (["--force-python", "3.99"], "Python interpreter 3.99 not found", False),
+        # nox ran the cells with no venv at all: a traceback, no record
+        (["--no-venv"], "nox made this cell no venv (--no-venv", True),
+        (["--force-venv-backend", "none"], "nox made this cell no venv (--no-venv", True),
+    ],
+)
+def test_a_cell_nox_would_skip_or_run_without_its_venv_is_counted(
+    tmp_path: Path, options: list[str], says: str, recorded: bool
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_a.py").write_text("def test_ok():\n    pass\n")
+    write_matrix(tmp_path, [current_python()])
+    ran = run("nox", tmp_path, *options)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert says in output, output[-4000:]
+    if recorded:  # the cell's one record says why, and the report counts it
+        [record] = records_of(tmp_path / "out")
+        assert (record["status"], record["case"]) == ("install-error", "*")
+        assert "1 install-error" in (tmp_path / "out" / "summary.md").read_text()

@@ -99,6 +99,14 @@ def report_the_rest() -> None:
 INTERPRETERS = interpreters_of(LISTED.loaded, os.environ) if LISTED.loaded else {}
 # Never a download: a Python the machine lacks is the cell's install-error, not nox's skip.
 nox.options.download_python = "never"
+# A session nox skips for a Python it cannot find (`--force-python 3.99`) is a cell that
+# never ran: a failed session (the run's exit code says so), never a quiet skip and exit 0.
+nox.options.error_on_missing_interpreters = True
+# Why a cell cannot start when nox made it no venv of its own.
+NO_VENV = (
+    "nox made this cell no venv (--no-venv, or the 'none' venv backend): a cell runs only "
+    "in a venv of its own, with its pins"
+)
 
 
 def matrix_params(listed: Listing) -> list[Any]:
@@ -250,6 +258,8 @@ def run_matrix_cell(
     context = cell_context(loaded, cell, selection, options, at_once)
     found = INTERPRETERS.get(cell.python)
     cannot_start = found.missing if found is not None else None
+    if cannot_start is None and not session.bin_paths:
+        cannot_start = NO_VENV
     write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)
     PROGRESS.sharing(
         cells_at_once=at_once,
