@@ -409,6 +409,8 @@ PRINTING_CASES = """
 import base64, json, os, shlex
 from urllib.parse import quote
 
+import pytest
+
 PASSPHRASE = os.environ["DEPLOY_PASSPHRASE"]
 WEBHOOK = os.environ["SLACK_WEBHOOK_URL"]
 LONG = os.environ["LONG_TOKEN"]
@@ -444,6 +446,11 @@ def test_machine_paths():
         f"not found in {searched}; see file:///home/zelda/r.html or /Users/zelda; {windows} "
         "file://zelda-pc/share/r.html ?f=%2Fhome%2Fzelda%2Fx.py ../../../home/zelda"
     )
+
+
+@pytest.mark.parametrize("where", ["/home/zelda/data"])  # a path in the case's id
+def test_path_in_an_id(where, record_property):
+    record_property("C:\\\\Users\\\\zelda\\\\cache", where)  # and in a metric
 """
 
 
@@ -469,7 +476,7 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
         "--ftmatrix-record", str(CellFiles.of(out, run_id, "cell1").records),
     )  # fmt: skip
     records = CellFiles.of(out, run_id, "cell1").records.read_text()
-    assert records.count("\n") == 5 and "<redacted:LONG_TOKEN>" in records
+    assert records.count("\n") == 6 and "<redacted:LONG_TOKEN>" in records
     # The runner marks the cell done once its pytest has ended (else: a cell that stopped).
     CellFiles.of(out, run_id, "cell1").done.write_text("{}")
     subprocess.run(
