@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ftmatrix.errors import ExitCode
+from ftmatrix.interpreters import find_interpreters
 
 ROOT = Path(__file__).parent.parent
 HOSTILE = Path(__file__).parent / "data" / "hostile"
@@ -265,3 +266,22 @@ def test_a_uv_setting_uv_refuses_stops_the_run_before_any_cell(
     assert f"UV_* variables set: {variable}" in output or variable in output
     assert ran.returncode == ExitCode.SETTINGS, output[-3000:]
     assert not (tmp_path / "out" / "records").exists()  # no cell began
+
+
+def test_a_broken_interpreter_first_on_path_is_named_not_called_absent(tmp_path: Path) -> None:
+    """A python3.X that cannot run (a pyenv shim of a version not active, a copy missing
+    its libpython) stops uv's search, hiding any working one after it on PATH: the cell's
+    reason says which and why, not that the machine has none."""
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    broken = bin_folder / "python3.9"
+    broken.write_text(
+        "#!/bin/sh\necho 'libpython3.9.so.1.0: cannot open shared object' >&2\nexit 127\n"
+    )
+    broken.chmod(0o755)
+    env = {"PATH": str(bin_folder), "UV_PYTHON_INSTALL_DIR": str(tmp_path / "none")}
+    found = find_interpreters(["3.9"], env)["3.9"]
+    assert found.path is None
+    assert found.missing is not None
+    assert found.missing.startswith("no usable Python 3.9 on this machine (")
+    assert str(broken) in found.missing and "cannot open shared object" in found.missing

@@ -42,12 +42,21 @@ class Interpreter:
 
     version: str
     path: str | None
+    # uv's own words where its search stopped at an interpreter it could not run (a
+    # broken python3.X first on PATH, which hides a working one after it), else None.
+    refused: str | None = None
 
     @property
     def missing(self) -> str | None:
         """Why a cell of this Python cannot start here (None: it can)."""
         if self.path is not None:
             return None
+        if self.refused:
+            return (
+                f"no usable Python {self.version} on this machine ({SOURCE}: {self.refused}; "
+                "ftmatrix never downloads one): mend or remove that interpreter, or put a "
+                "working one before it on PATH"
+            )
         return (
             f"no Python {self.version} on this machine ({SOURCE} found none; ftmatrix never "
             f"downloads one): install it (`uv python install {self.version}`) or put it on PATH"
@@ -81,7 +90,9 @@ def _find(version: str, discovery: tuple[tuple[str, str], ...]) -> Interpreter:
         except (OSError, subprocess.TimeoutExpired):
             return Interpreter(version=version, path=None)
     path = found.stdout.strip().splitlines()[-1:] if found.returncode == 0 else []
-    return Interpreter(version=version, path=path[0] if path else None)
+    said = " ".join(line.strip() for line in found.stderr.splitlines() if line.strip())
+    refused = said if found.returncode != 0 and "Failed to inspect" in said else None
+    return Interpreter(version=version, path=path[0] if path else None, refused=refused)
 
 
 def check_uv_settings(env: Mapping[str, str]) -> None:
