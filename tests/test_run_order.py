@@ -148,3 +148,26 @@ def test_a_run_whose_clock_was_ahead_hides_no_later_run(tmp_path: Path, entry: s
     assert "the clock of the machine that ran them was ahead" in said
     assert said in (out / "summary.md").read_text()
     assert "clock-ahead" not in {r.run_id for r in newest_records(out / "history.sqlite", back=1)}
+
+
+def test_restore_history_keeps_out_a_record_from_a_clock_ahead(tmp_path: Path) -> None:
+    """A published history of an older ftmatrix may hold such records: restored, they
+    would hide every later run of their cell, as merged ones did."""
+    published = tmp_path / "history.jsonl"
+    ahead = make_record(run_id="clock-ahead", finished_at="2031-11-20T03:00:05+00:00")
+    tonight = make_record(run_id="20261125T030000Z-abcdef", status=Status.FAIL, message="broke")
+    published.write_text(
+        json.dumps({"ftmatrix-history": 1})
+        + "".join("\n" + json.dumps({"record": r.to_dict()}) for r in (ahead, tonight))
+        + "\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "restore-history", str(published)],
+        env={**os.environ, "FTMATRIX_OUT": str(tmp_path / "reports")},
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "restore-history: 1 records" in ran.stdout
+    assert "run clock-ahead, cell cpu-py3.11-trl1.16.0: 1 record(s) finished at 2031" in ran.stderr
+    newest = newest_records(tmp_path / "reports" / "history.sqlite")
+    assert [(r.run_id, r.status) for r in newest] == [("20261125T030000Z-abcdef", Status.FAIL)]

@@ -168,7 +168,11 @@ def _restore_history(args: argparse.Namespace, call: _Call) -> int:
     store = call.settings().out / "history.sqlite"
     try:
         added, findings = restore_history(
-            args.source, store, timeout=download_timeout(args.timeout)
+            args.source,
+            store,
+            timeout=download_timeout(args.timeout),
+            now=call.now,
+            say=lambda line: sys.stderr.write(f"ftmatrix: {line}\n"),
         )
     except NotFound as exc:
         if not args.missing_ok:

@@ -225,23 +225,29 @@ def merge_records(
         result = read_records(source)
         records += result.records
         problems += result.problems
+    records, ahead = split_clock_ahead(records, now)
+    added, unchanged = merge(path, records)
+    return MergeResult(added=added, unchanged=unchanged, problems=(*problems, *ahead))
+
+
+def split_clock_ahead(records: Sequence[Record], now: datetime) -> tuple[list[Record], list[str]]:
+    """``records`` without those that finished after ``now`` (:data:`CLOCK_SKEW`), and a
+    line for each cell run of those: what was kept out of the history, and why."""
     ahead: dict[tuple[str, str], list[Record]] = {}
     for record in records:
         finished = _finished(record)
         if finished is not None and finished > now + CLOCK_SKEW:
             ahead.setdefault((record.run_id, record.cell_label), []).append(record)
-    for (run_id, label), kept_out in sorted(ahead.items()):
-        last = max(r.finished_at for r in kept_out)
-        problems.append(
-            f"run {run_id}, cell {label}: {len(kept_out)} record(s) finished at {last}, "
-            f"after this report's time ({now.astimezone(UTC):%Y-%m-%dT%H:%M:%S}+00:00): the "
-            "clock of the machine that ran them was ahead; kept out of the history (as the "
-            "newest results they would hide every later run's) until that time"
-        )
-    if ahead:
-        records = [r for r in records if (r.run_id, r.cell_label) not in ahead]
-    added, unchanged = merge(path, records)
-    return MergeResult(added=added, unchanged=unchanged, problems=tuple(problems))
+    said = [
+        f"run {run_id}, cell {label}: {len(kept_out)} record(s) finished at "
+        f"{max(r.finished_at for r in kept_out)}, after this report's time "
+        f"({now.astimezone(UTC):%Y-%m-%dT%H:%M:%S}+00:00): the clock of the machine that ran "
+        "them was ahead; kept out of the history (as the newest results they would hide every "
+        "later run's) until that time"
+        for (run_id, label), kept_out in sorted(ahead.items())
+    ]
+    kept = [r for r in records if (r.run_id, r.cell_label) not in ahead] if ahead else records
+    return list(kept), said
 
 
 def _finished(record: Record) -> datetime | None:
