@@ -15,6 +15,7 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, quote_plus
@@ -29,7 +30,10 @@ from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.redact import redact_text
 from ftmatrix.cell.status import Status
+from ftmatrix.config import load_matrix
 from ftmatrix.errors import PackageIndexError
+from ftmatrix.plan import Installability, plan_cells
+from ftmatrix.planview import write_installability
 from ftmatrix.report.render import render_report
 from ftmatrix.store import merge_outputs
 
@@ -500,3 +504,39 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
             assert piece.encode() not in body, (path.name, piece)
     for path in published:  # the records keep raw paths on the runner; no published file
         assert b"zelda" not in path.read_bytes(), path.name
+
+
+def test_the_plans_findings_publish_no_secret_and_no_machine_path(tmp_path: Path) -> None:
+    """The report publishes the plan's installability findings: the matrix file's path and
+    uv's reasons, which may name an index URL holding a token or a find-links folder."""
+    folder = tmp_path / "home" / "zelda" / "proj"
+    folder.mkdir(parents=True)
+    (folder / "matrix.yaml").write_text(
+        'strategy: pairwise\npackages:\n  six: ["1.16.0", "1.17.0"]\n  attrs: ["24.1.0", "25.3.0"]\n'
+    )
+    matrix = load_matrix(folder / "matrix.yaml", default_python="3.11")
+    token = "zq8x7c6v5b4nQ"
+
+    def oracle(queries: Sequence[Mapping[str, str | None]]) -> list[Installability]:
+        refused = {"six": "1.16.0", "attrs": "25.3.0"}
+        return [
+            Installability(
+                installable=False,
+                reason=f"Failed to fetch: https://pypi.fury.io/{token}/acme/six/ "
+                "(find-links /home/zelda/wheels)",
+            )
+            if refused.items() <= q.items()
+            else Installability(installable=True)
+            for q in queries
+        ]
+
+    out = tmp_path / "reports"
+    write_installability(
+        out, "20261125T000000Z-abcdef", plan_cells(matrix, oracle), {"FURY_TOKEN": token}
+    )
+    render_report(out, now=datetime(2026, 11, 25, tzinfo=UTC))
+    results = json.loads((out / "results.json").read_text())
+    assert results["installability"]["impossible_pairs"], results["installability"]
+    for name in ("results.json", "index.html", "summary.md"):
+        body = (out / name).read_text()
+        assert token not in body and "zelda" not in body, name

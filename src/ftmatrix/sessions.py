@@ -260,7 +260,7 @@ def run_matrix_cell(
     cannot_start = found.missing if found is not None else None
     if cannot_start is None and not session.bin_paths:
         cannot_start = NO_VENV
-    write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)
+    write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan, os.environ)
     PROGRESS.sharing(
         cells_at_once=at_once,
         workers=worker_count(loaded.matrix.limits),
