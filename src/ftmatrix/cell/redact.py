@@ -96,8 +96,7 @@ VALUE_AFTER = re.compile(
 # Lower-case names are words of code and prose too ("pad_token", "key"): only these.
 LOWER_SECRET_NAME = re.compile(
     r"(?:^|[_.-])(?:password|passwd|passphrase|secret|client_secret|api_?key|private_key"
-    r"|access_token|auth_token|refresh_token|api_token|hf_token|webhook_url|credentials?)$"
-    r"|^token$",  # token=... alone; pad_token=, eos_token= are words of code
+    r"|access_token|auth_token|refresh_token|api_token|hf_token|webhook_url|credentials?)$",
     re.IGNORECASE,
 )
 # A command line's option of a secret-looking name and its value (``--hf-token X``,
@@ -471,6 +470,13 @@ def _name_before(text: str, at: int) -> str:
     return name if name[:1].isascii() and name[:1].isalpha() else ""
 
 
+def _quoted_token(name: str, text: str, value_at: int) -> bool:
+    """``token='...'``: a literal given to ``token`` (a hub call's keyword). Unquoted it is
+    code (``token=self.token``, ``token=kwargs.get("token")``), as frameworks' source
+    lines in a traceback show it, and stays."""
+    return name == "token" and text[value_at - 1 : value_at] in ("'", '"')
+
+
 def _assigned_values_masked(text: str) -> str:
     pieces: list[str] = []
     end = 0
@@ -482,7 +488,8 @@ def _assigned_values_masked(text: str) -> str:
         value = VALUE_AFTER.match(text, at)
         if not value or len(value[1]) < SHORTEST_SECRET or value[1].startswith("<redacted"):
             continue
-        if not _secret_assignee(_name_before(text, at)):
+        name = _name_before(text, at)
+        if not _secret_assignee(name) and not _quoted_token(name, text, value.start(1)):
             continue
         pieces += [text[end : value.start(1)], "<redacted>"]
         end = value.end(1)
