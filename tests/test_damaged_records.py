@@ -92,11 +92,12 @@ def test_the_report_says_so_in_every_form_and_exits_1(tmp_path: Path) -> None:
     )  # fmt: skip
     assert ran.returncode == 1, ran.stderr
     assert "Traceback" not in ran.stderr
-    assert "ftmatrix: 3 record line(s) could not be read" in ran.stderr
+    assert "ftmatrix: 3 record line(s) could not be read or were kept out" in ran.stderr
     results = json.loads((tmp_path / "results.json").read_text())
     assert len(results["unreadable_records"]) == 3
     assert "a torn line" in results["unreadable_records"][2]
-    assert "**3 record line(s) could not be read:**" in (tmp_path / "summary.md").read_text()
+    summary = (tmp_path / "summary.md").read_text()
+    assert "**3 record line(s) could not be read or were kept out of the history:**" in summary
     page = (tmp_path / "index.html").read_text()
     assert "3 record line(s) could not be read" in page
     # Said once, in the notices at the top: not again at the bottom of the page.

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ftmatrix.errors import ExitCode
+from ftmatrix.interpreters import find_interpreters
 
 ROOT = Path(__file__).parent.parent
 HOSTILE = Path(__file__).parent / "data" / "hostile"
@@ -227,3 +228,60 @@ def test_a_read_only_output_folder_gets_one_message_and_keeps_what_it_holds(
     assert f"FTMATRIX_OUT={out}: cannot be written ({out}: Read-only file system)" in output
     assert ran.returncode == ExitCode.SETTINGS, output[-3000:]
     assert kept.read_text() == '{"kept": true}\n'
+
+
+@pytest.mark.parametrize("entry", ["cli-run", "cli-plan", "nox-matrix"])
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("UV_PYTHON_PREFERENCE", "bogus", "invalid value 'bogus' for '--python-preference"),
+        ("UV_VENV_SEED", "maybe", "`UV_VENV_SEED` with invalid value `maybe`"),
+        ("UV_CACHE_DIR", "{tmp}/a-file", "Failed to initialize cache at"),
+    ],
+)
+def test_a_uv_setting_uv_refuses_stops_the_run_before_any_cell(
+    tmp_path: Path, entry: str, variable: str, value: str, says: str
+) -> None:
+    """Every venv, install and interpreter search would fail (the plan called every Python
+    missing; nox found no uv and printed a traceback per cell): one line, before any cell."""
+    (tmp_path / "a-file").write_text("not a folder")
+    argv = {
+        "cli-run": [sys.executable, "-m", "ftmatrix", "run"],
+        "cli-plan": [sys.executable, "-m", "ftmatrix", "plan"],
+        "nox-matrix": [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+        + ["--envdir", str(tmp_path / ".nox"), "-s", "matrix"],
+    }[entry]
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(OK),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+        variable: value.replace("{tmp}", str(tmp_path)),
+    }
+    ran = subprocess.run(
+        argv, env=env, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120
+    )
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert "uv refuses this environment's settings" in output and says in output, output[-3000:]
+    assert f"UV_* variables set: {variable}" in output or variable in output
+    assert ran.returncode == ExitCode.SETTINGS, output[-3000:]
+    assert not (tmp_path / "out" / "records").exists()  # no cell began
+
+
+def test_a_broken_interpreter_first_on_path_is_named_not_called_absent(tmp_path: Path) -> None:
+    """A python3.X that cannot run (a pyenv shim of a version not active, a copy missing
+    its libpython) stops uv's search, hiding any working one after it on PATH: the cell's
+    reason says which and why, not that the machine has none."""
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    broken = bin_folder / "python3.9"
+    broken.write_text(
+        "#!/bin/sh\necho 'libpython3.9.so.1.0: cannot open shared object' >&2\nexit 127\n"
+    )
+    broken.chmod(0o755)
+    env = {"PATH": str(bin_folder), "UV_PYTHON_INSTALL_DIR": str(tmp_path / "none")}
+    found = find_interpreters(["3.9"], env)["3.9"]
+    assert found.path is None
+    assert found.missing is not None
+    assert found.missing.startswith("no usable Python 3.9 on this machine (")
+    assert str(broken) in found.missing and "cannot open shared object" in found.missing

@@ -8,12 +8,14 @@ token-shaped literals, with its console output checked too.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, quote_plus
@@ -21,14 +23,17 @@ from urllib.parse import quote, quote_plus
 import pytest
 from _pytest._io.saferepr import saferepr
 from conftest import make_record
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.redact import redact_text
 from ftmatrix.cell.status import Status
+from ftmatrix.config import load_matrix
 from ftmatrix.errors import PackageIndexError
+from ftmatrix.plan import Installability, plan_cells
+from ftmatrix.planview import write_installability
 from ftmatrix.report.render import render_report
 from ftmatrix.store import merge_outputs
 
@@ -109,6 +114,95 @@ def test_a_value_is_masked_in_every_form_a_tool_prints_it(printed: str) -> None:
     assert "<redacted:DEPLOY_PASSPHRASE>" in out
 
 
+# A value split where a wrapper broke its line, the next line as pytest starts it.
+def wrapped(text: str) -> str:
+    return text[: len(text) // 2] + "\nE   " + text[len(text) // 2 :]
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    ("printed", "masked"),
+    [
+        # base64: alone, URL-safe, and inside a longer encoded text (a docker config's
+        # "auth", a Basic Authorization header): the groups it shares go with it
+        (b64(PASSPHRASE), "<redacted:DEPLOY_PASSPHRASE>"),
+        (base64.urlsafe_b64encode(PASSPHRASE.encode()).decode(), "<redacted:DEPLOY_PASSPHRASE>"),
+        (json.dumps({"auth": b64("ci-bot:" + PASSPHRASE)}), '{"auth": "Y2ktYm90<redacted:DEPLOY_PASSPHRASE>"}'),
+        (json.dumps({"auth": b64("u:" + PASSPHRASE)}), '{"auth": "<redacted:DEPLOY_PASSPHRASE>"}'),
+        # another letter case
+        (PASSPHRASE.upper(), "<redacted:DEPLOY_PASSPHRASE>"),
+        # split where a wrapped traceback line broke it, in a word or at a blank
+        (wrapped(PASSPHRASE), "<redacted:DEPLOY_PASSPHRASE>\nE   <redacted:DEPLOY_PASSPHRASE>"),
+        ("c0rrect\\horse'batt\"ery\n  staple&%", "<redacted:DEPLOY_PASSPHRASE>\n  <redacted:DEPLOY_PASSPHRASE>"),
+    ],
+)  # fmt: skip
+def test_a_value_is_masked_in_the_forms_the_first_round_missed(printed: str, masked: str) -> None:
+    assert redact_text(printed, {"DEPLOY_PASSPHRASE": PASSPHRASE}) == masked
+
+
+SLASHED = "Zq9/xT+u3\u00e9$k#Lw2pQ8r"  # a slash, a character past ASCII
+
+
+@pytest.mark.parametrize(
+    "printed",
+    [
+        json.dumps(SLASHED).replace("/", "\\/"),  # JSON's escaped slash (PHP, some JS)
+        json.dumps(SLASHED, ensure_ascii=False).replace("/", "\\/"),
+        ascii(SLASHED),  # ascii(), %a
+        repr(SLASHED.encode()).upper(),
+    ],
+)
+def test_a_value_is_masked_as_json_and_ascii_escape_it(printed: str) -> None:
+    out = redact_text(f"sent {printed}", {"MY_API_KEY": SLASHED})
+    assert "xt+u3" not in out.lower() and "lw2pq8r" not in out.lower(), out
+
+
+PEM = (
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n"
+    "-----END PRIVATE KEY-----"
+)
+
+
+def test_each_line_of_a_value_of_several_lines_is_masked() -> None:
+    """A PEM key in a variable, logged line by line behind a prefix, or one line alone."""
+    logged = "\n".join(f"INFO {line}" for line in PEM.splitlines())
+    out = redact_text(logged + "\nbad line: " + PEM.splitlines()[2], {"SA_PRIVATE_KEY": PEM})
+    assert "MIIEvQ" not in out and "MzEfYy" not in out, out
+    assert out.startswith("INFO <redacted:SA_PRIVATE_KEY>\nINFO <redacted:SA_PRIVATE_KEY>")
+    # A PEM private key's body is masked by its shape too, whatever holds it.
+    assert "MIIEvQ" not in redact_text(PEM, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("+ huggingface-cli login --token zq8x7c6v5b4n --add-to-git-credential", "zq8x7c"),
+        ("wandb login --api-key=zq8x7c6v5b4n", "zq8x7c"),
+        ("psql --password 'zq8x7c6v5b4n' -h db", "zq8x7c"),
+        ("train.py --hub-token zq8x7c6v5b4n", "zq8x7c"),
+        ("from_pretrained('m', token='zq8x7c6v5b4n')", "zq8x7c"),
+        ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "eyJzdWIi"),
+        ("SLACK xoxb-123456789012-abcdefghijkl", "abcdefghijkl"),
+        ("key AIzaSyA-1234567890abcdefghijklmnopqrstu", "1234567890abc"),
+    ],
+)  # fmt: skip
+def test_a_secret_option_or_shape_in_the_text_is_masked(text: str, secret: str) -> None:
+    assert secret not in redact_text(text, {})
+
+
+def test_options_and_words_of_code_near_secret_names_stay() -> None:
+    text = (
+        "--max-tokens 512 --pad-token <eos> --tokenizer-name gpt2 --token -x pad_token=eos_token"
+        ' token=self.token, token=load_config.download_kwargs.get("token")'  # framework code
+    )
+    assert redact_text(text, {}) == text
+
+
 TOOL_FORMS = {
     "repr": repr,
     "repr in JSON": lambda v: json.dumps(repr(v)),
@@ -120,6 +214,13 @@ TOOL_FORMS = {
     "URL form": quote_plus,
     "shell": shlex.quote,
     "HTML": html.escape,
+    "ascii": ascii,
+    "JSON slash": lambda v: json.dumps(v).replace("/", "\\/"),
+    "base64": b64,
+    "base64 inside": lambda v: b64("user:" + v),
+    "upper case": str.upper,
+    "lower case": str.lower,
+    "wrapped": wrapped,
 }
 
 
@@ -131,6 +232,10 @@ TOOL_FORMS = {
     tool=st.sampled_from(sorted(TOOL_FORMS)),
 )
 def test_any_value_in_any_tool_form_is_masked(value: str, tool: str) -> None:
+    if tool == "wrapped":  # a wrapper breaks a line in a word, or at one space it drops
+        half = len(value) // 2
+        assume("\n" not in value and value[half - 1] != "\t" and value[half] not in " \t")
+        assume(value[half - 2 : half] != "  ")
     printed = TOOL_FORMS[tool](value)
     out = redact_text(f"E   assert {printed} == 1", {"SIGNING_PASSPHRASE": value})
     assert printed not in out, (printed, out)
@@ -308,12 +413,15 @@ def test_a_real_cell_publishes_and_prints_no_secret(tmp_path: Path) -> None:
 
 
 PRINTING_CASES = """
-import json, os, shlex
+import base64, json, os, shlex
 from urllib.parse import quote
+
+import pytest
 
 PASSPHRASE = os.environ["DEPLOY_PASSPHRASE"]
 WEBHOOK = os.environ["SLACK_WEBHOOK_URL"]
 LONG = os.environ["LONG_TOKEN"]
+KEY_LINE = os.environ["SA_PRIVATE_KEY"].splitlines()[1]
 
 
 def test_repr_of_a_value():
@@ -330,9 +438,26 @@ def test_escaped_forms(record_property):
     raise AssertionError("posted " + quote(PASSPHRASE, safe="") + " with DB_PASSPHRASE=hunter22ab")
 
 
+def test_other_forms(record_property):
+    record_property("docker", json.dumps({"auth": base64.b64encode(b"bot:" + PASSPHRASE.encode()).decode()}))
+    print(json.dumps({"hook": WEBHOOK}).replace("/", "\\\\/"), PASSPHRASE.upper(), KEY_LINE)
+    print("+ huggingface-cli login --token zq8x7c6v5b4nQ")
+    half = len(PASSPHRASE) // 2
+    raise AssertionError(PASSPHRASE[:half] + "\\n" + PASSPHRASE[half:])
+
+
 def test_machine_paths():
     searched = ":".join(["/home/zelda/src", "/srv/zelda/lib", "/opt/ci zelda/work dir/pkgs"])
-    raise AssertionError(f"not found in {searched}; see file:///home/zelda/r.html or /Users/zelda")
+    windows = json.dumps(["C:\\\\Users\\\\zelda\\\\x.py", "\\\\\\\\zelda-nas\\\\share\\\\x.py"])
+    raise AssertionError(
+        f"not found in {searched}; see file:///home/zelda/r.html or /Users/zelda; {windows} "
+        "file://zelda-pc/share/r.html ?f=%2Fhome%2Fzelda%2Fx.py ../../../home/zelda"
+    )
+
+
+@pytest.mark.parametrize("where", ["/home/zelda/data"])  # a path in the case's id
+def test_path_in_an_id(where, record_property):
+    record_property("C:\\\\Users\\\\zelda\\\\cache", where)  # and in a metric
 """
 
 
@@ -344,6 +469,7 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
         ("DEPLOY_PASSPHRASE", PASSPHRASE),
         ("SLACK_WEBHOOK_URL", WEBHOOK),
         ("LONG_TOKEN", LONG_TOKEN),
+        ("SA_PRIVATE_KEY", PEM),
     ]:
         monkeypatch.setenv(name, value)
     out = tmp_path / "reports"
@@ -357,7 +483,7 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
         "--ftmatrix-record", str(CellFiles.of(out, run_id, "cell1").records),
     )  # fmt: skip
     records = CellFiles.of(out, run_id, "cell1").records.read_text()
-    assert records.count("\n") == 4 and "<redacted:LONG_TOKEN>" in records
+    assert records.count("\n") == 6 and "<redacted:LONG_TOKEN>" in records
     # The runner marks the cell done once its pytest has ended (else: a cell that stopped).
     CellFiles.of(out, run_id, "cell1").done.write_text("{}")
     subprocess.run(
@@ -373,9 +499,47 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
     assert {"index.html", "summary.md", "results.json", "site/index.html"} <= names
     pieces = ["c0rrect", "horse", "staple", "xyzWebhookSecret42", "hunter22ab", "000q001q"]
     pieces += [LONG_TOKEN[i : i + 8] for i in range(0, len(LONG_TOKEN) - 8, 8)]
+    docker = b64("bot:" + PASSPHRASE)
+    pieces += ["HORSE", "STAPLE", "MIIEvQ", "zq8x7c6v5b4nQ", docker[8:16], docker[-12:-4]]
     for path in [*published, CellFiles.of(out, run_id, "cell1").records, out / "history.sqlite"]:
         body = path.read_bytes()
         for piece in pieces:
             assert piece.encode() not in body, (path.name, piece)
     for path in published:  # the records keep raw paths on the runner; no published file
         assert b"zelda" not in path.read_bytes(), path.name
+
+
+def test_the_plans_findings_publish_no_secret_and_no_machine_path(tmp_path: Path) -> None:
+    """The report publishes the plan's installability findings: the matrix file's path and
+    uv's reasons, which may name an index URL holding a token or a find-links folder."""
+    folder = tmp_path / "home" / "zelda" / "proj"
+    folder.mkdir(parents=True)
+    (folder / "matrix.yaml").write_text(
+        'strategy: pairwise\npackages:\n  six: ["1.16.0", "1.17.0"]\n  attrs: ["24.1.0", "25.3.0"]\n'
+    )
+    matrix = load_matrix(folder / "matrix.yaml", default_python="3.11")
+    token = "zq8x7c6v5b4nQ"
+
+    def oracle(queries: Sequence[Mapping[str, str | None]]) -> list[Installability]:
+        refused = {"six": "1.16.0", "attrs": "25.3.0"}
+        return [
+            Installability(
+                installable=False,
+                reason=f"Failed to fetch: https://pypi.fury.io/{token}/acme/six/ "
+                "(find-links /home/zelda/wheels)",
+            )
+            if refused.items() <= q.items()
+            else Installability(installable=True)
+            for q in queries
+        ]
+
+    out = tmp_path / "reports"
+    write_installability(
+        out, "20261125T000000Z-abcdef", plan_cells(matrix, oracle), {"FURY_TOKEN": token}
+    )
+    render_report(out, now=datetime(2026, 11, 25, tzinfo=UTC))
+    results = json.loads((out / "results.json").read_text())
+    assert results["installability"]["impossible_pairs"], results["installability"]
+    for name in ("results.json", "index.html", "summary.md"):
+        body = (out / name).read_text()
+        assert token not in body and "zelda" not in body, name

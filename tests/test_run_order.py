@@ -111,3 +111,63 @@ def test_restore_history_refuses_a_bad_run_id_in_one_line(tmp_path: Path) -> Non
     assert not (tmp_path / "reports" / "history.sqlite").exists() or not newest_records(
         tmp_path / "reports" / "history.sqlite"
     )
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_run_whose_clock_was_ahead_hides_no_later_run(tmp_path: Path, entry: str) -> None:
+    """A runner whose clock was years ahead: ordered by when they ran, its records were the
+    newest of their cell until that date, and the report showed its pass over tonight's fail
+    (a 'fix', exit 0). They are kept out of the history, and the report says why."""
+    out = tmp_path / "reports"
+    ahead = make_record(
+        run_id="clock-ahead",
+        started_at="2031-11-20T03:00:00+00:00",
+        finished_at="2031-11-20T03:00:05+00:00",
+    )
+    CellRecordFile(CellFiles.of(out, "clock-ahead", ahead.cell_id).records).add(ahead)
+    write(out, "20261125T030000Z-abcdef", 25, Status.FAIL)  # tonight's, in real time
+    if entry == "cli":
+        ran = report_cli(out)
+    else:
+        ran = subprocess.run(
+            [sys.executable, "-m", "nox", "-f", str(Path(__file__).parent.parent / "noxfile.py")]
+            + ["-s", "report"],
+            env={**os.environ, "FTMATRIX_OUT": str(out)},
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output[-3000:]
+    assert "Traceback" not in output
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["run_id"], r["status"]) for r in results["records"]] == [
+        ("20261125T030000Z-abcdef", "fail")
+    ]
+    assert results["changes"] == []
+    [said] = results["unreadable_records"]
+    assert said.startswith("run clock-ahead, cell cpu-py3.11-trl1.16.0: 1 record(s) finished")
+    assert "the clock of the machine that ran them was ahead" in said
+    assert said in (out / "summary.md").read_text()
+    assert "clock-ahead" not in {r.run_id for r in newest_records(out / "history.sqlite", back=1)}
+
+
+def test_restore_history_keeps_out_a_record_from_a_clock_ahead(tmp_path: Path) -> None:
+    """A published history of an older ftmatrix may hold such records: restored, they
+    would hide every later run of their cell, as merged ones did."""
+    published = tmp_path / "history.jsonl"
+    ahead = make_record(run_id="clock-ahead", finished_at="2031-11-20T03:00:05+00:00")
+    tonight = make_record(run_id="20261125T030000Z-abcdef", status=Status.FAIL, message="broke")
+    published.write_text(
+        json.dumps({"ftmatrix-history": 1})
+        + "".join("\n" + json.dumps({"record": r.to_dict()}) for r in (ahead, tonight))
+        + "\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "restore-history", str(published)],
+        env={**os.environ, "FTMATRIX_OUT": str(tmp_path / "reports")},
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "restore-history: 1 records" in ran.stdout
+    assert "run clock-ahead, cell cpu-py3.11-trl1.16.0: 1 record(s) finished at 2031" in ran.stderr
+    newest = newest_records(tmp_path / "reports" / "history.sqlite")
+    assert [(r.run_id, r.status) for r in newest] == [("20261125T030000Z-abcdef", Status.FAIL)]

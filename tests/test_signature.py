@@ -346,6 +346,16 @@ def test_cleaning_a_megabyte_of_text_is_linear(text: str) -> None:
         # file:// URLs are paths
         ("see file:///home/zelda/proj/report.html", "see file:<path>/report.html"),
         ("FILE://localhost/srv/zelda/b.txt", "file:<path>/b.txt"),
+        # ... and a file:// URL's host
+        ("file://zelda-pc/share/zelda/r.html", "file:<path>/r.html"),
+        # Windows paths as repr() and JSON print them (backslashes doubled), and UNC paths
+        ('{"p": "C:\\\\Users\\\\zelda\\\\x.py"}', '{"p": "~\\\\x.py"}'),
+        ("'D:\\\\ci\\\\zelda\\\\x.py'", "'<path>/x.py'"),
+        ("\\\\zelda-nas\\share\\zelda\\x.py", "<path>/x.py"),
+        # a home folder's owner after ../ or at a path's end, and percent-encoded paths
+        ("../../../home/zelda", "<path>/..~"),
+        ("GET /open?f=%2Fhome%2Fzelda%2Fx.py", "GET /open?f=~%2Fx.py"),
+        ("q=%2fsrv%2fzelda%2fx.py&y=1", "q=<path>%2Fx.py&y=1"),
     ],
 )  # fmt: skip
 def test_every_machine_path_loses_its_folders(text: str, cleaned: str) -> None:
@@ -358,6 +368,7 @@ def test_every_machine_path_loses_its_folders(text: str, cleaned: str) -> None:
     [
         "https://github.com/o/r/blob/main/x.py and http://localhost:8080/simple/x/",
         "ratio 3/4/5 and a/b/c, time 12:30:01",
+        "see https://example.com/home/about or www.example.org/Users/list",
     ],
 )
 def test_what_is_not_a_machine_path_stays(text: str) -> None:

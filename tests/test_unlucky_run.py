@@ -89,6 +89,20 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
         "import sys\n\n\ndef test_ok():\n    assert sys.version_info >= (3, 9)\n"
     )
     write_matrix(tmp_path, [current_python(), missing])
+    # Other code from outside the cases: pytest settings above them that load a plugin,
+    # and the caller's PYTHONPATH (a sitecustomize.py, a module PYTEST_PLUGINS names),
+    # each leaving a file where it runs in a cell (under .nox; the host runs it too).
+    site = tmp_path / "site"
+    site.mkdir()
+    leave = (
+        "import pathlib, sys\n"
+        "if '.nox' in sys.prefix:\n"
+        "    (pathlib.Path(__file__).parent.parent / ('RAN_' + __name__)).write_text('ran')\n"
+    )
+    for module in ("sitecustomize", "env_plugin", "ini_plugin"):
+        (site / f"{module}.py").write_text(leave)
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p ini_plugin\npythonpath = site\n")
+    outside = {"PYTHONPATH": str(site), "PYTEST_PLUGINS": "env_plugin"}
 
     planned = subprocess.run(
         [sys.executable, "-m", "ftmatrix", "plan", "--json"],
@@ -100,20 +114,21 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
     assert plan["interpreters"]["found"][missing] is None
     assert plan["interpreters"]["found"][current_python()]
 
-    ran = run(entry, tmp_path)
+    ran = run(entry, tmp_path, **outside)
     output = ran.stdout + ran.stderr
     assert ran.returncode == 1, output[-4000:]
     assert "Traceback" not in output, output[-4000:]
-    assert f"no Python {missing} on this machine" in output
+    assert f"Python {missing} on this machine" in output
     assert "Failed to download" not in output  # no interpreter is ever downloaded
     by_python = {r["python"]: r for r in records_of(tmp_path / "out")}
     assert by_python[current_python()]["status"] == "pass"
     stuck = by_python[missing]
     assert (stuck["status"], stuck["case"]) == ("install-error", "*")
-    assert f"no Python {missing} on this machine" in stuck["reason"]
+    assert f"Python {missing} on this machine" in stuck["reason"]
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "1 pass, 1 install-error" in summary
     assert not (tmp_path / "ABOVE_RAN").exists()
+    assert sorted(p.name for p in tmp_path.glob("RAN_*")) == []
     assert (cases / "OWN_RAN").exists()
 
 
@@ -386,3 +401,78 @@ def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
     assert resumed.returncode == 0, output[-4000:]
     newest = [r for r in records_of(small_disk) if r["run_id"] == "20261127T040000Z"]
     assert sorted(r["case"].split("::")[-1] for r in newest) == sorted(found)
+
+
+HALF_BUILT = """
+import sys
+from setuptools import setup
+
+if "bdist_wheel" in sys.argv:
+    raise SystemExit("halfpkg: the build dies half way")
+setup(name="halfpkg", version="1.0", py_modules=["halfpkg"])
+"""
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_run_whose_only_cell_has_no_verdict_still_writes_its_report(
+    tmp_path: Path, entry: str
+) -> None:
+    """An install that dies half way (metadata builds, the wheel does not): the cell's one
+    record is an install-error, and the report says so. Its session used to end before it
+    queued the report: the last run's report stayed, green, as if it were this one's."""
+    source = tmp_path / "halfpkg-1.0"
+    source.mkdir()
+    (source / "setup.py").write_text(HALF_BUILT)
+    (source / "halfpkg.py").write_text("")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    subprocess.run(
+        ["tar", "czf", str(wheels / "halfpkg-1.0.tar.gz"), "-C", str(tmp_path), "halfpkg-1.0"],
+        check=True,
+    )
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_a.py").write_text("def test_ok():\n    pass\n")
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{current_python()}"]\n'
+        'packages:\n  six: ["1.17.0"]\n  halfpkg: ["1.0"]\n'
+        f"install: {{find-links: [{json.dumps(str(wheels))}]}}\n"
+    )
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "summary.md").write_text("# the last run's report\n\n1 pass\n")
+
+    ran = run(entry, tmp_path)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    [record] = records_of(tmp_path / "out")
+    assert (record["status"], record["case"]) == ("install-error", "*")
+    assert "the build dies half way" in record["reason"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "1 install-error" in summary and "the last run's report" not in summary
+
+
+@pytest.mark.parametrize(
+    ("options", "says", "recorded"),
+    [
+        # nox skipped every session for a Python it could not find: exit 0, no report
+        (["--force-python", "3.99"], "Python interpreter 3.99 not found", False),
+        # nox ran the cells with no venv at all: a traceback, no record
+        (["--no-venv"], "nox made this cell no venv (--no-venv", True),
+        (["--force-venv-backend", "none"], "nox made this cell no venv (--no-venv", True),
+    ],
+)
+def test_a_cell_nox_would_skip_or_run_without_its_venv_is_counted(
+    tmp_path: Path, options: list[str], says: str, recorded: bool
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_a.py").write_text("def test_ok():\n    pass\n")
+    write_matrix(tmp_path, [current_python()])
+    ran = run("nox", tmp_path, *options)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert says in output, output[-4000:]
+    if recorded:  # the cell's one record says why, and the report counts it
+        [record] = records_of(tmp_path / "out")
+        assert (record["status"], record["case"]) == ("install-error", "*")
+        assert "1 install-error" in (tmp_path / "out" / "summary.md").read_text()

@@ -31,6 +31,8 @@ OFFLINE_ENV = {
 # Where a cell's venv keeps the bytecode of what its processes imported (one folder per
 # lock): see bytecode_cache.
 BYTECODE_PREFIX = "ftmatrix-bytecode-"
+# The caller's variables a cell never sees (see cell_env).
+CALLERS_ONLY = frozenset({"PYTHONPATH", "PYTEST_PLUGINS"})
 PYTEST_INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 
 
@@ -127,8 +129,11 @@ def cell_env(
     # The plugin needs only the standard library, pytest and packaging. Only a copy of
     # ftmatrix.cell goes on the path: the folder this package is installed in may be a
     # site-packages holding nox, uv, pyyaml or torch, which must not leak into a cell.
-    path = os.pathsep.join(p for p in (str(plugin_root()), env.get("PYTHONPATH", "")) if p)
-    cell = {**env, **OFFLINE_ENV, "PYTHONPATH": path}
+    # Nor does the caller's PYTHONPATH (as tox drops it): its folders' modules would shadow
+    # the cell's pinned packages and its sitecustomize.py run in every process. Nor
+    # PYTEST_PLUGINS, set for some other project's tests: code nobody asked the cell to run.
+    cell = {k: v for k, v in env.items() if k not in CALLERS_ONLY}
+    cell.update(OFFLINE_ENV, PYTHONPATH=str(plugin_root()))
     if bytecode is not None:
         # uv installs no bytecode, so without a place to write it every process (pytest,
         # each rank of a launch) compiled torch, transformers and trl from source again:

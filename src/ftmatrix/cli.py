@@ -147,7 +147,10 @@ def _report(args: argparse.Namespace, call: _Call) -> int:
     # The report is written and shows them; the night still failed.
     _warn(reported.missing, f"planned cell(s) produced no records, so no verdict (see {PLAN_FILE})")
     _warn_unfinished(reported.unfinished)
-    what = "record line(s) could not be read (a resumed run keeps them apart and runs again)"
+    what = (
+        "record line(s) could not be read or were kept out of the history (a resumed run "
+        "keeps unreadable lines apart and runs their cases again)"
+    )
     _warn(reported.unreadable, what, "; ")
     return ExitCode.FAILED if reported.failed else ExitCode.OK
 
@@ -165,7 +168,11 @@ def _restore_history(args: argparse.Namespace, call: _Call) -> int:
     store = call.settings().out / "history.sqlite"
     try:
         added, findings = restore_history(
-            args.source, store, timeout=download_timeout(args.timeout)
+            args.source,
+            store,
+            timeout=download_timeout(args.timeout),
+            now=call.now,
+            say=lambda line: sys.stderr.write(f"ftmatrix: {line}\n"),
         )
     except NotFound as exc:
         if not args.missing_ok:

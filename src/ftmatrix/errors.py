@@ -104,7 +104,8 @@ class WheelhouseError(FatalError):
 
 
 class SettingsError(FatalError, ValueError):
-    """An FTMATRIX_* variable whose value cannot be used."""
+    """An FTMATRIX_* variable whose value cannot be used, or a UV_* setting that stops
+    uv itself (every cell's venv needs uv)."""
 
     return_code = ExitCode.SETTINGS
 

@@ -32,6 +32,7 @@ from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
 from ftmatrix.errors import FatalError, UsageError
 from ftmatrix.index import index_disabled, list_releases
+from ftmatrix.interpreters import check_uv_settings
 from ftmatrix.live_runs import (
     IN_RUN_VARIABLE,
     note_planned,
@@ -95,6 +96,8 @@ def load(
     """
     settings = Settings.from_env(env, root=root, now=now)
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
+    if resolve:  # the resolver, the interpreters and the cells all need uv to start
+        check_uv_settings(env)
     plan = plan_matrix(matrix, env, resolve=resolve, check=check)
     if resolve:
         keep_plan(plan, settings, env, now=now)
@@ -141,6 +144,7 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
         matrix = load_matrix(
             settings.matrix, profile=settings.profile, default_python=settings.python
         )
+        check_uv_settings(env)  # a cell's venv is made by uv: said once, not per cell
         plan = kept_plan(settings, matrix, env, now=now)
         if plan is None:
             plan = plan_matrix(matrix, env)
@@ -348,7 +352,7 @@ def report(settings: Settings, *, now: datetime, env: Mapping[str, str] | None =
     env = env or {}
     records_root = settings.out / "records"
     with one_report_at_a_time(settings.out):
-        merged = merge_outputs(settings.out)
+        merged = merge_outputs(settings.out, now=now)
         in_progress = runs_in_progress(records_root, env)
         unfinished = unfinished_cells(records_root, env, {run.run_id for run in in_progress})
         # A cell killed in its first case has no records file but is said as stopped.

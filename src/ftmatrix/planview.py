@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.interpreters import SOURCE, Interpreter, find_interpreters
 from ftmatrix.messages import conflict_summary
@@ -129,10 +130,15 @@ def installability_json(plan: Plan) -> dict[str, Any]:
     }
 
 
-def write_installability(out: Path, run_id: str, plan: Plan) -> None:
-    """Keep the plan's installability findings beside the run's records, for the report."""
+def write_installability(
+    out: Path, run_id: str, plan: Plan, env: Mapping[str, str] | None = None
+) -> None:
+    """Keep the plan's installability findings beside the run's records, for the report:
+    redacted for ``env`` as a record is (uv's reasons may name an index URL or a path that
+    holds a token), since the report publishes them."""
     if plan.covering is not None:
         document = {"matrix": plan.matrix.source, **installability_json(plan)}
+        document = Redactor(env or {}).data(document)
         write_atomically(
             out / "records" / run_id / INSTALLABILITY_FILE, json.dumps(document, indent=1)
         )

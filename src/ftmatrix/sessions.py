@@ -70,6 +70,10 @@ LISTED = list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
 # and matrix print it as the CLI does) or, where none runs (`nox -l`, `nox -s lint`),
 # when nox exits.
 UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None else []
+if LISTED.problem is not None:
+    # Nothing is built for a matrix that is refused: its one session needs no venv backend
+    # (uv itself may be what refused the run, and nox fails to find it with a traceback).
+    nox.options.default_venv_backend = "none"
 
 
 # nox's options that list the sessions and run none.
@@ -95,6 +99,14 @@ def report_the_rest() -> None:
 INTERPRETERS = interpreters_of(LISTED.loaded, os.environ) if LISTED.loaded else {}
 # Never a download: a Python the machine lacks is the cell's install-error, not nox's skip.
 nox.options.download_python = "never"
+# A session nox skips for a Python it cannot find (`--force-python 3.99`) is a cell that
+# never ran: a failed session (the run's exit code says so), never a quiet skip and exit 0.
+nox.options.error_on_missing_interpreters = True
+# Why a cell cannot start when nox made it no venv of its own.
+NO_VENV = (
+    "nox made this cell no venv (--no-venv, or the 'none' venv backend): a cell runs only "
+    "in a venv of its own, with its pins"
+)
 
 
 def matrix_params(listed: Listing) -> list[Any]:
@@ -246,7 +258,9 @@ def run_matrix_cell(
     context = cell_context(loaded, cell, selection, options, at_once)
     found = INTERPRETERS.get(cell.python)
     cannot_start = found.missing if found is not None else None
-    write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan)
+    if cannot_start is None and not session.bin_paths:
+        cannot_start = NO_VENV
+    write_installability(loaded.settings.out, loaded.settings.run_id, loaded.plan, os.environ)
     PROGRESS.sharing(
         cells_at_once=at_once,
         workers=worker_count(loaded.matrix.limits),
@@ -286,11 +300,13 @@ def run_matrix_cell(
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         + f"; pytest's output: {files.log}"
     )
+    if not session.parallel:
+        # Queued before the verdict check ends the session: a run whose only cells had no
+        # verdict (an install-error) still gets its report, never the last run's left as is.
+        session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
     problem = no_verdict(records)
     if problem:
         session.error(f"{cell.label}: no verdict: {problem}")
-    if not session.parallel:
-        session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
 
 
 # The run's lock, held by this process once it ran a cell (live_runs): a report built

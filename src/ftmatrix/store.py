@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -205,24 +206,66 @@ def history(path: Path) -> Iterator[sqlite3.Connection]:
         ) from None
 
 
-def merge_records(path: Path, sources: Sequence[Path]) -> MergeResult:
-    """Merge every record file under ``sources`` (folders or files) into the history."""
+# A record that finished later than this after the merge's own clock came from a machine
+# whose clock was ahead (a runner set years ahead): runs are ordered by when they ran, so
+# in the history it would be the newest result of its cell and hide every later run's.
+CLOCK_SKEW = timedelta(hours=1)
+
+
+def merge_records(
+    path: Path, sources: Sequence[Path], *, now: datetime | None = None
+) -> MergeResult:
+    """Merge every record file under ``sources`` (folders or files) into the history,
+    except the records that finished after ``now`` (default: the clock's; see
+    :data:`CLOCK_SKEW`): kept out, each cell run's said as a problem, until their time."""
+    now = now or datetime.now(UTC)
     records: list[Record] = []
     problems: list[str] = []
     for source in sources:
         result = read_records(source)
         records += result.records
         problems += result.problems
+    records, ahead = split_clock_ahead(records, now)
     added, unchanged = merge(path, records)
-    return MergeResult(added=added, unchanged=unchanged, problems=tuple(problems))
+    return MergeResult(added=added, unchanged=unchanged, problems=(*problems, *ahead))
 
 
-def merge_outputs(out_dir: Path) -> MergeResult:
+def split_clock_ahead(records: Sequence[Record], now: datetime) -> tuple[list[Record], list[str]]:
+    """``records`` without those that finished after ``now`` (:data:`CLOCK_SKEW`), and a
+    line for each cell run of those: what was kept out of the history, and why."""
+    ahead: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        finished = _finished(record)
+        if finished is not None and finished > now + CLOCK_SKEW:
+            ahead.setdefault((record.run_id, record.cell_label), []).append(record)
+    said = [
+        f"run {run_id}, cell {label}: {len(kept_out)} record(s) finished at "
+        f"{max(r.finished_at for r in kept_out)}, after this report's time "
+        f"({now.astimezone(UTC):%Y-%m-%dT%H:%M:%S}+00:00): the clock of the machine that ran "
+        "them was ahead; kept out of the history (as the newest results they would hide every "
+        "later run's) until that time"
+        for (run_id, label), kept_out in sorted(ahead.items())
+    ]
+    kept = [r for r in records if (r.run_id, r.cell_label) not in ahead] if ahead else records
+    return list(kept), said
+
+
+def _finished(record: Record) -> datetime | None:
+    """When ``record`` finished, in UTC (None: no time that can be read)."""
+    try:
+        finished = datetime.fromisoformat(record.finished_at.replace("Z", "+00:00"))
+    except (ValueError, TypeError):
+        return None
+    return finished if finished.tzinfo else finished.replace(tzinfo=UTC)
+
+
+def merge_outputs(out_dir: Path, *, now: datetime | None = None) -> MergeResult:
     """Merge a reports folder's record files (``records/``), bisect findings
     (``bisect/*/finding.json``) and proofs (``proofs/*/proof.json``) into its history,
-    ``history.sqlite``."""
+    ``history.sqlite``. ``now``: the merge's time (default: the clock's), past which no
+    record can have finished."""
     store = out_dir / "history.sqlite"
-    merged = merge_records(store, [out_dir / "records"])
+    merged = merge_records(store, [out_dir / "records"], now=now)
     merge_cell_runs(store, out_dir / "records")
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
         save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))

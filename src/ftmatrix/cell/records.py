@@ -30,7 +30,7 @@ from ftmatrix.cell.file_writes import (
 )
 from ftmatrix.cell.files import RUN_ID_RULE, CellFiles, is_run_id
 from ftmatrix.cell.redact import Redactor, current_redactor, redact_text
-from ftmatrix.cell.signature import clean_paths
+from ftmatrix.cell.signature import clean_paths, clean_paths_in
 from ftmatrix.cell.status import Status
 
 SCHEMA_VERSION = 1
@@ -156,9 +156,12 @@ class Record:
 
     def published(self) -> Record:
         """This record as a public page shows it: the machine's paths replaced by
-        placeholders, the raw text (``raw_message``, ``raw_traceback``) left out."""
+        placeholders (in its case id and metrics too: a parametrize id or a value a case
+        recorded may be a path), the raw text (``raw_message``, ``raw_traceback``) left out."""
         return dataclasses.replace(
             self,
+            case=clean_paths(self.case),
+            metrics={clean_paths(k): clean_paths_in(v) for k, v in self.metrics.items()},
             reason=_clean(self.reason),
             message=_clean(self.message),
             traceback=_clean(self.traceback),

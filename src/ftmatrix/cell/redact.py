@@ -7,15 +7,19 @@ record is passed through :func:`redact_text` where records are written (a
 
 - the values of environment variables whose names look secret (:data:`SECRET_NAME`: TOKEN,
   SECRET, KEY, PASS (PASSWORD, PASSPHRASE, ...), CREDENTIAL, AUTH, WEBHOOK, COOKIE, DSN,
-  PRIVATE, ``*_PAT``, ``*_PWD``), six characters or longer, in every form a tool prints
-  them (:func:`printed_forms`: as Python's ``repr()`` shows them, JSON-escaped,
-  URL-encoded, shell-quoted, HTML-escaped, and those forms of each other), and the ends
-  of a value a tool shortened around ``...`` (pytest's ``repr()`` of a long text);
+  PRIVATE, JWT, BEARER, ``*_PAT``, ``*_PWD``), six characters or longer, in every form a
+  tool prints them (:func:`printed_forms`: as Python's ``repr()`` and ``ascii()`` show
+  them, JSON-escaped, URL-encoded, shell-quoted, HTML-escaped, those forms of each other,
+  and base64, alone or inside a longer encoded text), in any letter case, across a line
+  break a tool wrapped them at, each line of a value of several lines (a PEM key), and
+  the ends of a value a tool shortened around ``...`` (pytest's ``repr()`` of a long text);
 - the value assigned to a secret-looking name in the text itself (``DB_PASSPHRASE=...``,
-  ``"api_key": "..."``, ``Authorization: Bearer ...``), whatever the environment holds;
+  ``"api_key": "..."``, ``--hf-token ...``, ``Authorization: Bearer ...``), whatever the
+  environment holds;
 - the userinfo of any URL (``https://user:pass@host`` -> ``https://<redacted>@host``),
   whatever the variable it came from is called;
-- the known token shapes of Hugging Face, GitHub, AWS, OpenAI and W&B.
+- the known token shapes of Hugging Face, GitHub, AWS, OpenAI, Slack, Google, Stripe,
+  JSON Web Tokens, and the body of a PEM private key.
 
 A lone surrogate (text no file can hold) is written as its escape, ``\\udc80``.
 Standard library only (runs inside cells). Every pattern is linear in the text's length.
@@ -23,8 +27,11 @@ Standard library only (runs inside cells). Every pattern is linear in the text's
 
 from __future__ import annotations
 
+import base64
+import bisect
 import functools
 import html
+import itertools
 import json
 import os
 import re
@@ -36,7 +43,7 @@ from urllib.parse import quote, quote_plus
 # Names by pattern, not a list: a word anywhere in the name (DB_PASSPHRASE,
 # SLACK_WEBHOOK_URL, GITLAB_PAT). PWD alone is the working folder, not a password.
 SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|KEY|PASS|CREDENTIAL|CREDS|AUTH|WEBHOOK|COOKIE|DSN|PRIVATE"
+    r"TOKEN|SECRET|KEY|PASS|CREDENTIAL|CREDS|AUTH|WEBHOOK|COOKIE|DSN|PRIVATE|JWT|BEARER"
     r"|(?:^|_)PAT(?:_|$)|_PWD(?:_|$)",
     re.IGNORECASE,
 )
@@ -45,6 +52,9 @@ SECRET_NAME = re.compile(
 SHORTEST_SECRET = 6
 # The shortest end of a shortened value that is masked beside its ``...``.
 SHORTEST_FRAGMENT = 4
+# The fewest base64 characters of a value inside a longer encoded text that are masked:
+# fewer would be any few letters of any base64 text.
+SHORTEST_BASE64 = 8
 ELLIPSES = ("...", "\u2026")
 
 # ://userinfo@ : whatever the scheme, and whatever stands before it.
@@ -59,6 +69,21 @@ TOKEN_SHAPES = re.compile(
     r"|sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}"  # OpenAI project and service keys
     r"|(?<![A-Za-z0-9_-])sk-[A-Za-z0-9]{32,}"  # OpenAI's older keys
 )
+# Rarer shapes, each looked for only where its fixed part is in the text (found at C
+# speed): one pattern of them all cost a traceback half as much again.
+RARE_TOKEN_SHAPES = (
+    ("xox", re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}")),  # Slack tokens
+    ("AIza", re.compile(r"AIza[0-9A-Za-z_-]{35}")),  # Google API keys
+    ("k_live_", re.compile(r"[rs]k_live_[0-9A-Za-z]{20,}")),  # Stripe live keys
+    ("eyJ", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),  # JWTs
+    # A PEM private key's body (the class holds no "-": it ends at "-----END").
+    ("PRIVATE KEY-----", re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY-----[A-Za-z0-9+/=\s\\]+")),
+)
+# A line break a tool wrapped a long text at, with what starts the next line in pytest's
+# output ("E   ", "> "), and the blanks before it (LINE_END): a value split there is
+# still the value.
+LINE_BREAK = re.compile(r"\n[ \t]*(?:[E>|][ \t]+)?")
+LINE_END = " \t\r"
 # NAME=value, NAME: value, "name": "value", name='value' (a printed environment, a
 # config dump, a keyword argument, a query string), found from its "=" or ":" (a search
 # from every word would cost more than all the rest). Which names are secret is decided
@@ -72,6 +97,15 @@ VALUE_AFTER = re.compile(
 LOWER_SECRET_NAME = re.compile(
     r"(?:^|[_.-])(?:password|passwd|passphrase|secret|client_secret|api_?key|private_key"
     r"|access_token|auth_token|refresh_token|api_token|hf_token|webhook_url|credentials?)$",
+    re.IGNORECASE,
+)
+# A command line's option of a secret-looking name and its value (``--hf-token X``,
+# ``--api-key=X``, ``--password X``): a logged command. Starts only where "--" starts a
+# word, and the name runs up to a blank or "=", so each option is read once.
+SECRET_OPTION = re.compile(
+    r"((?<![\w-])--(?:[\w-]*[-_])?"
+    r"(?:token|api[-_]?key|access[-_]?key|secret|secret[-_]key|password|passwd|passphrase"
+    r"|credentials?)(?:[ \t]+|=)['\"]?)([^\s'\"<>,;&)\]}]+)",
     re.IGNORECASE,
 )
 AUTHORIZATION = re.compile(
@@ -94,6 +128,7 @@ def secret_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
 def _python_forms(text: str) -> Iterable[str]:
     body = repr(text)[1:-1]
     yield body
+    yield ascii(text)[1:-1]  # ascii(), %a: every character past ASCII escaped (\xe9)
     # repr() picks its quotes; printed in the other ones, the other quote is escaped.
     yield body.replace("\\'", "'")
     yield body.replace("'", "\\'").replace("\\\\'", "\\'")
@@ -103,8 +138,9 @@ def _python_forms(text: str) -> Iterable[str]:
 
 
 def _json_forms(text: str) -> Iterable[str]:
-    yield json.dumps(text)[1:-1]
-    yield json.dumps(text, ensure_ascii=False)[1:-1]
+    for body in (json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]):
+        yield body
+        yield body.replace("/", "\\/")  # "\/": PHP's and some JavaScript encoders' slash
 
 
 def _url_forms(text: str) -> Iterable[str]:
@@ -134,11 +170,29 @@ _ESCAPES: tuple[Callable[[str], Iterable[str]], ...] = (
 )
 
 
+def base64_forms(value: str) -> Iterable[str]:
+    """``value``'s base64 (standard and URL-safe alphabets, with and without padding), and
+    the characters that encode it inside a longer encoded text (``user:value`` of a Basic
+    Authorization header or a docker config's ``auth``): at each of the three byte offsets
+    it can start at, the groups of four characters that encode its bytes alone."""
+    data = value.encode("utf-8", "surrogateescape")
+    whole = base64.b64encode(data).decode()
+    encodings = [whole, whole.rstrip("=")]
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + data).decode()
+        encodings.append(encoded[4 if shift else 0 : 4 * ((shift + len(data)) // 3)])
+    for encoded in encodings:
+        if len(encoded) >= SHORTEST_BASE64:
+            yield encoded
+            yield encoded.replace("+", "-").replace("/", "_")
+
+
 @functools.lru_cache(maxsize=256)
 def printed_forms(value: str) -> tuple[str, ...]:
-    """``value`` as tools print it, longest first: itself, and each escaping of it and of
-    its escapings (a ``repr()`` inside JSON doubles its backslashes twice)."""
-    forms = {value}
+    """``value`` as tools print it, longest first: itself, its base64, and each escaping
+    of those and of their escapings (a ``repr()`` inside JSON doubles its backslashes
+    twice)."""
+    forms = {value, *base64_forms(value)}
     for _ in range(2):
         forms |= {form for text in forms for escape in _ESCAPES for form in escape(text)}
     return tuple(sorted((f for f in forms if len(f) >= SHORTEST_SECRET), key=lambda f: -len(f)))
@@ -263,15 +317,24 @@ def writable(text: str) -> str:
     return text
 
 
-# (mask, the value's printed forms longest first, the shortest form's length)
-_Secret = tuple[str, tuple[str, ...], int]
+# (mask, the value's printed forms longest first, the same in lower case, the shortest
+# form's length, its base64 forms)
+_Secret = tuple[str, tuple[str, ...], tuple[str, ...], int, frozenset[str]]
+# The base64 characters beside a value's own inside a longer encoded text: the group of
+# four that holds its first (or last) bytes with another's.
+_BASE64_EDGE = "[A-Za-z0-9+/_-]{0,4}"
 
 
 def _known(env: Mapping[str, str]) -> list[_Secret]:
     known = []
     for name, value in secret_values(env):
-        forms = printed_forms(value)
-        known.append((f"<redacted:{name}>", forms, len(forms[-1])))
+        # Each line of a value of several lines (a PEM key) is printed alone too.
+        lines = [line.strip() for line in value.splitlines()] if "\n" in value else []
+        for piece in [value, *(line for line in lines if len(line) >= SHORTEST_SECRET)]:
+            forms = printed_forms(piece)
+            folded = tuple(form.lower() for form in forms)
+            encoded = frozenset(base64_forms(piece))
+            known.append((f"<redacted:{name}>", forms, folded, len(forms[-1]), encoded))
     return known
 
 
@@ -280,19 +343,107 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
     # A URL's whole userinfo first: the user name goes with the password.
     text = URL_USERINFO.sub(r"\1<redacted>@", text)
     shortened = any(ellipsis in text for ellipsis in ELLIPSES)
-    for mask, forms, shortest in secrets:
+    lowered = ""
+    for mask, forms, folded, shortest, encoded in secrets:
         if len(text) < shortest and not shortened:
             continue  # most strings of a record: a package's name or version
-        for form in forms:
-            if len(form) <= len(text) and form in text:
-                text = text.replace(form, mask)
+        lowered = lowered or text.lower()
+        for form, low in zip(forms, folded, strict=True):
+            if len(form) <= len(text) and low in lowered:  # in any letter case
+                if form in encoded and form in text:  # with the groups it shares
+                    edged = f"{_BASE64_EDGE}{re.escape(form)}{_BASE64_EDGE}=*"
+                    text = re.sub(edged, _literal(mask), text)
+                elif form in text:
+                    text = text.replace(form, mask)
+                else:
+                    text = re.sub(re.escape(form), _literal(mask), text, flags=re.IGNORECASE)
+                lowered = text.lower()
         if shortened:
             text = _shortened_ends_masked(text, forms, mask)
+            lowered = text.lower()
+    if secrets and "\n" in text:
+        text = _wrapped_masked(text, secrets)
+    if "--" in text:
+        text = SECRET_OPTION.sub(_option_masked, text)
     if "=" in text or ":" in text:  # most strings of a record have neither
         if "uthorization" in text or "UTHORIZATION" in text:
             text = AUTHORIZATION.sub(r"\1<redacted>", text)
         text = _assigned_values_masked(text)
+    return _shapes_masked(text)
+
+
+def _shapes_masked(text: str) -> str:
+    """``text`` with every known token shape masked."""
+    for fixed, shape in RARE_TOKEN_SHAPES:
+        if fixed in text:
+            text = shape.sub("<redacted>", text)
     return TOKEN_SHAPES.sub("<redacted>", text)
+
+
+def _wrapped_masked(text: str, secrets: list[_Secret]) -> str:
+    """``text`` with each form of a secret that a line break (:data:`LINE_BREAK`) splits
+    masked, piece by piece, the lines left as they are (a wrapped traceback line). A
+    wrapper breaks a line in a word or at a blank it drops: both are tried."""
+    pieces: list[str] = []  # the text between breaks
+    starts: list[int] = []  # where each starts in text
+    at = 0
+    for brk in LINE_BREAK.finditer(text):
+        pieces.append(text[at : brk.start()].rstrip(LINE_END))
+        starts.append(at)
+        at = brk.end()
+    pieces.append(text[at:])
+    starts.append(at)
+    # Most breaks have no piece of any secret on either side: looked up at C speed, as the
+    # ellipses are (a value split in two has four characters or more on one side).
+    fragments = _all_fragments(tuple(folded for _m, _f, folded, _s, _e in secrets))
+    if not any(
+        before[-SHORTEST_FRAGMENT:].lower() in fragments
+        or after[:SHORTEST_FRAGMENT].lower() in fragments
+        for before, after in itertools.pairwise(pieces)
+    ):
+        return text
+    spans: list[tuple[int, int]] = []
+    masks: dict[int, str] = {}
+    for joiner in ("", " "):
+        joined = joiner.join(pieces).lower()
+        ends, end = [], -len(joiner)  # where each piece ends in joined
+        for piece in pieces:
+            end += len(joiner) + len(piece)
+            ends.append(end)
+        for mask, _forms, folded, _shortest, _encoded in secrets:
+            for low in folded:
+                found = joined.find(low)
+                while found != -1:
+                    stop = found + len(low)
+                    first, last = bisect.bisect_right(ends, found), bisect.bisect_left(ends, stop)
+                    for index in range(first, last + 1) if last > first else ():
+                        piece_start = ends[index] - len(pieces[index])
+                        begin, finish = max(found, piece_start), min(stop, ends[index])
+                        if finish > begin:
+                            shift = starts[index] - piece_start
+                            spans.append((begin + shift, finish + shift))
+                            masks[begin + shift] = mask
+                    found = joined.find(low, stop)
+    kept, end = [], 0
+    for begin, finish in sorted(spans):
+        if begin < end:  # overlapping spans: extend the one already masked
+            end = max(end, finish)
+            continue
+        kept += [text[end:begin], masks[begin]]
+        end = finish
+    return "".join(kept) + text[end:]
+
+
+def _literal(mask: str) -> str:
+    """``mask`` as re.sub's replacement, taken as it is."""
+    return mask.replace("\\", "\\\\")
+
+
+def _option_masked(option: re.Match[str]) -> str:
+    value = option[2]
+    if len(value) < SHORTEST_SECRET or value.startswith(("-", "<redacted")):
+        return option[0]
+    return f"{option[1]}<redacted>"
 
 
 def _secret_assignee(name: str) -> bool:
@@ -319,6 +470,13 @@ def _name_before(text: str, at: int) -> str:
     return name if name[:1].isascii() and name[:1].isalpha() else ""
 
 
+def _quoted_token(name: str, text: str, value_at: int) -> bool:
+    """``token='...'``: a literal given to ``token`` (a hub call's keyword). Unquoted it is
+    code (``token=self.token``, ``token=kwargs.get("token")``), as frameworks' source
+    lines in a traceback show it, and stays."""
+    return name == "token" and text[value_at - 1 : value_at] in ("'", '"')
+
+
 def _assigned_values_masked(text: str) -> str:
     pieces: list[str] = []
     end = 0
@@ -330,7 +488,8 @@ def _assigned_values_masked(text: str) -> str:
         value = VALUE_AFTER.match(text, at)
         if not value or len(value[1]) < SHORTEST_SECRET or value[1].startswith("<redacted"):
             continue
-        if not _secret_assignee(_name_before(text, at)):
+        name = _name_before(text, at)
+        if not _secret_assignee(name) and not _quoted_token(name, text, value.start(1)):
             continue
         pieces += [text[end : value.start(1)], "<redacted>"]
         end = value.end(1)
@@ -368,6 +527,12 @@ def _shortened_ends_masked(text: str, forms: tuple[str, ...], mask: str) -> str:
         kept += [text[end:start], mask]
         end = stop
     return "".join(kept) + text[end:]
+
+
+@functools.lru_cache(maxsize=64)
+def _all_fragments(folded: tuple[tuple[str, ...], ...]) -> frozenset[str]:
+    """Every piece of SHORTEST_FRAGMENT characters of every secret's forms."""
+    return frozenset().union(*(_fragments(forms) for forms in folded))
 
 
 @functools.lru_cache(maxsize=256)

@@ -69,18 +69,24 @@ def unwrap_message(message: str) -> str:
 # the standard library and the cases keep theirs below a name; any other absolute (or
 # ../-relative) path keeps its last part only. A path starts after a ``:`` too (each
 # entry of a PATH-like list) but never with ``//`` (a URL's host); it runs over a space
-# where the next word goes on with a ``/`` ("/home/a b/x.py"); ``file://`` URLs are paths.
+# where the next word goes on with a ``/`` ("/home/a b/x.py"); ``file://`` URLs are paths
+# (their host goes too). Windows paths count with their backslashes doubled (a ``repr()``,
+# JSON) and as UNC paths (``\\\\server\\share``); a path percent-encoded (``%2Fhome%2F``)
+# loses its folders as well.
 # Every pattern starts only where a run of path characters starts (the lookbehinds)
 # and has no nested repetition: each is tried once per run, so cleaning is linear in
 # the text's length (a megabyte message without a space included).
 _PATH_CHARS = r"[^\s'\"()<>\[\],:;]"
 _RUN_START = rf"(?<!{_PATH_CHARS})"
 _NAME_CHARS = r"[^/\\\s'\"()<>\[\],:;]"
-_FILE_URL = re.compile(r"\bfile://(?:localhost)?(?=/)", re.IGNORECASE)
+_FILE_URL = re.compile(r"\bfile://[^/\s'\"<>]*(?=/)", re.IGNORECASE)
+_ENCODED = r"[^\s%/&?#=;'\"<>]"  # a character of a percent-encoded path's part
 _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(rf"(?<![\w%])%2F(?:home|Users)%2F{_ENCODED}+", re.IGNORECASE), "~"),
+    (re.compile(rf"(?<![\w%])%2F(?:{_ENCODED}+%2F)+", re.IGNORECASE), "<path>%2F"),
     (
         re.compile(
-            r"(?<![\w.-])(?:/(?:home|Users|export/home|var/home)/|[A-Za-z]:\\Users\\"
+            r"(?<![\w-])(?:/(?:home|Users|export/home|var/home)/|[A-Za-z]:\\+Users\\+"
             rf"|~(?=[A-Za-z_])){_NAME_CHARS}+(?: {_NAME_CHARS}+(?=[/\\]))*"
         ),
         "~",
@@ -88,7 +94,8 @@ _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/(?:site|dist)-packages/"), "<venv>/.../"),
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/lib/python\d+(?:\.\d+)?/"), "<python>/"),
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/cases/(?={_PATH_CHARS})"), "<cases>/"),
-    (re.compile(r"(?<![\w.-])[A-Za-z]:\\(?:[^\\\s'\"<>]+\\)+"), "<path>/"),
+    (re.compile(r"(?<![\w.-])[A-Za-z]:\\+(?:[^\\\s'\"<>]+\\+)+"), "<path>/"),
+    (re.compile(r"(?<![\w.\\-])\\{2,}(?:[^\\\s'\"<>]+\\+)+"), "<path>/"),  # UNC
     (
         # Greedy up to the run's last slash that a path character follows.
         re.compile(

@@ -133,7 +133,8 @@ def collect_report(out_dir: Path, *, now: datetime, **sources: Unpack[Sources]) 
         changes=changes_since_previous(r for r in [*previous, *latest] if not r.beyond_cap),
         trend=pass_rate_table(store),
         probes=probes,
-        installability=read_installability(out_dir),
+        # The plan's findings name the matrix file and uv's reasons (find-links paths).
+        installability=clean_paths_in(read_installability(out_dir)),
         missing=sources.get("missing", ()),
         unfinished=sources.get("unfinished", ()),
         in_progress=sources.get("in_progress", ()),

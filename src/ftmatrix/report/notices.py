@@ -1,5 +1,6 @@
 """What a report must say before its grid: a run still going on (the report is partial),
-record lines that could not be read (damaged, or kept apart in a quarantine file),
+record lines that could not be read (damaged, or kept apart in a quarantine file) or
+records kept out of the history (finished after the report's time: a clock ahead),
 planned cells that left no record, and cells a run stopped in the middle of.
 
 Shown first in the HTML page and the Markdown summary, and listed in results.json
@@ -43,7 +44,7 @@ def notices_html(in_progress: Sequence[RunInProgress], unreadable: Sequence[str]
     parts.append(
         _section_html(
             "unreadable",
-            f"{len(unreadable)} record line(s) could not be read",
+            f"{len(unreadable)} record line(s) could not be read or were kept out of the history",
             [escape(clean_paths(p)) for p in unreadable],
         )
     )
@@ -54,7 +55,10 @@ def notices_markdown(in_progress: Sequence[RunInProgress], unreadable: Sequence[
     """The notices as Markdown lines, for the top of summary.md."""
     lines = [f"**{run.describe()}**" for run in in_progress]
     if unreadable:
-        lines.append(f"**{len(unreadable)} record line(s) could not be read:**")
+        lines.append(
+            f"**{len(unreadable)} record line(s) could not be read or were kept out of the "
+            "history:**"
+        )
         lines += [f"- {clean_paths(p)}" for p in unreadable]
     return [*lines, ""] if lines else []
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from ftmatrix.store import (
     restore,
     save_finding,
     save_proof,
+    split_clock_ahead,
 )
 
 SITE = "site"
@@ -76,13 +78,25 @@ def published_history(store: Path) -> Iterator[dict[str, Any]]:
         yield {"cell_run": {"run_id": run_id, "cell_id": cell_id, "data": clean_paths_in(data)}}
 
 
-def restore_history(source: str, store: Path, *, timeout: float = 120) -> tuple[int, int]:
+def restore_history(
+    source: str,
+    store: Path,
+    *,
+    timeout: float = 120,
+    now: datetime | None = None,
+    say: Callable[[str], object] = print,
+) -> tuple[int, int]:
     """Add to ``store`` what a published history.jsonl (a path or an http(s) URL) has and it
     lacks; returns (records added, findings added). Never replaces a record it has: the local
-    one keeps its raw text. :class:`ftmatrix.download.NotFound` where nothing is published."""
+    one keeps its raw text. Records that finished after ``now`` (default: the clock's) are
+    kept out, as a report keeps them out, each cell run's said with ``say``.
+    :class:`ftmatrix.download.NotFound` where nothing is published."""
     what = f"restore-history {source}"
     text = read_text(source, what, timeout=timeout, kind=f"a {HISTORY_FILE}")
     records, findings, cell_runs, proofs = _parse_history(text, what)
+    records, ahead = split_clock_ahead(records, now or datetime.now(UTC))
+    for line in ahead:
+        say(f"{what}: {line}")
     added = restore(store, records, cell_runs)
     held = load_proofs(store)
     for proof in proofs:  # a proof the history has (or a newer one) is kept as it is
