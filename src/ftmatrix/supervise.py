@@ -38,6 +38,7 @@ from ftmatrix.cell.processes import become_subreaper, die_with_parent
 from ftmatrix.cell.records import UNWRITTEN_RECORD, CellRecordFile, Record
 from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.status import Status
+from ftmatrix.keeper import kept
 from ftmatrix.passes import Cases, Ended, Pass, Passes, Then, after_pass, next_pass
 from ftmatrix.process_tree import (
     Leftover,
@@ -63,33 +64,6 @@ GATHER_SECONDS = 0.02
 LITTLE_BYTES = 4096
 # Tells the plugin that this pytest runs one case alone, where an isolated case may run.
 ALONE_ARG = "--ftmatrix-alone"
-# The keeper: the cases' pytest's parent, between it and the supervisor. A case that kills
-# its parent (os.getppid()) kills the keeper, never the supervisor (the nox session, and
-# with it the whole run): the keeper's death takes its pytest with it (the death signal it
-# asked for), and the supervisor records the case as it records any process death. The
-# keeper ends as its pytest ended: its exit code, or the signal that killed it. It imports
-# what a bare interpreter has, and ctypes: with subprocess and signal it cost each pass
-# 22 ms of CPU, now 9 (a cell of 2,000 trivial cases runs in 1 s).
-KEEPER = """
-import ctypes, os, sys, _signal
-keeper = os.getpid()
-os.environ["FTMATRIX_KEEPER"] = str(keeper)
-child = os.fork()
-if child == 0:
-    try:
-        ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG: SIGKILL when the keeper dies
-        if os.getppid() == keeper:  # (not dead before the death signal was asked for)
-            os.execvp(sys.argv[1], sys.argv[1:])
-    except OSError as error:
-        os.write(2, f"ftmatrix's keeper cannot start {sys.argv[1]}: {error}\\n".encode())
-    finally:
-        os._exit(127)
-code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
-if code < 0:
-    _signal.signal(-code, _signal.SIG_DFL)
-    os.kill(keeper, -code)
-sys.exit(code)
-"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,7 +237,7 @@ def _attempt(
     become_subreaper()
     ours_before = children_of(os.getpid(), process_table())
     process = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", KEEPER, *command],
+        kept(command),
         env=dict(env),
         cwd=cwd,
         stdout=subprocess.PIPE,

@@ -463,7 +463,7 @@ def _operation_of_file(file: str) -> str:
     return stem.removeprefix("test_") or stem
 
 
-# Set by the supervisor's keeper (ftmatrix.supervise.KEEPER) for the cases' pytest: the
+# Set by the supervisor's keeper (ftmatrix.keeper) for the cases' pytest: the
 # keeper's pid, the parent a case might end.
 KEEPER_VARIABLE = "FTMATRIX_KEEPER"
 

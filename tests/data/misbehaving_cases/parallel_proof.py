@@ -81,7 +81,7 @@ def test_s_runs_alone():
     assert "PYTEST_XDIST_WORKER" not in os.environ, "an exclusive case ran in a shared worker"
     assert not list(STATE.glob("running-*")), "an exclusive case ran beside another case"
     group = os.getpgid(0)
-    # Its parent is the supervisor's keeper, which runs no case (ftmatrix.supervise.KEEPER).
+    # Its parent is the supervisor's keeper, which runs no case (ftmatrix.keeper).
     ours = (os.getpid(), os.getppid())
     others = [
         entry.name
