@@ -94,9 +94,11 @@ def test_a_cell_that_cannot_start_is_a_counted_install_error_and_code_above_the_
     # each leaving a file where it runs in a cell (under .nox; the host runs it too).
     site = tmp_path / "site"
     site.mkdir()
+    # Only a cell's venv leaves the file: the host (under `nox -s tests`, a venv of .nox
+    # too) takes the caller's PYTHONPATH as it should.
     leave = (
         "import pathlib, sys\n"
-        "if '.nox' in sys.prefix:\n"
+        f"if sys.prefix.startswith({str(tmp_path / '.nox')!r}):\n"
         "    (pathlib.Path(__file__).parent.parent / ('RAN_' + __name__)).write_text('ran')\n"
     )
     for module in ("sitecustomize", "env_plugin", "ini_plugin"):
