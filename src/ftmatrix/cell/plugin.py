@@ -36,7 +36,7 @@ from ftmatrix.cell.file_writes import NoteFile, note_text, read_note, write_atom
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
-from ftmatrix.cell.outcome import Failure, case_status
+from ftmatrix.cell.outcome import Failure, case_status, text_of
 from ftmatrix.cell.processes import die_with_parent, keeper_dying
 from ftmatrix.cell.records import (
     RUNNING_CASE_VARIABLE,
@@ -464,8 +464,8 @@ class _CaseState:
     def metrics(self) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for name, value in self.item.user_properties:
-            values[str(name)] = (
-                value if isinstance(value, int | float | str | bool) else repr(value)
+            values[text_of(name)] = (
+                value if isinstance(value, int | float | str | bool) else text_of(value, repr)
             )
         return values
 

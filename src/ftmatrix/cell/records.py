@@ -15,6 +15,7 @@ import functools
 import json
 import math
 import os
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +30,7 @@ from ftmatrix.cell.file_writes import (
     write_atomically,
 )
 from ftmatrix.cell.files import RUN_ID_RULE, CellFiles, is_run_id
+from ftmatrix.cell.record_json import LINE_ERRORS, check_values, parse_line
 from ftmatrix.cell.redact import Redactor, current_redactor, redact_text
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status
@@ -188,6 +190,7 @@ class Record:
                 raise ValueError(
                     f"field {name!r}: expected {wanted}, got {type(data[name]).__name__}"
                 )
+        check_values(data)
         if not is_run_id(data["run_id"]):
             raise ValueError(f"field 'run_id': {data['run_id']!r} is not {RUN_ID_RULE}")
         for name in ("started_at", "finished_at"):
@@ -381,8 +384,11 @@ class RecordScanner:
     def scan(self) -> Scan:
         """The file as it is now: each case's last record, and its unreadable lines."""
         try:
-            with self.path.open("rb") as handle:
+            # Non-blocking: a pipe in the file's place would hold its reader for ever.
+            with os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
                 status = os.fstat(handle.fileno())
+                if not stat.S_ISREG(status.st_mode):
+                    raise OSError("not a file (a folder or a pipe)")
                 identity = (status.st_dev, status.st_ino)
                 if identity != self._identity or status.st_size < self._offset:
                     self._start(identity)
@@ -391,6 +397,10 @@ class RecordScanner:
         except FileNotFoundError:
             self._start(None)
             return Scan(records=(), problems=(), damaged=())
+        except OSError as exc:  # a folder, a file no one may read: nothing of it is a record
+            self._start(None)
+            problem = f"{self.path}: skipped: cannot be read: {exc.strerror or exc}"
+            return Scan(records=(), problems=(problem,), damaged=())
         whole = data[: data.rfind(b"\n") + 1]
         for raw in whole.split(b"\n")[:-1]:
             self._read_line(raw)
@@ -414,11 +424,11 @@ class RecordScanner:
         if not raw.strip():
             return
         try:
-            value = json.loads(raw.decode("utf-8"))
+            value = parse_line(raw)
             if not isinstance(value, dict):
                 raise ValueError(f"a JSON {type(value).__name__}, not a record object")
             record = Record.from_mapping(value)
-        except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+        except LINE_ERRORS as exc:  # UnicodeDecodeError is a ValueError
             self._problems.append(f"{self.path}:{self._lines}: skipped: {exc}")
             self._damaged.append(raw)
             return
@@ -488,6 +498,9 @@ def read_records(root: Path) -> ReadResult:
     else:
         paths = sorted(root.rglob("*.jsonl")) if root.exists() else []
     for path in paths:
+        if not path.is_file():  # a pipe would never end a read; a folder, a broken link
+            problems.append(f"{path}: skipped: not a file (a folder, a pipe or a broken link)")
+            continue
         scan = scan_records(path)
         records.extend(scan.records)
         problems.extend(scan.problems)
