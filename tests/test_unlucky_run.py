@@ -285,6 +285,35 @@ def test_a_torn_record_is_quarantined_on_resume_and_its_case_runs_again(
     assert "kept apart (quarantined)" in results["unreadable_records"][0]
 
 
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_resume_whose_cell_lists_are_damaged_collects_again_and_runs_what_has_no_record(
+    tmp_path: Path, entry: str
+) -> None:
+    """The plugin's lists beside the records (the collected cases, the isolated ones, the
+    case starts), damaged: a half-written list, a list of numbers, bytes not UTF-8."""
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_two.py").write_text(
+        "def test_a():\n    pass\n\n\ndef test_b():\n    pass\n"
+    )
+    write_matrix(tmp_path, [current_python()])
+    run_id = {"FTMATRIX_RUN_ID": "20261127T030000Z"}
+    first = run(entry, tmp_path, **run_id)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    (path,) = (tmp_path / "out" / "records").rglob("*.jsonl")
+    path.write_bytes(path.read_bytes().splitlines(keepends=True)[0])  # one case unrecorded
+    next(path.parent.glob("*.done.json")).unlink()  # the cell as a stopped run leaves it
+    path.with_name(path.name + ".cases").write_text('["test_two.py::test_a", ')
+    path.with_name(path.name + ".isolated").write_text("[[1], 2]")
+    path.with_name(path.name + ".starts").write_bytes(b"\xff\xfe{\n")
+
+    resumed = run(entry, tmp_path, **run_id, FTMATRIX_RESUME="1")
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-4000:]
+    assert "Traceback" not in output
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {"test_a": "pass", "test_b": "pass"}
+
+
 def _small_disk(folder: Path) -> str | None:
     """Mount a 48 MB tmpfs on ``folder``; why it cannot be done here, or None."""
     folder.mkdir()
