@@ -239,3 +239,25 @@ def test_a_records_file_that_is_no_file_is_reported_never_read(tmp_path: Path, k
     ran = report(tmp_path)
     assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr
     assert "ftmatrix: 1 record line(s) could not be read" in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("kept", "text"),
+    [
+        ("bisect/x/finding.json", '{"case": '),
+        ("bisect/x/finding.json", "[1]"),
+        ("proofs/x/proof.json", '{"entry": 5}'),
+        ("proofs/x/proof.json", ""),
+    ],
+)
+def test_a_damaged_finding_or_proof_is_named_and_the_records_still_reported(
+    tmp_path: Path, kept: str, text: str
+) -> None:
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    (tmp_path / kept).parent.mkdir(parents=True)
+    (tmp_path / kept).write_text(text)
+    ran = report(tmp_path)
+    assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr
+    assert f"{tmp_path / kept}: skipped: not a JSON object with text at" in ran.stderr
+    assert [r["case"] for r in strict_json(tmp_path / "results.json")["records"]] == ["a.py::t"]

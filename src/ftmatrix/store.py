@@ -9,6 +9,7 @@ lines are skipped and counted, never fatal. The schema is versioned with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ftmatrix.cell.file_writes import read_json
 from ftmatrix.cell.files import DONE_SUFFIX
 from ftmatrix.cell.records import Record, read_records
 from ftmatrix.errors import HistoryError
@@ -224,14 +226,29 @@ def merge_outputs(out_dir: Path) -> MergeResult:
     store = out_dir / "history.sqlite"
     merged = merge_records(store, [out_dir / "records"])
     merge_cell_runs(store, out_dir / "records")
+    problems = list(merged.problems)
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
-        save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
+        finding = _kept_object(finding_file, ("case", "axis"), problems)
+        if finding is not None:
+            save_finding(store, finding)
     # Known issues' range proofs (ftmatrix known-issues prove) made in this folder or
     # downloaded into it from another job.
     for proof_file in sorted((out_dir / "proofs").glob("*/proof.json")):
-        proof = json.loads(proof_file.read_text(encoding="utf-8"))
-        save_proof(store, proof, proven_at=str(proof.pop("proven_at", proof.get("date"))))
-    return merged
+        proof = _kept_object(proof_file, ("entry",), problems)
+        if proof is not None:
+            save_proof(store, proof, proven_at=str(proof.pop("proven_at", proof.get("date"))))
+    return dataclasses.replace(merged, problems=tuple(problems))
+
+
+def _kept_object(path: Path, keys: Sequence[str], problems: list[str]) -> dict[str, Any] | None:
+    """The JSON object in ``path`` with text at ``keys``; None, and a problem said, where
+    it is damaged (a report names it beside the damaged record lines)."""
+    data = read_json(path)
+    if isinstance(data, dict) and all(isinstance(data.get(k), str) for k in keys):
+        return data
+    wanted = ", ".join(repr(k) for k in keys)
+    problems.append(f"{path}: skipped: not a JSON object with text at {wanted} (damaged)")
+    return None
 
 
 def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
