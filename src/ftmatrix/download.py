@@ -7,6 +7,7 @@ cut off), a size limit, redirects to http(s) only, and every failure one UsageEr
 
 from __future__ import annotations
 
+import http.client
 import math
 import re
 import threading
@@ -86,12 +87,12 @@ def fetch_text(url: str, what: str, *, timeout: float, kind: str) -> str:
 
 
 def _fetch(url: str, what: str, *, timeout: float, kind: str) -> str:
-    request = urllib.request.Request(url, headers={"User-Agent": "ftmatrix"})
     opener = urllib.request.build_opener(_HttpOnlyRedirects)
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     size = 0
     try:
+        request = urllib.request.Request(url, headers={"User-Agent": "ftmatrix"})
         with opener.open(request, timeout=timeout) as response:
             while True:
                 if time.monotonic() > deadline:
@@ -111,15 +112,29 @@ def _fetch(url: str, what: str, *, timeout: float, kind: str) -> str:
                 chunks.append(chunk)
     except urllib.error.HTTPError as exc:
         error = NotFound if exc.code == 404 else UsageError
-        raise error(f"{what}: cannot be read: HTTP {exc.code} {exc.reason}") from None
+        said = _one_line(f"HTTP {exc.code} {exc.reason}")
+        raise error(f"{what}: cannot be read: {said}") from None
     except urllib.error.URLError as exc:
-        raise UsageError(f"{what}: cannot be read: {exc.reason}") from None
+        raise UsageError(f"{what}: cannot be read: {_one_line(exc.reason)}") from None
     except (TimeoutError, OSError) as exc:
-        raise UsageError(f"{what}: cannot be read: {exc or 'timed out'}") from None
+        raise UsageError(f"{what}: cannot be read: {_one_line(exc or 'timed out')}") from None
+    except (http.client.HTTPException, ValueError) as exc:
+        # Not HTTP (a status line of garbage, headers without end) or no URL urllib takes
+        # (a port out of range, a broken IPv6 address).
+        said = _one_line(f"{type(exc).__name__}: {exc}")
+        raise UsageError(f"{what}: cannot be read: {said}") from None
     try:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None
+
+
+def _one_line(text: object, limit: int = 300) -> str:
+    """``text`` (a server's words among them) as one printable line, at most ``limit``
+    characters: no control character of the server's reaches the terminal."""
+    printable = "".join(c if c.isprintable() else " " for c in str(text))
+    line = " ".join(printable.split())
+    return line if len(line) <= limit else line[:limit] + "..."
 
 
 def read_text(source: str, what: str, *, timeout: float, kind: str) -> str:
