@@ -131,9 +131,9 @@ DAMAGED_LINES = [
     pytest.param(_line_of(status=42), "field 'status': expected string", id="status 42"),
     pytest.param(_line_of(status="weird"), "unknown status 'weird'", id="unknown status"),
     pytest.param(_line_of(pins=["a"]), "field 'pins': expected object", id="pins a list"),
-    pytest.param(_line_of(pins={"trl": 5}), "field 'pins': 'trl' is int", id="a pin of 5"),
+    pytest.param(_line_of(pins={"trl": 5}), "pins.trl: 5 is not a version nor null", id="a pin of 5"),
     pytest.param(
-        _line_of(packages={"trl": None}), "field 'packages': 'trl' is NoneType", id="packages"
+        _line_of(packages={"trl": None}), "packages.trl: None is not a version", id="packages"
     ),
     pytest.param(_line_of(duration="x"), "field 'duration': expected number", id="duration x"),
     pytest.param(
@@ -261,3 +261,23 @@ def test_a_damaged_finding_or_proof_is_named_and_the_records_still_reported(
     assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr
     assert f"{tmp_path / kept}: skipped: not a JSON object with text at" in ran.stderr
     assert [r["case"] for r in strict_json(tmp_path / "results.json")["records"]] == ["a.py::t"]
+
+
+def test_a_published_history_with_a_nan_metric_restores_into_a_usable_history(
+    tmp_path: Path,
+) -> None:
+    """A record made in memory, not read from a records file (restore-history's), with
+    a NaN metric: the history's SQLite JSON refused it, and every later report."""
+    record = make_record(run_id="20261127T000000Z", metrics={"loss": float("nan")})
+    published = tmp_path / "history.jsonl"
+    published.write_text('{"ftmatrix-history": 1}\n' + json.dumps({"record": record.to_dict()}))
+    out = tmp_path / "reports"
+    restored = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "restore-history", str(published), "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert restored.returncode == 0, restored.stderr
+    ran = report(out)
+    assert ran.returncode == 0, ran.stderr
+    (shown,) = strict_json(out / "results.json")["records"]
+    assert shown["metrics"] == {"loss": "NaN"}

@@ -20,6 +20,7 @@ from typing import Any
 
 from ftmatrix.cell.file_writes import read_json
 from ftmatrix.cell.files import DONE_SUFFIX
+from ftmatrix.cell.record_json import strict_data
 from ftmatrix.cell.records import Record, read_records
 from ftmatrix.errors import HistoryError
 
@@ -293,8 +294,17 @@ def _record_row(record: Record) -> tuple[Any, ...]:
         record.hardware_class,
         record.signature,
         record.finished_at,
-        json.dumps(record.to_dict(), sort_keys=True, default=str),
+        _strict_json(record.to_dict()),
     )
+
+
+def _strict_json(data: dict[str, Any]) -> str:
+    """``data`` as JSON SQLite's JSON functions read: a NaN among a record's metrics
+    (a case's loss gone NaN) as text, never the ``NaN`` that makes the history unusable."""
+    try:
+        return json.dumps(data, sort_keys=True, default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(strict_data(data), sort_keys=True, default=str)
 
 
 def restore(

@@ -38,6 +38,19 @@ def _finite_or_text(text: str) -> float | str:
     return number if math.isfinite(number) else text
 
 
+def strict_data(value: Any) -> Any:
+    """``value`` with every number JSON cannot hold (NaN, an infinity) as its text, as
+    :func:`parse_line` reads it: a record made in memory (restored from a published
+    history, or handed by a plugin) goes into the history's strict JSON too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)  # NaN, Infinity, -Infinity
+    if isinstance(value, list | tuple):
+        return [strict_data(v) for v in value]
+    if isinstance(value, dict):
+        return {k: strict_data(v) for k, v in value.items()}
+    return value
+
+
 def _writable(value: Any) -> Any:
     if isinstance(value, str):
         return writable(value)
@@ -50,15 +63,13 @@ def _writable(value: Any) -> Any:
 
 def check_values(data: Mapping[str, Any]) -> None:
     """ValueError naming the first field whose values are not what a record holds: pins
-    of text (or null), packages of text, runner labels of text, attempts of objects, a
-    finite duration."""
+    of version text (or null), packages of version text, runner labels of text, attempts
+    of objects, a finite duration."""
     for name, allow_null in (("pins", True), ("packages", False), ("host_packages", False)):
         for key, value in (data.get(name) or {}).items():
             if type(value) is not str and not (allow_null and value is None):
-                wanted = "text or null" if allow_null else "text"
-                raise ValueError(
-                    f"field {name!r}: {key!r} is {type(value).__name__}, expected {wanted}"
-                )
+                wanted = "a version nor null" if allow_null else "a version"
+                raise ValueError(f"{name}.{key}: {value!r:.40} is not {wanted}")
     for name, kind in (("runner_labels", str), ("attempts", dict)):
         if not all(type(v) is kind for v in data.get(name) or ()):
             raise ValueError(f"field {name!r}: expected a list of {_JSON_NAMES[kind]}")

@@ -116,7 +116,7 @@ def _parse_history(
     lines = text.splitlines()
     try:
         header = json.loads(lines[0]) if lines else None
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON; a number of too many digits
         header = None
     if not isinstance(header, dict) or header.get("ftmatrix-history") != HISTORY_FORMAT:
         start = " ".join(text[:40].split())
