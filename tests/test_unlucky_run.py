@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import make_record
 
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.interpreters import find_interpreters
 from ftmatrix.runner import current_python
 
@@ -415,3 +418,59 @@ def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
     assert resumed.returncode == 0, output[-4000:]
     newest = [r for r in records_of(small_disk) if r["run_id"] == "20261127T040000Z"]
     assert sorted(r["case"].split("::")[-1] for r in newest) == sorted(found)
+
+
+def fill_disk(path: Path) -> None:
+    """Write ``path`` until its disk refuses a byte more."""
+    for size in (2**16, 2**12, 1):
+        try:
+            with path.open("ab", buffering=0) as ballast:
+                while True:
+                    ballast.write(b"x" * size)
+        except OSError:  # No space left on device
+            pass
+
+
+def report_into(entry: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``ftmatrix report`` or ``nox -s report`` into ``out``."""
+    if entry == "cli":
+        command = [sys.executable, "-m", "ftmatrix", "report", "--out", str(out)]
+    else:
+        command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "report"]
+    return subprocess.run(
+        command, env={**os.environ, "FTMATRIX_OUT": str(out)}, cwd=out.parent,
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+@pytest.mark.parametrize("stage", ["the report", "the site"])
+def test_a_disk_that_fills_in_the_middle_of_the_report_is_one_line_and_keeps_the_last_site(
+    small_disk: Path, entry: str, stage: str
+) -> None:
+    run_id = "20261127T040000Z"
+    CellRecordFile(CellFiles.of(small_disk, run_id, "abc123def456").records).add(
+        make_record(run_id=run_id)
+    )
+    first = report_into(entry, small_disk)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    site = (small_disk / "site" / "index.html").read_bytes()
+    room = 32 * 1024  # the history's journal fits, the page (with its styles) does not
+    assert len(site) > room
+    ballast = small_disk / "ballast"
+    fill_disk(ballast)
+    os.truncate(ballast, ballast.stat().st_size - room)
+    if stage == "the site":  # the rendered files written anew fit; their copies do not
+        for name in ("index.html", "results.json", "summary.md"):
+            (small_disk / name).unlink()
+
+    ran = report_into(entry, small_disk)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 13, output[-3000:]  # nox's session ends with the same code
+    assert "Traceback" not in output, output[-3000:]
+    assert "cannot be written: No space left on device. What was written before is whole" in output
+    assert (small_disk / "site" / "index.html").read_bytes() == site
+    assert not (small_disk / ".site.building").exists()  # its space given back
+    ballast.unlink()
+    again = report_into(entry, small_disk)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]

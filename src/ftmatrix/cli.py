@@ -26,7 +26,7 @@ from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.ci import bisect_jobs, carry_reused, ci_matrix
 from ftmatrix.config import Matrix, load_matrix
 from ftmatrix.download import NotFound, download_timeout
-from ftmatrix.errors import ExitCode, FatalError
+from ftmatrix.errors import ExitCode, FatalError, disk_full
 from ftmatrix.init import add_init_parser, run_init
 from ftmatrix.pipeline import Loaded, load, report, resolve_cells, run_cells
 from ftmatrix.planview import interpreters_of, plan_json, print_plan, show_plan
@@ -76,6 +76,12 @@ def main(
         # reports a program ended by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE
+    except OSError as exc:  # a full disk, met by any command
+        full = disk_full(exc)
+        if full is None:
+            raise
+        print(full.describe(), file=sys.stderr)
+        return full.return_code
     return code
 
 
