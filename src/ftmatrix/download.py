@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,10 @@ def download_timeout(value: str | float, option: str = "--timeout") -> float:
     return seconds
 
 
+# What sets a download's time limit, as its error says.
+TIMEOUT_OPTION = "--timeout sets the limit for the whole download"
+
+
 class NotFound(UsageError):
     """The server answered 404: nothing is published there (yet)."""
 
@@ -59,17 +64,38 @@ class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
 
 def fetch_text(url: str, what: str, *, timeout: float, kind: str) -> str:
     """The UTF-8 body of ``url``; ``what`` starts every error, ``kind`` names the file
-    expected ("a results.json"). ``timeout`` seconds in all, at most MAX_BYTES.
+    expected ("a results.json"). ``timeout`` seconds in all, at most MAX_BYTES."""
+    body, _ = fetch_bytes(url, what, timeout=timeout, kind=kind)
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None
+
+
+def fetch_bytes(
+    url: str,
+    what: str,
+    *,
+    timeout: float,
+    kind: str,
+    headers: Mapping[str, str] | None = None,
+    limit: str = TIMEOUT_OPTION,
+) -> tuple[bytes, str]:
+    """The body of ``url`` and its Content-Type: ``timeout`` seconds in all, at most
+    MAX_BYTES, or a UsageError (:class:`NotFound` for HTTP 404) that starts with ``what``.
+    ``limit`` says what sets the time limit.
 
     The whole exchange (connecting, the headers, the body) runs in a thread of its own
     that is left behind at the deadline: urllib's timeout bounds each socket read, so a
     server that sends its headers a byte at a time would hold it for ever.
     """
-    outcome: list[str | BaseException] = []
+    outcome: list[tuple[bytes, str] | BaseException] = []
 
     def fetch() -> None:
         try:
-            outcome.append(_fetch(url, what, timeout=timeout, kind=kind))
+            outcome.append(
+                _fetch(url, what, timeout=timeout, kind=kind, headers=headers, limit=limit)
+            )
         except BaseException as exc:  # handed to the caller's thread, raised there
             outcome.append(exc)
 
@@ -78,27 +104,34 @@ def fetch_text(url: str, what: str, *, timeout: float, kind: str) -> str:
     worker.join(timeout)
     if not outcome:
         raise UsageError(
-            f"{what}: cannot be read: not all of it came within {timeout:g} s "
-            "(--timeout sets the limit for the whole download)"
+            f"{what}: cannot be read: not all of it came within {timeout:g} s ({limit})"
         )
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     return outcome[0]
 
 
-def _fetch(url: str, what: str, *, timeout: float, kind: str) -> str:
+def _fetch(
+    url: str,
+    what: str,
+    *,
+    timeout: float,
+    kind: str,
+    headers: Mapping[str, str] | None,
+    limit: str,
+) -> tuple[bytes, str]:
     opener = urllib.request.build_opener(_HttpOnlyRedirects)
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     size = 0
     try:
-        request = urllib.request.Request(url, headers={"User-Agent": "ftmatrix"})
+        request = urllib.request.Request(url, headers={"User-Agent": "ftmatrix", **(headers or {})})
         with opener.open(request, timeout=timeout) as response:
+            content_type = response.headers.get("Content-Type", "")
             while True:
                 if time.monotonic() > deadline:
                     raise UsageError(
-                        f"{what}: cannot be read: not all of it came within {timeout:g} s "
-                        "(--timeout sets the limit for the whole download)"
+                        f"{what}: cannot be read: not all of it came within {timeout:g} s ({limit})"
                     )
                 chunk = response.read1(CHUNK)
                 if not chunk:
@@ -123,10 +156,7 @@ def _fetch(url: str, what: str, *, timeout: float, kind: str) -> str:
         # (a port out of range, a broken IPv6 address).
         said = _one_line(f"{type(exc).__name__}: {exc}")
         raise UsageError(f"{what}: cannot be read: {said}") from None
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None
+    return b"".join(chunks), content_type
 
 
 def _one_line(text: object, limit: int = 300) -> str:

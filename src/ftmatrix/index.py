@@ -11,7 +11,6 @@ the remote wheel's METADATA read by HTTP range requests.
 from __future__ import annotations
 
 import base64
-import http.client
 import io
 import json
 import re
@@ -35,14 +34,17 @@ from packaging.utils import (
 from packaging.version import Version
 
 from ftmatrix.config import InstallOptions
-from ftmatrix.errors import PackageIndexError
+from ftmatrix.download import NotFound, fetch_bytes
+from ftmatrix.errors import PackageIndexError, UsageError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 # Where the primary index comes from when matrix.yaml names none, first found wins (as uv).
 PRIMARY_VARIABLES = ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL")
 EXTRA_VARIABLES = ("UV_EXTRA_INDEX_URL", "PIP_EXTRA_INDEX_URL")
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
-TIMEOUT_SECONDS = 60
+TIMEOUT_SECONDS = 60  # each read of a wheel's range requests
+# The whole of one page of an index: PyPI sends torch's (every file of every release) in seconds.
+PAGE_SECONDS = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,20 +178,19 @@ class _Unreadable(Exception):
 
 
 def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
+    """A page of the index (None where there is none: 404), read as any published file is
+    (ftmatrix.download): a whole deadline and a size limit, so a server that drips its
+    page or sends gigabytes ends the plan with a line, not a hang or the machine's memory."""
     try:
         bare, headers = _with_credentials(url, {"Accept": accept})
-        request = urllib.request.Request(bare, headers=headers)
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            return response.read(), response.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None, ""
-        raise _Unreadable(f"HTTP {exc.code} for {url}") from exc
-    except urllib.error.URLError as exc:
-        raise _Unreadable(str(exc.reason)) from exc
-    # A dropped connection, a timeout, a URL that is no URL: all mean the same to the user.
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise _Unreadable(str(exc) or type(exc).__name__) from exc
+        return fetch_bytes(
+            bare, bare, timeout=PAGE_SECONDS, kind="an index page", headers=headers,
+            limit="the limit for one page of an index",
+        )  # fmt: skip
+    except NotFound:
+        return None, ""
+    except UsageError as exc:  # a dropped connection, a timeout, no HTTP, a URL that is no URL
+        raise _Unreadable(str(exc)) from exc
 
 
 def _with_credentials(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
