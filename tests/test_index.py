@@ -10,8 +10,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import json
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,7 +25,7 @@ from ftmatrix import index as index_module
 from ftmatrix.cli import main
 from ftmatrix.config import InstallOptions
 from ftmatrix.errors import ExitCode, PackageIndexError
-from ftmatrix.index import list_releases
+from ftmatrix.index import JSON_ACCEPT, list_releases, requires_dist
 
 USER, PASSWORD = "reader", "p@ss:word"
 PAGE = (
@@ -145,3 +147,72 @@ def test_an_index_that_drips_or_never_ends_is_one_line_of_plan(
     (line,) = err.getvalue().splitlines()
     assert line.startswith(f"ftmatrix: package index {hostile_index}{path} (set by install.")
     assert says in line
+
+
+def _tiny_wheel() -> bytes:
+    """A wheel of one METADATA file: what a range-read of an older upload looks for."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        wheel.writestr(
+            "tiny-1.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\nRequires-Dist: six<2\n",
+        )
+    return buffer.getvalue()
+
+
+WHEEL = _tiny_wheel()
+SIMPLE_JSON = json.dumps(
+    {"files": [{"filename": "tiny-1.0-py3-none-any.whl", "url": "tiny-1.0-py3-none-any.whl"}]}
+).encode()
+
+
+class RangeIndex(BaseHTTPRequestHandler):
+    """A JSON simple index whose wheel (no PEP 658 metadata) is read by HTTP range
+    requests; under /drip/ each range is sent a byte at a time."""
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(WHEEL)))
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        if self.path.endswith("/tiny/"):
+            self.send_response(200)
+            self.send_header("Content-Type", JSON_ACCEPT)
+            self.end_headers()
+            self.wfile.write(SIMPLE_JSON)
+            return
+        first, last = (int(x) for x in self.headers["Range"].split("=")[1].split("-"))
+        part = WHEEL[first : last + 1]
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {first}-{last}/{len(WHEEL)}")
+        self.end_headers()
+        try:
+            for byte in part if self.path.startswith("/drip/") else [part]:
+                self.wfile.write(bytes([byte]) if isinstance(byte, int) else byte)
+                self.wfile.flush()
+                if isinstance(byte, int):
+                    time.sleep(0.2)
+        except OSError:
+            return
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("path", "found"), [("", ("six<2",)), ("/drip", None)])
+def test_a_wheel_read_by_range_requests_gives_its_requirements_or_none_in_time(
+    path: str, found: tuple[str, ...] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range that drips is given up at the page's time limit: the caps are then not
+    known from that index (the plan goes on), never a plan that waits for ever."""
+    monkeypatch.setattr(index_module, "PAGE_SECONDS", 2)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RangeIndex)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}{path}/simple"
+        assert requires_dist("tiny", "1.0", InstallOptions(index_url=url), {}) == found
+    finally:
+        server.shutdown()
+        server.server_close()

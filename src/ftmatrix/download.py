@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,9 @@ def fetch_bytes(
     kind: str,
     headers: Mapping[str, str] | None = None,
     limit: str = TIMEOUT_OPTION,
-) -> tuple[bytes, str]:
-    """The body of ``url`` and its Content-Type: ``timeout`` seconds in all, at most
+    method: str = "GET",
+) -> tuple[bytes, Message]:
+    """The body of ``url`` and its response's headers: ``timeout`` seconds in all, at most
     MAX_BYTES, or a UsageError (:class:`NotFound` for HTTP 404) that starts with ``what``.
     ``limit`` says what sets the time limit.
 
@@ -89,12 +91,20 @@ def fetch_bytes(
     that is left behind at the deadline: urllib's timeout bounds each socket read, so a
     server that sends its headers a byte at a time would hold it for ever.
     """
-    outcome: list[tuple[bytes, str] | BaseException] = []
+    outcome: list[tuple[bytes, Message] | BaseException] = []
 
     def fetch() -> None:
         try:
             outcome.append(
-                _fetch(url, what, timeout=timeout, kind=kind, headers=headers, limit=limit)
+                _fetch(
+                    url,
+                    what,
+                    timeout=timeout,
+                    kind=kind,
+                    headers=headers,
+                    limit=limit,
+                    method=method,
+                )
             )
         except BaseException as exc:  # handed to the caller's thread, raised there
             outcome.append(exc)
@@ -119,15 +129,18 @@ def _fetch(
     kind: str,
     headers: Mapping[str, str] | None,
     limit: str,
-) -> tuple[bytes, str]:
+    method: str,
+) -> tuple[bytes, Message]:
     opener = urllib.request.build_opener(_HttpOnlyRedirects)
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     size = 0
     try:
-        request = urllib.request.Request(url, headers={"User-Agent": "ftmatrix", **(headers or {})})
+        request = urllib.request.Request(
+            url, headers={"User-Agent": "ftmatrix", **(headers or {})}, method=method
+        )
         with opener.open(request, timeout=timeout) as response:
-            content_type = response.headers.get("Content-Type", "")
+            answered = response.headers
             while True:
                 if time.monotonic() > deadline:
                     raise UsageError(
@@ -156,7 +169,7 @@ def _fetch(
         # (a port out of range, a broken IPv6 address).
         said = _one_line(f"{type(exc).__name__}: {exc}")
         raise UsageError(f"{what}: cannot be read: {said}") from None
-    return b"".join(chunks), content_type
+    return b"".join(chunks), answered
 
 
 def _one_line(text: object, limit: int = 300) -> str:
