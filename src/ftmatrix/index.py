@@ -192,7 +192,9 @@ def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
     except NotFound:
         return None, ""
     except UsageError as exc:  # a dropped connection, a timeout, no HTTP, a URL that is no URL
-        raise _Unreadable(str(exc)) from exc
+        why = str(exc).removeprefix(f"{bare}: cannot be read: ")
+        status = re.match(r"HTTP (\d+) ", why)
+        raise _Unreadable(f"HTTP {status[1]} for {url}" if status else why) from exc
 
 
 def _with_credentials(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
