@@ -146,7 +146,7 @@ DAMAGED_LINES = [
     ),
     pytest.param(
         GOOD_LINE.replace(b'"duration": 3.0', b'"duration": 1e400'),
-        "field 'duration': expected number, got str",
+        "field 'duration': inf is not a finite number of seconds",
         id="duration 1e400",
     ),
     pytest.param(_line_of(attempts=[1]), "field 'attempts': expected a list of objects", id="attempts"),

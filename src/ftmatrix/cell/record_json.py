@@ -25,17 +25,14 @@ LINE_ERRORS = (ValueError, TypeError, RecursionError, OverflowError)
 
 
 def parse_line(raw: bytes) -> Any:
-    """The JSON value of ``raw``: a number JSON cannot hold (``NaN``, ``Infinity``,
-    ``1e400``) as its text, a lone surrogate as its escape (``\\ud800``)."""
-    value = json.loads(raw.decode("utf-8"), parse_constant=str, parse_float=_finite_or_text)
-    if b"\\ud" in raw or b"\\uD" in raw:  # an escaped surrogate: perhaps a lone one
+    """The JSON value of ``raw``: ``NaN`` and ``Infinity`` (which JSON cannot hold) as
+    their text, a lone surrogate as its escape (``\\ud800``)."""
+    value = _DECODER.decode(raw.decode("utf-8"))
+    # An escaped surrogate, perhaps a lone one (one look for any escape first: most lines
+    # have none, and each look costs a scan of the line).
+    if b"\\u" in raw and (b"\\ud" in raw or b"\\uD" in raw):
         value = _writable(value)
     return value
-
-
-def _finite_or_text(text: str) -> float | str:
-    number = float(text)
-    return number if math.isfinite(number) else text
 
 
 def strict_data(value: Any) -> Any:
@@ -49,6 +46,12 @@ def strict_data(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: strict_data(v) for k, v in value.items()}
     return value
+
+
+# Made once: json.loads with a hook makes a decoder a call. The hook is called for NaN and
+# Infinity only (no cost to a plain line); 1e400 reads as inf, which check_values refuses
+# for a duration and the history keeps as text elsewhere (store.py).
+_DECODER = json.JSONDecoder(parse_constant=str)
 
 
 def _writable(value: Any) -> Any:
