@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from ftmatrix.cell.records import CellRecordFile, Record  # noqa: E402 -- after the path above
+from ftmatrix.cell.record import Record  # noqa: E402
+from ftmatrix.cell.records import CellRecordFile  # noqa: E402 -- after the path above
 from ftmatrix.cell.status import Status  # noqa: E402
 from ftmatrix.cell_launch import cell_env, pytest_command  # noqa: E402
 from ftmatrix.config import HardwareClass, InstallOptions  # noqa: E402

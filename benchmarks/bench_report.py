@@ -34,7 +34,8 @@ except ImportError:  # the test extra brings it; without it, no page-load figure
     sync_playwright = None
 
 from ftmatrix.cell.files import CellFiles  # noqa: E402
-from ftmatrix.cell.records import CellRecordFile, Record  # noqa: E402
+from ftmatrix.cell.record import Record  # noqa: E402
+from ftmatrix.cell.records import CellRecordFile  # noqa: E402
 from ftmatrix.cell.status import Status  # noqa: E402
 from ftmatrix.report.render import render_report  # noqa: E402
 from ftmatrix.store import merge_outputs, open_store, refresh_pass_rates  # noqa: E402

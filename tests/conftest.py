@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.status import Status
 
 DATA = Path(__file__).parent / "data"

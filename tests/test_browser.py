@@ -18,7 +18,8 @@ import pytest
 from conftest import make_record
 
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile
+from ftmatrix.cell.record import WHOLE_CELL
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.report.render import render_report
 from ftmatrix.store import merge_outputs

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import make_record
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.status import Status
 from ftmatrix.check.results import Results, parse_results, read_results
 from ftmatrix.check.stack import Stack, parse_freeze, parse_trl_env

@@ -350,6 +350,15 @@ def test_a_reader_that_goes_away_is_not_a_traceback(tmp_path: Path):
     assert process.stderr.read().decode() == ""
 
 
+# What a server that speaks no HTTP, or not to the end, sends (the path -> its bytes).
+NOT_HTTP = {
+    "/loop": b"HTTP/1.1 302 Found\r\nLocation: /loop\r\nContent-Length: 0\r\n\r\n",
+    "/not-http": b"\x00\xff garbage\r\n\r\n",
+    "/headers-without-end": b"HTTP/1.1 200 OK\r\n" + b"X-A: a\r\n" * 200 + b"\r\n",
+    "/escapes": b"HTTP/1.1 500 boom\x1b[2J\x1b]0;owned\x07 down\r\nContent-Length: 0\r\n\r\n",
+}
+
+
 class HostileHandler(BaseHTTPRequestHandler):
     """A server that drips, sends too much, redirects to ftp://, or serves control codes."""
 
@@ -388,6 +397,8 @@ class HostileHandler(BaseHTTPRequestHandler):
                     self.wfile.write(block)
             except OSError:
                 return
+        elif self.path in NOT_HTTP:
+            self.wfile.write(NOT_HTTP[self.path])
         elif self.path == "/to-ftp":
             self.send_response(302)
             self.send_header("Location", "ftp://127.0.0.1/results.json")
@@ -423,16 +434,33 @@ def hostile() -> Iterator[str]:
         ),
         ("/huge", "more than 200 MB; a results.json is far smaller"),
         ("/to-ftp", "redirected to 'ftp://127.0.0.1/results.json', which is not http(s)"),
+        ("/loop", "HTTP 302 The HTTP server returned a redirect error that would lead to an"),
+        ("/not-http", "cannot be read: BadStatusLine:"),
+        ("/headers-without-end", "cannot be read: HTTPException: got more than 100 headers"),
+        ("/escapes", "cannot be read: HTTP 500 boom [2J ]0;owned down"),
+        ("[::1/x", "cannot be read: ValueError: Invalid IPv6 URL"),
     ],
 )
 def test_a_hostile_server_gets_one_line_and_no_more_time(
     hostile: str, path: str, says: str, tmp_path: Path
 ) -> None:
+    url = f"http://{path}" if path.startswith("[") else f"{hostile}{path}"
     done = ftmatrix(
-        "check", "--results", f"{hostile}{path}", "--freeze", "-", "--timeout", "3",
+        "check", "--results", url, "--freeze", "-", "--timeout", "3",
         stdin="trl==1.16.0\n", cwd=tmp_path,
     )  # fmt: skip
     assert says in one_line_usage_error(done)
+
+
+@pytest.mark.parametrize("path", ["/loop", "/not-http", "/headers-without-end", "/escapes"])
+def test_restore_history_gets_one_line_from_a_server_that_is_no_http(
+    hostile: str, path: str, tmp_path: Path
+) -> None:
+    done = ftmatrix(
+        "restore-history", f"{hostile}{path}", "--out", str(tmp_path), "--timeout", "3",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert "cannot be read: " in one_line_usage_error(done)
 
 
 def test_control_characters_in_results_never_reach_the_terminal(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 from conftest import SFT, cell
 
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import CellRecordFile, Record
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.constraints import derive_constraints, write_constraints
 from ftmatrix.report.render import render_report

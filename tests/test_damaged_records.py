@@ -12,7 +12,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import make_record
 
 from ftmatrix.cell.files import CellFiles
@@ -114,3 +116,169 @@ def test_the_report_says_so_in_every_form_and_exits_1(tmp_path: Path) -> None:
     (quarantined,) = results["unreadable_records"]
     assert "3 unreadable record line(s) kept apart (quarantined)" in quarantined
     assert "kept apart (quarantined)" in (tmp_path / "summary.md").read_text()
+
+
+def _line_of(**fields: object) -> bytes:
+    return json.dumps({**make_record(run_id="20261127T000000Z").to_dict(), **fields}).encode()
+
+
+GOOD_LINE = _line_of()
+
+# Damage of every kind a line can hold, and why it is kept apart: what JSON reads but a
+# record cannot hold (wrong types inside the right ones, numbers no JSON holds, nesting
+# past the interpreter's stack, an integer of hundreds of digits).
+DAMAGED_LINES = [
+    pytest.param(b"\0" * 512, "Expecting value", id="NUL-filled"),
+    pytest.param(_line_of(status=42), "field 'status': expected string", id="status 42"),
+    pytest.param(_line_of(status="weird"), "unknown status 'weird'", id="unknown status"),
+    pytest.param(_line_of(pins=["a"]), "field 'pins': expected object", id="pins a list"),
+    pytest.param(_line_of(pins={"trl": 5}), "pins.trl: 5 is not a version nor null", id="a pin of 5"),
+    pytest.param(
+        _line_of(packages={"trl": None}), "packages.trl: None is not a version", id="packages"
+    ),
+    pytest.param(_line_of(duration="x"), "field 'duration': expected number", id="duration x"),
+    pytest.param(
+        _line_of(duration=10**400), "field 'duration': 1000", id="duration of 401 digits"
+    ),
+    pytest.param(
+        GOOD_LINE.replace(b'"duration": 3.0', b'"duration": NaN'),
+        "field 'duration': expected number, got str",
+        id="duration NaN",
+    ),
+    pytest.param(
+        GOOD_LINE.replace(b'"duration": 3.0', b'"duration": 1e400'),
+        "field 'duration': inf is not a finite number of seconds",
+        id="duration 1e400",
+    ),
+    pytest.param(_line_of(attempts=[1]), "field 'attempts': expected a list of objects", id="attempts"),
+    pytest.param(_line_of(runner_labels=[{}]), "field 'runner_labels'", id="runner labels"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "maximum recursion depth", id="deep nesting"),
+    pytest.param(_line_of(flaky="yes"), "field 'flaky': expected boolean", id="flaky yes"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "why"), DAMAGED_LINES)
+def test_a_line_of_any_damage_is_reported_and_kept_never_raised(
+    tmp_path: Path, line: bytes, why: str
+) -> None:
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    with path.open("ab") as handle:
+        handle.write(line + b"\n")
+    scan = scan_records(path)
+    (problem,) = scan.problems
+    assert why in problem.split(": skipped: ", 1)[1]
+    assert scan.damaged == (line,)
+    assert [r.case for r in scan.records] == ["a.py::t"]
+
+
+def test_the_report_of_every_damage_at_once_says_so_and_exits_1(tmp_path: Path) -> None:
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    with path.open("ab") as handle:
+        handle.write(b"".join(p.values[0] + b"\n" for p in DAMAGED_LINES))
+    ran = report(tmp_path)
+    assert ran.returncode == 1, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert f"ftmatrix: {len(DAMAGED_LINES)} record line(s) could not be read" in ran.stderr
+    assert [r["case"] for r in strict_json(tmp_path / "results.json")["records"]] == ["a.py::t"]
+
+
+def report(out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report", "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=300,  # a pipe read never ends
+    )  # fmt: skip
+
+
+def strict_json(path: Path) -> Any:
+    """``path``'s JSON, as any other tool reads it: no NaN, no Infinity."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{path}: {constant} is not JSON")
+
+    return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+
+
+def test_numbers_json_cannot_hold_and_lone_surrogates_are_kept_as_text(tmp_path: Path) -> None:
+    """A case's metrics of NaN and infinity (a loss gone NaN is a finding), and a lone
+    surrogate a hand or another tool left: the history, results.json and the page keep
+    them as text."""
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(
+        make_record(
+            case="a.py::t",
+            run_id="20261127T000000Z",
+            metrics={"loss": float("nan"), "grad": float("inf"), "huge": 10**400},
+        )
+    )
+    with path.open("ab") as handle:
+        handle.write(_line_of(case="b.py::t[\\ud800]", message="lone \\udfff", metrics={}))
+        handle.write(b"\n")
+    ran = report(tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    records = {r["case"]: r for r in strict_json(tmp_path / "results.json")["records"]}
+    assert records["a.py::t"]["metrics"] == {"loss": "NaN", "grad": "Infinity", "huge": 10**400}
+    assert records["b.py::t[\\ud800]"]["message"] == "lone \\udfff"
+    assert "lone \\udfff" in (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert report(tmp_path).returncode == 0  # the history it made reads back
+
+
+@pytest.mark.parametrize("kind", ["folder", "pipe", "broken link"])
+def test_a_records_file_that_is_no_file_is_reported_never_read(tmp_path: Path, kind: str) -> None:
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    other = path.with_name("def456abc123.jsonl")
+    if kind == "folder":
+        other.mkdir()
+    elif kind == "pipe":
+        os.mkfifo(other)  # opened, it would block the report for ever
+    else:
+        other.symlink_to(tmp_path / "gone.jsonl")
+    (problem,) = read_records(tmp_path / "records").problems
+    assert problem == f"{other}: skipped: not a file (a folder, a pipe or a broken link)"
+    ran = report(tmp_path)
+    assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr
+    assert "ftmatrix: 1 record line(s) could not be read" in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("kept", "text"),
+    [
+        ("bisect/x/finding.json", '{"case": '),
+        ("bisect/x/finding.json", "[1]"),
+        ("proofs/x/proof.json", '{"entry": 5}'),
+        ("proofs/x/proof.json", ""),
+    ],
+)
+def test_a_damaged_finding_or_proof_is_named_and_the_records_still_reported(
+    tmp_path: Path, kept: str, text: str
+) -> None:
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    (tmp_path / kept).parent.mkdir(parents=True)
+    (tmp_path / kept).write_text(text)
+    ran = report(tmp_path)
+    assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr
+    assert f"{tmp_path / kept}: skipped: not a JSON object with text at" in ran.stderr
+    assert [r["case"] for r in strict_json(tmp_path / "results.json")["records"]] == ["a.py::t"]
+
+
+def test_a_published_history_with_a_nan_metric_restores_into_a_usable_history(
+    tmp_path: Path,
+) -> None:
+    """A record made in memory, not read from a records file (restore-history's), with
+    a NaN metric: the history's SQLite JSON refused it, and every later report."""
+    record = make_record(run_id="20261127T000000Z", metrics={"loss": float("nan")})
+    published = tmp_path / "history.jsonl"
+    published.write_text('{"ftmatrix-history": 1}\n' + json.dumps({"record": record.to_dict()}))
+    out = tmp_path / "reports"
+    restored = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "restore-history", str(published), "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert restored.returncode == 0, restored.stderr
+    ran = report(out)
+    assert ran.returncode == 0, ran.stderr
+    (shown,) = strict_json(out / "results.json")["records"]
+    assert shown["metrics"] == {"loss": "NaN"}

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from conftest import make_record
 
-from ftmatrix.cell.records import WHOLE_CELL
+from ftmatrix.cell.record import WHOLE_CELL
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import parse_known_issues
 from ftmatrix.report.causes import causes_of, cut, short_form

@@ -33,7 +33,10 @@ HUGE_VERSION = "1" * 5000
 HOSTILE = st.one_of(
     st.sampled_from(
         [math.nan, math.inf, -math.inf, 10**400, -(10**400), 2**63, HUGE_VERSION,
-         "1." + HUGE_VERSION, "\ud800", "x\udcff", "", -1, 0, True, None, [], {}, 1e308]
+         "1." + HUGE_VERSION, "\ud800", "x\udcff", "", -1, 0, True, None, [], {}, 1e308,
+         # versions of every form a release can take, and forms none can
+         "1.0+local", "1!2.0", "==1.0", "\u0661\u0662\u0663", "1.0 ", "v1", "5m", "1e400",
+         False, 1.0, 2.5, -0.0, [1], {"a": 1}, "\x00", "\x1b[2J"]
     ),
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(min_value=-(10**30), max_value=10**30),
@@ -104,16 +107,27 @@ RESULTS["records"] = RESULTS["records"][:12]  # a few cells: each example stays 
 RECORD_FIELDS = sorted(RESULTS["records"][0])
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# results.json's own keys, and one it never has: a hostile value goes in any of them.
+TOP_FIELDS = sorted({*RESULTS, "runs", "failure_groups", "schema", "unknown"} - {"records"})
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     where=st.sampled_from(["record", "pin", "pins", "top"]),
     field=st.sampled_from(RECORD_FIELDS),
+    top=st.sampled_from(TOP_FIELDS),
     value=HOSTILE,
 )
-@example(where="top", field="case", value=math.nan)  # 'runs' of a wrong type
-@example(where="pin", field="case", value=HUGE_VERSION)
-@example(where="pin", field="case", value=3.1)  # a pin that is no text
-def test_a_hostile_results_value_is_exit_2_in_one_line(where: str, field: str, value: Any) -> None:
+@example(where="top", field="case", top="runs", value=math.nan)  # 'runs' of a wrong type
+@example(where="pin", field="case", top="runs", value=HUGE_VERSION)
+@example(where="pin", field="case", top="runs", value=3.1)  # a pin that is no text
+@example(where="top", field="case", top="failure_groups", value=5)  # a TypeError once
+@example(where="top", field="case", top="schema", value=True)  # a bool is no schema 1
+@example(where="record", field="duration", top="runs", value=10**400)  # an OverflowError
+@example(where="record", field="attempts", top="runs", value=[1])  # a TypeError once
+def test_a_hostile_results_value_is_exit_2_in_one_line(
+    where: str, field: str, top: str, value: Any
+) -> None:
     results = json.loads(json.dumps(RESULTS))
     record = results["records"][0]
     if where == "record":
@@ -123,7 +137,7 @@ def test_a_hostile_results_value_is_exit_2_in_one_line(where: str, field: str, v
     elif where == "pins":
         record["pins"] = value
     else:
-        results["runs"] = value
+        results[top] = value
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         (root / "results.json").write_text(json.dumps(results), encoding="utf-8")
@@ -142,6 +156,42 @@ def test_a_hostile_results_value_is_exit_2_in_one_line(where: str, field: str, v
     assert code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE), (code, err[-2000:])
     if code == ExitCode.USAGE:
         assert len(err.strip().splitlines()) == 1, err[-2000:]
+
+
+# A number of 5,000 digits, written as is (Python will not print one): more digits than
+# Python converts, in YAML or JSON.
+DIGITS = "9" * 5000
+
+
+@pytest.mark.parametrize("place", MATRIX_PLACES)
+def test_a_number_of_5000_digits_in_a_matrix_is_one_line(place: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "matrix.yaml").write_text(place.format(v=DIGITS), encoding="utf-8")
+        code, _, err = run(["plan", "--no-resolve"], root)
+    assert (code, "Traceback" in err) == (ExitCode.CONFIG, False), err[-2000:]
+    assert "invalid YAML: a number of 5,000 digits; no setting takes one" in err
+
+
+@pytest.mark.parametrize("where", ["top", "record", "pin"])
+def test_a_number_of_5000_digits_in_results_is_exit_2_in_one_line(where: str) -> None:
+    results = json.loads(json.dumps(RESULTS))
+    if where == "top":
+        results["unknown"] = "DIGITS"
+    elif where == "record":
+        results["records"][0]["duration"] = "DIGITS"
+    else:
+        results["records"][0]["pins"]["peft"] = "DIGITS"
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        text = json.dumps(results).replace('"DIGITS"', DIGITS)
+        (root / "results.json").write_text(text, encoding="utf-8")
+        (root / "freeze.txt").write_text("trl==0.19.1\n")
+        code, _, err = run(["check", "--results", str(root / "results.json"),
+                            "--freeze", str(root / "freeze.txt")], root)  # fmt: skip
+    assert (code, "Traceback" in err) == (ExitCode.USAGE, False), err[-2000:]
+    assert len(err.strip().splitlines()) == 1, err[-2000:]
+    assert "holds a number of more than 4,300 digits, so it is not a results.json" in err
 
 
 HUGE = "1." + "9" * 5000

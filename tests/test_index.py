@@ -8,15 +8,24 @@ uv and pip, and once failed in ftmatrix (urllib does not take credentials from a
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
+import json
 import threading
+import time
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
+from ftmatrix import download
+from ftmatrix import index as index_module
+from ftmatrix.cli import main
 from ftmatrix.config import InstallOptions
-from ftmatrix.errors import PackageIndexError
-from ftmatrix.index import list_releases
+from ftmatrix.errors import ExitCode, PackageIndexError
+from ftmatrix.index import JSON_ACCEPT, list_releases, requires_dist
 
 USER, PASSWORD = "reader", "p@ss:word"
 PAGE = (
@@ -74,3 +83,136 @@ def test_without_them_the_index_says_so_and_no_password_is_shown(index: str) -> 
     with pytest.raises(PackageIndexError) as caught:
         list_releases("six", wrong, {})
     assert "wrong-secret" not in caught.value.describe()
+
+
+class HostileIndex(BaseHTTPRequestHandler):
+    """An index that sends its page a byte at a time (a day's worth, in life), or without
+    end."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        try:
+            if self.path.startswith("/drip/"):
+                for _ in range(50):  # 10 s, each read quick: a timeout per read never fires
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            else:
+                while True:
+                    self.wfile.write(b" " * (1 << 16))
+        except OSError:
+            return
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile_index() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileIndex)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/drip", "not all of it came within 2 s (the limit for one page of an index)"),
+        ("/endless", "more than 1 MB; an index page is far smaller, so this is not one"),
+    ],
+)
+def test_an_index_that_drips_or_never_ends_is_one_line_of_plan(
+    hostile_index: str, path: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read with a time limit per read and no size limit, such a page held `plan` for
+    hours, or took the machine's memory. Limits made small here, to be met in seconds."""
+    monkeypatch.setattr(index_module, "PAGE_SECONDS", 2)
+    monkeypatch.setattr(download, "MAX_BYTES", 1_000_000)
+    (tmp_path / "matrix.yaml").write_text(
+        f'packages:\n  six: {{latest: 2}}\ninstall: {{index-url: "{hostile_index}{path}"}}\n'
+    )
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(
+            ["plan", "--no-resolve"], {"FTMATRIX_OUT": str(tmp_path / "out")}, root=tmp_path
+        )
+    assert code == ExitCode.INDEX, err.getvalue()
+    (line,) = err.getvalue().splitlines()
+    assert line.startswith(f"ftmatrix: package index {hostile_index}{path} (set by install.")
+    assert says in line
+
+
+def _tiny_wheel() -> bytes:
+    """A wheel of one METADATA file: what a range-read of an older upload looks for."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        wheel.writestr(
+            "tiny-1.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\nRequires-Dist: six<2\n",
+        )
+    return buffer.getvalue()
+
+
+WHEEL = _tiny_wheel()
+SIMPLE_JSON = json.dumps(
+    {"files": [{"filename": "tiny-1.0-py3-none-any.whl", "url": "tiny-1.0-py3-none-any.whl"}]}
+).encode()
+
+
+class RangeIndex(BaseHTTPRequestHandler):
+    """A JSON simple index whose wheel (no PEP 658 metadata) is read by HTTP range
+    requests; under /drip/ each range is sent a byte at a time."""
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(WHEEL)))
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        if self.path.endswith("/tiny/"):
+            self.send_response(200)
+            self.send_header("Content-Type", JSON_ACCEPT)
+            self.end_headers()
+            self.wfile.write(SIMPLE_JSON)
+            return
+        first, last = (int(x) for x in self.headers["Range"].split("=")[1].split("-"))
+        part = WHEEL[first : last + 1]
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {first}-{last}/{len(WHEEL)}")
+        self.end_headers()
+        try:
+            for byte in part if self.path.startswith("/drip/") else [part]:
+                self.wfile.write(bytes([byte]) if isinstance(byte, int) else byte)
+                self.wfile.flush()
+                if isinstance(byte, int):
+                    time.sleep(0.2)
+        except OSError:
+            return
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("path", "found"), [("", ("six<2",)), ("/drip", None)])
+def test_a_wheel_read_by_range_requests_gives_its_requirements_or_none_in_time(
+    path: str, found: tuple[str, ...] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range that drips is given up at the page's time limit: the caps are then not
+    known from that index (the plan goes on), never a plan that waits for ever."""
+    monkeypatch.setattr(index_module, "PAGE_SECONDS", 2)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RangeIndex)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}{path}/simple"
+        assert requires_dist("tiny", "1.0", InstallOptions(index_url=url), {}) == found
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -13,7 +13,7 @@ import yaml
 from conftest import DATA, make_record
 from packaging.specifiers import SpecifierSet
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.status import Status
 from ftmatrix.config import ConfigError
 from ftmatrix.known_issues import (

@@ -15,6 +15,7 @@ ABC = ("a", "b", "c")
 NOTHING = Cases(collected=ABC, recorded=frozenset(), isolated=frozenset(), second_tries=())
 SHARING = Passes(sharing=True)
 ONE = Passes(sharing=False)
+SUSPECT = Passes(sharing=False, suspect_alone=True)
 
 
 def cases(**changes: object) -> Cases:
@@ -74,6 +75,10 @@ def cases(**changes: object) -> Cases:
             Pass(cases=("a",), alone=True),
             id="a second try comes before an isolated case",
         ),
+        pytest.param(
+            SUSPECT, cases(recorded=frozenset({"a"})), Pass(cases=("b",), alone=True),
+            id="after pytest stopped itself: the first case without a record, alone",
+        ),
     ],
 )  # fmt: skip
 def test_the_next_pass(passes: Passes, now: Cases, expected: Pass | None) -> None:
@@ -128,8 +133,20 @@ def ended(**changes: object) -> Ended:
             id="a shared pass ends with any of pytest's codes",
         ),
         pytest.param(
-            ONE, PLAIN, ended(returncode=3), (ONE, Then.STOP),
-            id="a plain pass's internal error after collecting: stop, nothing recorded",
+            ONE, PLAIN, ended(returncode=3), (SUSPECT, Then.NEXT),
+            id="a plain pass's internal error after collecting: the case it was at, alone",
+        ),
+        pytest.param(
+            ONE, PLAIN, ended(returncode=2, progressed=False), (SUSPECT, Then.NEXT),
+            id="interrupted before recording anything: the case it was at, alone",
+        ),
+        pytest.param(
+            SUSPECT, ALONE, ended(returncode=3, progressed=False), (ONE, Then.CONCLUDE_ALONE),
+            id="the case that stops pytest, run alone: concluded, the rest run on",
+        ),
+        pytest.param(
+            SUSPECT, ALONE, ended(returncode=1), (ONE, Then.CONCLUDE_ALONE),
+            id="the suspect run alone ended normally: concluded if it left no record",
         ),
         pytest.param(
             ONE, PLAIN, ended(returncode=-9), (ONE, Then.RECORD_CELL_PROBLEM),

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import DATA
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.check.results import parse_results
 from ftmatrix.known_issues import MATCH_KEYS, load_known_issues, parse_known_issues
 from ftmatrix.proofs import (

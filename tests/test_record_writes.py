@@ -19,11 +19,10 @@ from hypothesis import strategies as st
 
 from ftmatrix.case_verdicts import CaseVerdicts
 from ftmatrix.cell.file_writes import LineAppender, NoteFile, note_text, read_note, write_atomically
+from ftmatrix.cell.record import FIELDS, Record
 from ftmatrix.cell.record_lines import CellLines
 from ftmatrix.cell.records import (
-    FIELDS,
     CellRecordFile,
-    Record,
     RecordScanner,
     compact_records,
     record_line,

@@ -10,14 +10,8 @@ import pytest
 from conftest import make_record
 
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import (
-    SCHEMA_VERSION,
-    CellRecordFile,
-    Record,
-    json_schema,
-    read_records,
-    redact,
-)
+from ftmatrix.cell.record import SCHEMA_VERSION, Record, json_schema
+from ftmatrix.cell.records import CellRecordFile, read_records, redact
 from ftmatrix.cell.status import Status
 from ftmatrix.record_order import newest_per
 

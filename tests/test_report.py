@@ -15,7 +15,8 @@ import pytest
 from conftest import make_record
 
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import ConfigError, ExitCode
 from ftmatrix.known_issues import KnownIssue, parse_known_issues

@@ -11,7 +11,7 @@ from conftest import make_record
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.status import Status
 from ftmatrix.config import ConfigError, Limits, Timeouts, parse_matrix
 from ftmatrix.report.grid import build_grid

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from ftmatrix.cell.records import Record, read_records
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import read_records
 from ftmatrix.cli import build_parser, dispatch, main
 from ftmatrix.pipeline import load, resolve_cells
 from ftmatrix.resolve import locked_packages

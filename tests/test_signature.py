@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import CellRecordFile, Record
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.signature import (
     blame,
     clean_paths,

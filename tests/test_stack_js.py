@@ -24,7 +24,8 @@ from conftest import make_record
 from packaging.version import Version
 
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import CellRecordFile, Record
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.check.command import report_text
 from ftmatrix.check.compare import same_version

@@ -22,7 +22,8 @@ from test_live_runs import holding
 
 import ftmatrix
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import WHOLE_CELL, CellRecordFile
+from ftmatrix.cell.record import WHOLE_CELL
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.live_runs import IN_RUN_VARIABLE, RUN_LOCK, note_planned
 from ftmatrix.report.unfinished import UnfinishedCell, unfinished_cells

@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import make_record
 
+from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.interpreters import find_interpreters
 from ftmatrix.runner import current_python
 
@@ -302,6 +305,35 @@ def test_a_torn_record_is_quarantined_on_resume_and_its_case_runs_again(
     assert "kept apart (quarantined)" in results["unreadable_records"][0]
 
 
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_a_resume_whose_cell_lists_are_damaged_collects_again_and_runs_what_has_no_record(
+    tmp_path: Path, entry: str
+) -> None:
+    """The plugin's lists beside the records (the collected cases, the isolated ones, the
+    case starts), damaged: a half-written list, a list of numbers, bytes not UTF-8."""
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_two.py").write_text(
+        "def test_a():\n    pass\n\n\ndef test_b():\n    pass\n"
+    )
+    write_matrix(tmp_path, [current_python()])
+    run_id = {"FTMATRIX_RUN_ID": "20261127T030000Z"}
+    first = run(entry, tmp_path, **run_id)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    (path,) = (tmp_path / "out" / "records").rglob("*.jsonl")
+    path.write_bytes(path.read_bytes().splitlines(keepends=True)[0])  # one case unrecorded
+    next(path.parent.glob("*.done.json")).unlink()  # the cell as a stopped run leaves it
+    path.with_name(path.name + ".cases").write_text('["test_two.py::test_a", ')
+    path.with_name(path.name + ".isolated").write_text("[[1], 2]")
+    path.with_name(path.name + ".starts").write_bytes(b"\xff\xfe{\n")
+
+    resumed = run(entry, tmp_path, **run_id, FTMATRIX_RESUME="1")
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-4000:]
+    assert "Traceback" not in output
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {"test_a": "pass", "test_b": "pass"}
+
+
 def _small_disk(folder: Path) -> str | None:
     """Mount a 48 MB tmpfs on ``folder``; why it cannot be done here, or None."""
     folder.mkdir()
@@ -478,3 +510,59 @@ def test_a_cell_nox_would_skip_or_run_without_its_venv_is_counted(
         [record] = records_of(tmp_path / "out")
         assert (record["status"], record["case"]) == ("install-error", "*")
         assert "1 install-error" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def fill_disk(path: Path) -> None:
+    """Write ``path`` until its disk refuses a byte more."""
+    for size in (2**16, 2**12, 1):
+        try:
+            with path.open("ab", buffering=0) as ballast:
+                while True:
+                    ballast.write(b"x" * size)
+        except OSError:  # No space left on device
+            pass
+
+
+def report_into(entry: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``ftmatrix report`` or ``nox -s report`` into ``out``."""
+    if entry == "cli":
+        command = [sys.executable, "-m", "ftmatrix", "report", "--out", str(out)]
+    else:
+        command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "report"]
+    return subprocess.run(
+        command, env={**os.environ, "FTMATRIX_OUT": str(out)}, cwd=out.parent,
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+@pytest.mark.parametrize("stage", ["the report", "the site"])
+def test_a_disk_that_fills_in_the_middle_of_the_report_is_one_line_and_keeps_the_last_site(
+    small_disk: Path, entry: str, stage: str
+) -> None:
+    run_id = "20261127T040000Z"
+    CellRecordFile(CellFiles.of(small_disk, run_id, "abc123def456").records).add(
+        make_record(run_id=run_id)
+    )
+    first = report_into(entry, small_disk)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    site = (small_disk / "site" / "index.html").read_bytes()
+    room = 32 * 1024  # the history's journal fits, the page (with its styles) does not
+    assert len(site) > room
+    ballast = small_disk / "ballast"
+    fill_disk(ballast)
+    os.truncate(ballast, ballast.stat().st_size - room)
+    if stage == "the site":  # the rendered files written anew fit; their copies do not
+        for name in ("index.html", "results.json", "summary.md"):
+            (small_disk / name).unlink()
+
+    ran = report_into(entry, small_disk)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 13, output[-3000:]  # nox's session ends with the same code
+    assert "Traceback" not in output, output[-3000:]
+    assert "cannot be written: No space left on device. What was written before is whole" in output
+    assert (small_disk / "site" / "index.html").read_bytes() == site
+    assert not (small_disk / ".site.building").exists()  # its space given back
+    ballast.unlink()
+    again = report_into(entry, small_disk)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]

@@ -15,7 +15,8 @@ import pytest
 from conftest import make_record
 
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import CellRecordFile, Record, read_records
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import CellRecordFile, read_records
 from ftmatrix.cell_launch import cell_env, parallel_args, worker_count
 from ftmatrix.config import ConfigError, Limits, parse_matrix
 from ftmatrix.plan import Cell

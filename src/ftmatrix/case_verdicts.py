@@ -21,12 +21,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.file_writes import write_atomically
+from ftmatrix.cell.file_writes import read_json, write_atomically
 from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.records import (
-    WHOLE_CELL,
     CellRecordFile,
-    Record,
     RecordScanner,
     compact_records,
     read_records,
@@ -163,7 +162,7 @@ class CaseVerdicts:
         file = CellRecordFile(self.files.records)
         done = self.recorded()
         reason = f"not run: the cell ran past its {cell_seconds:g} s limit first"
-        for case in json.loads(self.files.collected.read_text()):
+        for case in case_list(self.files.collected) or ():
             if case not in done:
                 file.add(
                     self.make_record(
@@ -188,6 +187,16 @@ class CaseVerdicts:
             kept = self.files.quarantine
             self.log(f"[ftmatrix] {len(scan.damaged)} unreadable record line(s) moved to {kept}")
         return list(scan.records)
+
+
+def case_list(path: Path) -> list[str] | None:
+    """The case ids the plugin listed in ``path`` (the collected or isolated cases); None
+    where there is no such list or it is damaged (not a JSON list of strings): a first pass
+    then collects the cases again, and the plugin writes the list anew."""
+    cases = read_json(path)
+    if isinstance(cases, list) and all(isinstance(c, str) for c in cases):
+        return cases
+    return None
 
 
 def write_or_keep(record_file: Path, records: Sequence[Record]) -> list[Record]:
@@ -219,7 +228,7 @@ def _note_leftovers(files: CellFiles, leftovers: Sequence[Leftover], log: Log) -
     ``leftover_processes``) and say so; the case starts the plugin noted go with it."""
     starts = []
     with contextlib.suppress(OSError):
-        for line in files.starts.read_text(encoding="utf-8").splitlines():
+        for line in files.starts.read_text(encoding="utf-8", errors="replace").splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 entry = json.loads(line)
                 starts.append((str(entry["case"]), float(entry["started"])))

@@ -26,11 +26,12 @@ from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.ci import bisect_jobs, carry_reused, ci_matrix
 from ftmatrix.config import Matrix, load_matrix
 from ftmatrix.download import NotFound, download_timeout
-from ftmatrix.errors import ExitCode, FatalError
+from ftmatrix.errors import ExitCode, FatalError, disk_full
 from ftmatrix.init import add_init_parser, run_init
 from ftmatrix.pipeline import Loaded, load, report, resolve_cells, run_cells
 from ftmatrix.planview import interpreters_of, plan_json, print_plan, show_plan
 from ftmatrix.prove import add_known_issues_parser, run_known_issues
+from ftmatrix.report.notices import UNREADABLE
 from ftmatrix.report.planned import PLAN_FILE, write_plan
 from ftmatrix.report.publish import restore_history
 from ftmatrix.report.unfinished import UNFINISHED_WARNING, UnfinishedCell
@@ -67,15 +68,18 @@ def main(
     try:
         code = dispatch(args, extra, env, root=root or Path.cwd(), now=datetime.now(UTC))
         sys.stdout.flush()  # here, not at exit: a closed pipe is met where it is handled
-    except FatalError as exc:
-        print(exc.describe(), file=sys.stderr)
-        return exc.return_code
     except BrokenPipeError:
         # The reader went away (`ftmatrix check --json | head`): not an error of ours.
         # Python's own recipe: send what is still buffered to devnull, exit as a shell
         # reports a program ended by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE
+    except (FatalError, OSError) as exc:  # an OSError is one line only for a full disk
+        fatal = exc if isinstance(exc, FatalError) else disk_full(exc)
+        if fatal is None:
+            raise
+        print(fatal.describe(), file=sys.stderr)
+        return fatal.return_code
     return code
 
 
@@ -147,11 +151,8 @@ def _report(args: argparse.Namespace, call: _Call) -> int:
     # The report is written and shows them; the night still failed.
     _warn(reported.missing, f"planned cell(s) produced no records, so no verdict (see {PLAN_FILE})")
     _warn_unfinished(reported.unfinished)
-    what = (
-        "record line(s) could not be read or were kept out of the history (a resumed run "
-        "keeps unreadable lines apart and runs their cases again)"
-    )
-    _warn(reported.unreadable, what, "; ")
+    again = "a resumed run keeps unreadable lines apart and runs their cases again"
+    _warn(reported.unreadable, f"{UNREADABLE} ({again})", "; ")
     return ExitCode.FAILED if reported.failed else ExitCode.OK
 
 

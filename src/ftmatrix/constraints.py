@@ -41,7 +41,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ftmatrix.cell.file_writes import write_atomically
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.record_order import newest_per
 from ftmatrix.versions import version_order

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import ftmatrix
-from ftmatrix.cell.records import FIELDS, json_schema
+from ftmatrix.cell.record import FIELDS, json_schema
 from ftmatrix.cell.status import status_table_markdown
 from ftmatrix.cli import build_parser
 from ftmatrix.errors import exit_code_table_markdown
@@ -110,7 +110,7 @@ def environment_variables(root: Path) -> str:
 
 
 def record_fields(root: Path) -> str:
-    """The fields of a record (``ftmatrix.cell.records.FIELDS``)."""
+    """The fields of a record (``ftmatrix.cell.record.FIELDS``)."""
     required = set(json_schema()["required"])
     rows = ["| field | type | meaning |", "|---|---|---|"]
     for name, (kind, text) in FIELDS.items():

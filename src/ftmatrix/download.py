@@ -7,12 +7,15 @@ cut off), a size limit, redirects to http(s) only, and every failure one UsageEr
 
 from __future__ import annotations
 
+import http.client
 import math
 import re
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,10 @@ def download_timeout(value: str | float, option: str = "--timeout") -> float:
     return seconds
 
 
+# What sets a download's time limit, as its error says.
+TIMEOUT_OPTION = "--timeout sets the limit for the whole download"
+
+
 class NotFound(UsageError):
     """The server answered 404: nothing is published there (yet)."""
 
@@ -58,17 +65,47 @@ class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
 
 def fetch_text(url: str, what: str, *, timeout: float, kind: str) -> str:
     """The UTF-8 body of ``url``; ``what`` starts every error, ``kind`` names the file
-    expected ("a results.json"). ``timeout`` seconds in all, at most MAX_BYTES.
+    expected ("a results.json"). ``timeout`` seconds in all, at most MAX_BYTES."""
+    body, _ = fetch_bytes(url, what, timeout=timeout, kind=kind)
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None
+
+
+def fetch_bytes(
+    url: str,
+    what: str,
+    *,
+    timeout: float,
+    kind: str,
+    headers: Mapping[str, str] | None = None,
+    limit: str = TIMEOUT_OPTION,
+    method: str = "GET",
+) -> tuple[bytes, Message]:
+    """The body of ``url`` and its response's headers: ``timeout`` seconds in all, at most
+    MAX_BYTES, or a UsageError (:class:`NotFound` for HTTP 404) that starts with ``what``.
+    ``limit`` says what sets the time limit.
 
     The whole exchange (connecting, the headers, the body) runs in a thread of its own
     that is left behind at the deadline: urllib's timeout bounds each socket read, so a
     server that sends its headers a byte at a time would hold it for ever.
     """
-    outcome: list[str | BaseException] = []
+    outcome: list[tuple[bytes, Message] | BaseException] = []
 
     def fetch() -> None:
         try:
-            outcome.append(_fetch(url, what, timeout=timeout, kind=kind))
+            outcome.append(
+                _fetch(
+                    url,
+                    what,
+                    timeout=timeout,
+                    kind=kind,
+                    headers=headers,
+                    limit=limit,
+                    method=method,
+                )
+            )
         except BaseException as exc:  # handed to the caller's thread, raised there
             outcome.append(exc)
 
@@ -77,27 +114,37 @@ def fetch_text(url: str, what: str, *, timeout: float, kind: str) -> str:
     worker.join(timeout)
     if not outcome:
         raise UsageError(
-            f"{what}: cannot be read: not all of it came within {timeout:g} s "
-            "(--timeout sets the limit for the whole download)"
+            f"{what}: cannot be read: not all of it came within {timeout:g} s ({limit})"
         )
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     return outcome[0]
 
 
-def _fetch(url: str, what: str, *, timeout: float, kind: str) -> str:
-    request = urllib.request.Request(url, headers={"User-Agent": "ftmatrix"})
+def _fetch(
+    url: str,
+    what: str,
+    *,
+    timeout: float,
+    kind: str,
+    headers: Mapping[str, str] | None,
+    limit: str,
+    method: str,
+) -> tuple[bytes, Message]:
     opener = urllib.request.build_opener(_HttpOnlyRedirects)
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     size = 0
     try:
+        request = urllib.request.Request(
+            url, headers={"User-Agent": "ftmatrix", **(headers or {})}, method=method
+        )
         with opener.open(request, timeout=timeout) as response:
+            answered = response.headers
             while True:
                 if time.monotonic() > deadline:
                     raise UsageError(
-                        f"{what}: cannot be read: not all of it came within {timeout:g} s "
-                        "(--timeout sets the limit for the whole download)"
+                        f"{what}: cannot be read: not all of it came within {timeout:g} s ({limit})"
                     )
                 chunk = response.read1(CHUNK)
                 if not chunk:
@@ -111,15 +158,26 @@ def _fetch(url: str, what: str, *, timeout: float, kind: str) -> str:
                 chunks.append(chunk)
     except urllib.error.HTTPError as exc:
         error = NotFound if exc.code == 404 else UsageError
-        raise error(f"{what}: cannot be read: HTTP {exc.code} {exc.reason}") from None
+        said = _one_line(f"HTTP {exc.code} {exc.reason}")
+        raise error(f"{what}: cannot be read: {said}") from None
     except urllib.error.URLError as exc:
-        raise UsageError(f"{what}: cannot be read: {exc.reason}") from None
+        raise UsageError(f"{what}: cannot be read: {_one_line(exc.reason)}") from None
     except (TimeoutError, OSError) as exc:
-        raise UsageError(f"{what}: cannot be read: {exc or 'timed out'}") from None
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None
+        raise UsageError(f"{what}: cannot be read: {_one_line(exc or 'timed out')}") from None
+    except (http.client.HTTPException, ValueError) as exc:
+        # Not HTTP (a status line of garbage, headers without end) or no URL urllib takes
+        # (a port out of range, a broken IPv6 address).
+        said = _one_line(f"{type(exc).__name__}: {exc}")
+        raise UsageError(f"{what}: cannot be read: {said}") from None
+    return b"".join(chunks), answered
+
+
+def _one_line(text: object, limit: int = 300) -> str:
+    """``text`` (a server's words among them) as one printable line, at most ``limit``
+    characters: no control character of the server's reaches the terminal."""
+    printable = "".join(c if c.isprintable() else " " for c in str(text))
+    line = " ".join(printable.split())
+    return line if len(line) <= limit else line[:limit] + "..."
 
 
 def read_text(source: str, what: str, *, timeout: float, kind: str) -> str:

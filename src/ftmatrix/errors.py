@@ -11,6 +11,7 @@ Standard library only: the modules that run inside a cell's venv import it.
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import re
 from collections.abc import Sequence
@@ -148,6 +149,22 @@ class OutputFullError(FatalError):
     record run again."""
 
     return_code = ExitCode.OUTPUT_FULL
+
+
+# What a full disk (or a spent quota, or a file size limit) raises, wherever it is met.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def disk_full(exc: OSError) -> OutputFullError | None:
+    """The one line a full disk met by any command is (a report's site half copied, a
+    plan kept, a bisect's finding), or None where ``exc`` is another error."""
+    if exc.errno not in DISK_FULL_ERRNOS:
+        return None
+    where = exc.filename2 or exc.filename or "a file"
+    return OutputFullError(
+        f"{where}: cannot be written: {exc.strerror}. What was written before is whole "
+        "(records, the history); free space, then run the command again"
+    )
 
 
 # The table the docs show (Reference, Exit codes): each fatal error, the exit code it ends a

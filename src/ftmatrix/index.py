@@ -11,7 +11,6 @@ the remote wheel's METADATA read by HTTP range requests.
 from __future__ import annotations
 
 import base64
-import http.client
 import io
 import json
 import re
@@ -22,8 +21,10 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from email.message import Message
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import (
     InvalidSdistFilename,
@@ -35,14 +36,16 @@ from packaging.utils import (
 from packaging.version import Version
 
 from ftmatrix.config import InstallOptions
-from ftmatrix.errors import PackageIndexError
+from ftmatrix.download import NotFound, fetch_bytes
+from ftmatrix.errors import PackageIndexError, UsageError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 # Where the primary index comes from when matrix.yaml names none, first found wins (as uv).
 PRIMARY_VARIABLES = ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL")
 EXTRA_VARIABLES = ("UV_EXTRA_INDEX_URL", "PIP_EXTRA_INDEX_URL")
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
-TIMEOUT_SECONDS = 60
+# The whole of one page of an index: PyPI sends torch's (every file of every release) in seconds.
+PAGE_SECONDS = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,20 +179,22 @@ class _Unreadable(Exception):
 
 
 def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
+    """A page of the index (None where there is none: 404), read as any published file is
+    (ftmatrix.download): a whole deadline and a size limit, so a server that drips its
+    page or sends gigabytes ends the plan with a line, not a hang or the machine's memory."""
     try:
         bare, headers = _with_credentials(url, {"Accept": accept})
-        request = urllib.request.Request(bare, headers=headers)
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            return response.read(), response.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None, ""
-        raise _Unreadable(f"HTTP {exc.code} for {url}") from exc
-    except urllib.error.URLError as exc:
-        raise _Unreadable(str(exc.reason)) from exc
-    # A dropped connection, a timeout, a URL that is no URL: all mean the same to the user.
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise _Unreadable(str(exc) or type(exc).__name__) from exc
+        body, answered = fetch_bytes(
+            bare, bare, timeout=PAGE_SECONDS, kind="an index page", headers=headers,
+            limit="the limit for one page of an index",
+        )  # fmt: skip
+        return body, answered.get("Content-Type", "")
+    except NotFound:
+        return None, ""
+    except UsageError as exc:  # a dropped connection, a timeout, no HTTP, a URL that is no URL
+        why = str(exc).removeprefix(f"{bare}: cannot be read: ")
+        status = re.match(r"HTTP (\d+) ", why)
+        raise _Unreadable(f"HTTP {status[1]} for {url}" if status else why) from exc
 
 
 def _with_credentials(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -286,8 +291,8 @@ def requires_dist(
     for url in index_urls(install, env):
         try:
             found = _index_requires(url, name, wanted)
-        except PackageIndexError:
-            continue
+        except (PackageIndexError, _Unreadable, ValueError, AttributeError):
+            continue  # an index that cannot say (unreadable, no JSON page of files): the next
         if found is not None:
             return found
     return None
@@ -341,9 +346,8 @@ class _RangeFile(io.RawIOBase):
         self.url = url
         self.position = 0
         self.blocks: dict[int, bytes] = {}
-        request = urllib.request.Request(url, method="HEAD")
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            self.size = int(response.headers["Content-Length"])
+        _, answered = _read_remote(url, method="HEAD")
+        self.size = int(answered.get("Content-Length") or "x")  # ValueError: none
 
     def readable(self) -> bool:
         return True
@@ -377,12 +381,23 @@ class _RangeFile(io.RawIOBase):
         if index not in self.blocks:
             first = index * self.BLOCK
             last = min(self.size, first + self.BLOCK) - 1
-            request = urllib.request.Request(self.url, headers={"Range": f"bytes={first}-{last}"})
-            with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-                if response.status != 206:
-                    raise OSError(f"{self.url}: no range requests (HTTP {response.status})")
-                self.blocks[index] = response.read()
+            block, answered = _read_remote(self.url, headers={"Range": f"bytes={first}-{last}"})
+            if not str(answered.get("Content-Range") or "").startswith("bytes "):
+                raise OSError(f"{self.url}: no range requests")
+            self.blocks[index] = block
         return self.blocks[index]
+
+
+def _read_remote(url: str, **how: Any) -> tuple[bytes, Message]:
+    """A part of a wheel (``how``: the method, the headers), read as a page is; OSError
+    where it cannot be (its caller tries the next wheel)."""
+    try:
+        return fetch_bytes(
+            url, url, timeout=PAGE_SECONDS, kind="a part of a wheel",
+            limit="the limit for one read of a wheel", **how,
+        )  # fmt: skip
+    except UsageError as exc:
+        raise OSError(str(exc)) from exc
 
 
 def _parse_requires(metadata: str) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.config import HardwareClass, Matrix
 from ftmatrix.plan import Cell
 from ftmatrix.resolve import uv_binary

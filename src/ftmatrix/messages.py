@@ -8,7 +8,7 @@ text in, text out, so ``ftmatrix check`` loads neither the resolver nor the plan
 
 from __future__ import annotations
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.signature import unwrap_message
 
 

@@ -51,6 +51,9 @@ class Passes:
     sharing: bool
     # A plain pass recorded nothing new: only the isolated cases can still run, alone.
     only_isolated: bool = False
+    # A plain pass ended in an internal error (a case's object broke pytest or the plugin):
+    # the first case without a record, the one it was at, runs next alone, to be concluded.
+    suspect_alone: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +95,8 @@ def next_pass(passes: Passes, cases: Cases) -> Pass | None:
         return None
     if cases.second_tries:
         return Pass(cases=(cases.second_tries[0],), alone=True)
+    if passes.suspect_alone:
+        return Pass(cases=(remaining[0],), alone=True)
     isolated = [c for c in remaining if c in cases.isolated]
     if isolated and (passes.only_isolated or len(isolated) == len(remaining)):
         return Pass(cases=(isolated[0],), alone=True)
@@ -121,14 +126,18 @@ def _after_pytest_ended(passes: Passes, ran: Pass, ended: Ended) -> tuple[Passes
     # A shared pass ends with any of pytest's codes (a worker's case may have crashed).
     normal = ended.returncode in (PYTEST_EXIT_CODES if ran.shared else PYTEST_NORMAL_ENDS)
     if not (ended.collected and normal):
-        ours = ended.collected and ended.returncode in PYTEST_EXIT_CODES
-        return passes, Then.STOP if ours else Then.RECORD_CELL_PROBLEM
+        if not (ended.collected and ended.returncode in PYTEST_EXIT_CODES):
+            return passes, Then.RECORD_CELL_PROBLEM
+        if not ran.alone:
+            # pytest stopped itself between cases (an internal error, an interruption):
+            # the case it stopped at runs alone next (concluded there), the rest after it.
+            return replace(passes, suspect_alone=True), Then.NEXT
     if ran.shared:
         # A shared pass that lost no worker is over: what is left (the exclusive cases)
         # runs in one process, alone.
         return replace(passes, sharing=ended.second_tries or ended.casualties > 0), Then.NEXT
     if ran.alone:
-        return passes, Then.CONCLUDE_ALONE
+        return replace(passes, suspect_alone=False), Then.CONCLUDE_ALONE
     if not ended.progressed and not ended.isolated_left:
         return passes, Then.STOP  # nothing new recorded: never loop on a case we cannot run
     # Nothing new recorded, isolated cases left: they still run, alone.

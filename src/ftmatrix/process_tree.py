@@ -110,6 +110,21 @@ def case_tree_rss(root: int, ours_before: Set[int], but: Set[int] = frozenset())
     return sum(table[p].rss for p in case_processes(root, ours_before, table) if p not in but)
 
 
+def continue_if_stopped(pid: int) -> bool:
+    """SIGCONT ``pid`` where it is stopped (a case sent SIGSTOP to its parent, the keeper:
+    stopped, it would never reap pytest, and the cell would wait for it to its time limit).
+    True where it was stopped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state not in ("T", "t"):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+    return True
+
+
 def kill_group(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL ``process``'s whole process group (the cases' pytest started one)."""
     with contextlib.suppress(ProcessLookupError):

@@ -18,7 +18,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, cell_statuses
 

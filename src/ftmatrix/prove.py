@@ -22,7 +22,7 @@ from packaging.version import Version
 
 from ftmatrix import __version__
 from ftmatrix.cell.file_writes import write_atomically
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.config import HardwareClass, Matrix
 from ftmatrix.errors import ExitCode, UsageError
 from ftmatrix.known_issues import KnownIssue, load_known_issues

@@ -2,16 +2,17 @@
 
 The grid and the shards take the newest run per cell, constraints and autobisect the newest
 record per (cell, case), the report's changes compare runs in this order. The history computes
-the same key in SQL (``ftmatrix.store``).
+the same key in SQL (``ftmatrix.store``). A record from a clock that ran ahead would be the
+newest until that time: it is kept out of the history (:func:`split_clock_ahead`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
-from datetime import UTC, datetime
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 
 K = TypeVar("K", bound=Hashable)
 
@@ -46,3 +47,38 @@ def newest_per(records: Iterable[Record], key: Callable[[Record], K]) -> dict[K,
         if held is None or (ran_at(record), record.run_id) > (ran_at(held), held.run_id):
             newest[at] = record
     return newest
+
+
+# A record that finished later than this after the merge's own clock came from a machine
+# whose clock was ahead (a runner set years ahead): runs are ordered by when they ran, so
+# in the history it would be the newest result of its cell and hide every later run's.
+CLOCK_SKEW = timedelta(hours=1)
+
+
+def split_clock_ahead(records: Sequence[Record], now: datetime) -> tuple[list[Record], list[str]]:
+    """``records`` without those that finished after ``now`` (:data:`CLOCK_SKEW`), and a
+    line for each cell run of those: what was kept out of the history, and why."""
+    ahead: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        finished = _finished(record)
+        if finished is not None and finished > now + CLOCK_SKEW:
+            ahead.setdefault((record.run_id, record.cell_label), []).append(record)
+    said = [
+        f"run {run_id}, cell {label}: {len(kept_out)} record(s) finished at "
+        f"{max(r.finished_at for r in kept_out)}, after this report's time "
+        f"({now.astimezone(UTC):%Y-%m-%dT%H:%M:%S}+00:00): the clock of the machine that ran "
+        "them was ahead; kept out of the history (as the newest results they would hide every "
+        "later run's) until that time"
+        for (run_id, label), kept_out in sorted(ahead.items())
+    ]
+    kept = [r for r in records if (r.run_id, r.cell_label) not in ahead] if ahead else records
+    return list(kept), said
+
+
+def _finished(record: Record) -> datetime | None:
+    """When ``record`` finished, in UTC (None: no time that can be read)."""
+    try:
+        finished = datetime.fromisoformat(record.finished_at.replace("Z", "+00:00"))
+    except (ValueError, TypeError):
+        return None
+    return finished if finished.tzinfo else finished.replace(tzinfo=UTC)

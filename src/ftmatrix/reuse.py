@@ -34,7 +34,8 @@ from typing import Any
 
 from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import CellRecordFile, Record
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.config import Limits, Timeouts
 from ftmatrix.plan import Cell

@@ -39,14 +39,8 @@ from ftmatrix.cell.file_writes import read_json, write_atomically
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import lease_env
 from ftmatrix.cell.hardware import probe_hardware
-from ftmatrix.cell.records import (
-    WHOLE_CELL,
-    CellRecordFile,
-    Record,
-    compact_records,
-    operation_from_path,
-    redact,
-)
+from ftmatrix.cell.record import WHOLE_CELL, Record
+from ftmatrix.cell.records import CellRecordFile, compact_records, operation_from_path, redact
 from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import (
     bytecode_cache,

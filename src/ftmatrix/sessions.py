@@ -33,7 +33,7 @@ import nox
 
 from ftmatrix.case_selection import check_case_selection, split_pytest_args
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import worker_count
 from ftmatrix.errors import ExitCode, FatalError

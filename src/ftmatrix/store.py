@@ -9,18 +9,23 @@ lines are skipped and counted, never fatal. The schema is versioned with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ftmatrix.cell.file_writes import read_json
 from ftmatrix.cell.files import DONE_SUFFIX
-from ftmatrix.cell.records import Record, read_records
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.record_json import strict_data
+from ftmatrix.cell.records import read_records
 from ftmatrix.errors import HistoryError
+from ftmatrix.record_order import split_clock_ahead
 
 # Passed and judged cases per operation, for the runs the ``runs`` subquery names.
 _PASS_RATES_OF_RUNS = """
@@ -206,18 +211,13 @@ def history(path: Path) -> Iterator[sqlite3.Connection]:
         ) from None
 
 
-# A record that finished later than this after the merge's own clock came from a machine
-# whose clock was ahead (a runner set years ahead): runs are ordered by when they ran, so
-# in the history it would be the newest result of its cell and hide every later run's.
-CLOCK_SKEW = timedelta(hours=1)
-
-
 def merge_records(
     path: Path, sources: Sequence[Path], *, now: datetime | None = None
 ) -> MergeResult:
     """Merge every record file under ``sources`` (folders or files) into the history,
     except the records that finished after ``now`` (default: the clock's; see
-    :data:`CLOCK_SKEW`): kept out, each cell run's said as a problem, until their time."""
+    :data:`ftmatrix.record_order.CLOCK_SKEW`): kept out, each cell run's said as a problem,
+    until their time."""
     now = now or datetime.now(UTC)
     records: list[Record] = []
     problems: list[str] = []
@@ -230,35 +230,6 @@ def merge_records(
     return MergeResult(added=added, unchanged=unchanged, problems=(*problems, *ahead))
 
 
-def split_clock_ahead(records: Sequence[Record], now: datetime) -> tuple[list[Record], list[str]]:
-    """``records`` without those that finished after ``now`` (:data:`CLOCK_SKEW`), and a
-    line for each cell run of those: what was kept out of the history, and why."""
-    ahead: dict[tuple[str, str], list[Record]] = {}
-    for record in records:
-        finished = _finished(record)
-        if finished is not None and finished > now + CLOCK_SKEW:
-            ahead.setdefault((record.run_id, record.cell_label), []).append(record)
-    said = [
-        f"run {run_id}, cell {label}: {len(kept_out)} record(s) finished at "
-        f"{max(r.finished_at for r in kept_out)}, after this report's time "
-        f"({now.astimezone(UTC):%Y-%m-%dT%H:%M:%S}+00:00): the clock of the machine that ran "
-        "them was ahead; kept out of the history (as the newest results they would hide every "
-        "later run's) until that time"
-        for (run_id, label), kept_out in sorted(ahead.items())
-    ]
-    kept = [r for r in records if (r.run_id, r.cell_label) not in ahead] if ahead else records
-    return list(kept), said
-
-
-def _finished(record: Record) -> datetime | None:
-    """When ``record`` finished, in UTC (None: no time that can be read)."""
-    try:
-        finished = datetime.fromisoformat(record.finished_at.replace("Z", "+00:00"))
-    except (ValueError, TypeError):
-        return None
-    return finished if finished.tzinfo else finished.replace(tzinfo=UTC)
-
-
 def merge_outputs(out_dir: Path, *, now: datetime | None = None) -> MergeResult:
     """Merge a reports folder's record files (``records/``), bisect findings
     (``bisect/*/finding.json``) and proofs (``proofs/*/proof.json``) into its history,
@@ -267,14 +238,29 @@ def merge_outputs(out_dir: Path, *, now: datetime | None = None) -> MergeResult:
     store = out_dir / "history.sqlite"
     merged = merge_records(store, [out_dir / "records"], now=now)
     merge_cell_runs(store, out_dir / "records")
+    problems = list(merged.problems)
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
-        save_finding(store, json.loads(finding_file.read_text(encoding="utf-8")))
+        finding = _kept_object(finding_file, ("case", "axis"), problems)
+        if finding is not None:
+            save_finding(store, finding)
     # Known issues' range proofs (ftmatrix known-issues prove) made in this folder or
     # downloaded into it from another job.
     for proof_file in sorted((out_dir / "proofs").glob("*/proof.json")):
-        proof = json.loads(proof_file.read_text(encoding="utf-8"))
-        save_proof(store, proof, proven_at=str(proof.pop("proven_at", proof.get("date"))))
-    return merged
+        proof = _kept_object(proof_file, ("entry",), problems)
+        if proof is not None:
+            save_proof(store, proof, proven_at=str(proof.pop("proven_at", proof.get("date"))))
+    return dataclasses.replace(merged, problems=tuple(problems))
+
+
+def _kept_object(path: Path, keys: Sequence[str], problems: list[str]) -> dict[str, Any] | None:
+    """The JSON object in ``path`` with text at ``keys``; None, and a problem said, where
+    it is damaged (a report names it beside the damaged record lines)."""
+    data = read_json(path)
+    if isinstance(data, dict) and all(isinstance(data.get(k), str) for k in keys):
+        return data
+    wanted = ", ".join(repr(k) for k in keys)
+    problems.append(f"{path}: skipped: not a JSON object with text at {wanted} (damaged)")
+    return None
 
 
 def merge(path: Path, records: Iterable[Record]) -> tuple[int, int]:
@@ -319,8 +305,17 @@ def _record_row(record: Record) -> tuple[Any, ...]:
         record.hardware_class,
         record.signature,
         record.finished_at,
-        json.dumps(record.to_dict(), sort_keys=True, default=str),
+        _strict_json(record.to_dict()),
     )
+
+
+def _strict_json(data: dict[str, Any]) -> str:
+    """``data`` as JSON SQLite's JSON functions read: a NaN among a record's metrics
+    (a case's loss gone NaN) as text, never the ``NaN`` that makes the history unusable."""
+    try:
+        return json.dumps(data, sort_keys=True, default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(strict_data(data), sort_keys=True, default=str)
 
 
 def restore(

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ftmatrix.case_verdicts import CaseVerdicts, Log, RecordFactory
+from ftmatrix.case_verdicts import CaseVerdicts, Log, RecordFactory, case_list
 from ftmatrix.cell.file_writes import read_note
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.processes import become_subreaper, die_with_parent
-from ftmatrix.cell.records import UNWRITTEN_RECORD, CellRecordFile, Record
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import UNWRITTEN_RECORD, CellRecordFile
 from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.keeper import kept
@@ -44,6 +45,7 @@ from ftmatrix.process_tree import (
     Leftover,
     case_tree_rss,
     children_of,
+    continue_if_stopped,
     end_leftovers,
     kill_group,
     kill_tree,
@@ -156,9 +158,8 @@ def run_cases(
 def _cases_now(files: CellFiles, verdicts: CaseVerdicts) -> Cases:
     """What the cell's files say now. A case whose record waits for disk space ran: it is
     not run again."""
-    collected = json.loads(files.collected.read_text()) if files.collected.exists() else None
     return Cases(
-        collected=collected,
+        collected=case_list(files.collected),
         recorded=frozenset(verdicts.recorded() | {r.case for r in verdicts.waiting}),
         isolated=frozenset(_isolated_cases(files)),
         second_tries=verdicts.second_tries,
@@ -263,6 +264,7 @@ def _attempt(
     workers = _Workers(files, process.pid, limits, lambda: _output(tail, fatal), on_casualty)
     try:
         while not _ended_within(process, POLL_SECONDS):
+            continue_if_stopped(process.pid)  # the keeper is ours: no case may stop it
             note = read_note(current)
             running = workers.poll()
             watcher.poll([note] if note else running)
@@ -419,10 +421,7 @@ def _describe_exit(returncode: int) -> str:
 
 def _isolated_cases(files: CellFiles) -> set[str]:
     """The cases the plugin left out to run each in a process of its own."""
-    try:
-        return set(json.loads(files.isolated.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return set()
+    return set(case_list(files.isolated) or ())
 
 
 class _RecordWatcher:

@@ -72,6 +72,17 @@ class _StrictLoader(yaml.SafeLoader):
                 first_line[key] = line
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node: Any) -> Any:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # more digits than Python converts (4,300)
+            digits = len(str(node.value))
+            problem = f"a number of {digits:,} digits; no setting takes one"
+            raise _Refused(problem, node.start_mark) from None
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
 
 def expanded_size(node: Any, sizes: dict[int, int]) -> int:
     """How many nodes ``node`` stands for once every alias is expanded; refuses too many."""

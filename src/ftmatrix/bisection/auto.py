@@ -32,7 +32,7 @@ from ftmatrix.bisection.search import (
     Step,
     releases_between,
 )
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue, cell_statuses, explain
 from ftmatrix.record_order import newest_per

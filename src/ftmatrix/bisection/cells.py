@@ -25,7 +25,7 @@ from ftmatrix.bisection.search import (
     releases_between,
 )
 from ftmatrix.cell.file_writes import write_atomically
-from ftmatrix.cell.records import WHOLE_CELL
+from ftmatrix.cell.record import WHOLE_CELL
 from ftmatrix.cell.status import Status
 from ftmatrix.config import Matrix
 from ftmatrix.lone_cell import hardware_named, run_lone_cell

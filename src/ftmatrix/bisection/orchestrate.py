@@ -21,7 +21,7 @@ from ftmatrix.bisection.auto import AutoJob, ReleasesUnavailable, choose_bisects
 from ftmatrix.bisection.cells import BisectRequest, finding_document, run_bisect
 from ftmatrix.bisection.search import BisectFinding
 from ftmatrix.cell.file_writes import write_atomically
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.config import Matrix
 from ftmatrix.errors import BisectError, PackageIndexError, UsageError
 from ftmatrix.known_issues import load_known_issues

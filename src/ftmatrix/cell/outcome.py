@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sysconfig
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PureWindowsPath
 
@@ -78,17 +78,17 @@ class Failure:
         )
         return cls(
             root_type=_qualified_name(type(root)),
-            root_message=str(root),
+            root_message=text_of(root),
             root_filenames=tuple(root_filenames),
             root_functions=tuple(root_functions),
             exception_type=_qualified_name(type(error)),
-            message=str(error),
+            message=text_of(error),
             filenames=tuple(filenames),
             functions=tuple(functions),
             traceback=longrepr,
             memory_error=isinstance(error, MemoryError),
             assertion=isinstance(error, AssertionError),
-            causes="\n".join(str(e) for e in _causes(error)),
+            causes="\n".join(text_of(e) for e in _causes(error)),
         )
 
 
@@ -106,7 +106,7 @@ def case_status(
         return classify_failure(failure, output), None
     if skip is not None:
         status = Status.NOT_APPLICABLE if isinstance(skip, NotApplicable) else Status.SKIP
-        return status, str(getattr(skip, "msg", skip))
+        return status, text_of(getattr(skip, "msg", skip))
     return Status.PASS, None
 
 
@@ -138,6 +138,21 @@ def _out_of_memory(failure: Failure, name: str, output: str) -> bool:
     return VLLM_ENGINE_FAILED in failure.message and VLLM_STARTUP_MEMORY in output
 
 
+def text_of(value: object, show: Callable[[object], str] = str) -> str:
+    """``show(value)`` (``str`` or ``repr``), or what stands in for it where that raises or
+    is no string: a case's exception or metric is any object, and its text must never cost
+    the verdict (a ``__str__`` that raises would end pytest with an internal error)."""
+    try:
+        text = show(value)
+        if isinstance(text, str):
+            return str.__str__(text)  # a subclass's own __str__ is the case's code again
+    except Exception as exc:  # any error of the case's own code
+        said = f"raised {type(exc).__name__}"
+    else:
+        said = "gave no string"
+    return f"<{_qualified_name(type(value))}: its {show.__name__}() {said}>"
+
+
 def _first_traceback(error: ChildProcessFailure) -> str:
     """The child's own traceback, without the output appended after it (which may hold
     other processes' tracebacks): up to the line that names its exception."""
@@ -162,7 +177,8 @@ def _root_cause(error: BaseException) -> BaseException:
         inner = current.__cause__
         context = current.__context__
         if inner is None and context is not None and not current.__suppress_context__:
-            inner = context if str(context) and str(context) in str(current) else None
+            said = text_of(context)
+            inner = context if said and said in text_of(current) else None
         if inner is None or id(inner) in seen:
             return current
         seen.add(id(inner))

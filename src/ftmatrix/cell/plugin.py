@@ -37,13 +37,13 @@ from ftmatrix.cell.file_writes import (
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gates import display_versions, gate, is_exclusive, is_isolated
 from ftmatrix.cell.hardware import probe_hardware
-from ftmatrix.cell.outcome import Failure, case_status
+from ftmatrix.cell.outcome import Failure, case_status, text_of
 from ftmatrix.cell.processes import die_with_parent, keeper_dying
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.record_lines import CellLines
 from ftmatrix.cell.records import (
     RUNNING_CASE_VARIABLE,
     UNWRITTEN_RECORD,
-    Record,
     operation_from_path,
     redact,
     shorten,
@@ -426,10 +426,13 @@ class _CaseState:
 
 
 def _metrics(properties: Sequence[tuple[str, object]]) -> dict[str, Any]:
-    """The numbers a case recorded (``record_property``), as its record holds them."""
+    """The numbers a case recorded (``record_property``), as its record holds them: a name
+    or a value whose text cannot be made gets a stand-in (:func:`text_of`)."""
     values: dict[str, Any] = {}
     for name, value in properties:
-        values[str(name)] = value if isinstance(value, int | float | str | bool) else repr(value)
+        values[text_of(name)] = (
+            value if isinstance(value, int | float | str | bool) else text_of(value, repr)
+        )
     return values
 
 

@@ -17,7 +17,8 @@ import dataclasses
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
-from ftmatrix.cell.records import SORTED_KEYS, Record, field_json, record_line
+from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import SORTED_KEYS, field_json, record_line
 from ftmatrix.cell.redact import Redactor, current_redactor
 
 # A case's own fields, in the order its line holds them (the keys sorted).

@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.constraints import ConstraintSet, derive_constraints
 from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError
@@ -93,6 +93,10 @@ def read_results(where: str, *, timeout: float = 30) -> Results:
             f"{what}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
             f"it starts {start!r}"
         ) from None
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise UsageError(
+            f"{what}: holds a number of more than 4,300 digits, so it is not a results.json"
+        ) from None
     return parse_results(payload, source=where)
 
 
@@ -102,7 +106,7 @@ def parse_results(payload: Any, *, source: str) -> Results:
     if not isinstance(payload, dict) or "records" not in payload:
         raise UsageError(f"{what}: not the results.json of an ftmatrix report (no 'records')")
     schema = payload.get("schema")
-    if schema != RESULTS_SCHEMA:
+    if schema != RESULTS_SCHEMA or type(schema) is not int:  # true and 1.0 are no schema 1
         if isinstance(schema, int):
             age = "an older" if schema < RESULTS_SCHEMA else "a newer"
             written = f"schema {schema}, written by {age} ftmatrix"
@@ -115,9 +119,12 @@ def parse_results(payload: Any, *, source: str) -> Results:
     runs = payload.get("runs") or []
     if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
         raise UsageError(f"{what}: 'runs' is not a list of run ids, got {shown(runs)}")
+    groups = payload.get("failure_groups") or []
+    if not isinstance(groups, list):
+        raise UsageError(f"{what}: 'failure_groups' is not a list, got {shown(groups)}")
     known: dict[str, tuple[KnownIssueLink, ...]] = {}
     blame: dict[str, str] = {}
-    for group in payload.get("failure_groups") or []:
+    for group in groups:
         key = group.get("key") if isinstance(group, dict) else None
         if not isinstance(key, str):
             continue

@@ -40,7 +40,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.check.compare import (
     VersionChange,

@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.status import Status
 
 BROKEN_LINE = re.compile(r"^contracts broken: (.+)$", re.MULTILINE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.record_order import ran_at
 

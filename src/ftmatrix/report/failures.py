@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.signature import blame
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.check.results import CAUSE_SEPARATOR, group_key

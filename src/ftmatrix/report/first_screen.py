@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.plan import SHORT_NAMES
 from ftmatrix.report.grid import CASE_AXES, CELL_AXES, UNPINNED
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.messages import headline
 from ftmatrix.record_order import newest_per

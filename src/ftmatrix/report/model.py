@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.check.results import KnownIssueLink, Results, member_key, results_of
 from ftmatrix.known_issues import KnownIssue, load_known_issues

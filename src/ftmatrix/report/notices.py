@@ -35,6 +35,10 @@ def quarantined(records_root: Path) -> list[str]:
     return found
 
 
+# What the page, summary.md and the command's warning say of the lines the report set aside.
+UNREADABLE = "record line(s) could not be read or were kept out of the history"
+
+
 def notices_html(in_progress: Sequence[RunInProgress], unreadable: Sequence[str]) -> str:
     """The notices section of the page ('' when there is nothing to say)."""
     parts = [
@@ -44,7 +48,7 @@ def notices_html(in_progress: Sequence[RunInProgress], unreadable: Sequence[str]
     parts.append(
         _section_html(
             "unreadable",
-            f"{len(unreadable)} record line(s) could not be read or were kept out of the history",
+            f"{len(unreadable)} {UNREADABLE}",
             [escape(clean_paths(p)) for p in unreadable],
         )
     )
@@ -55,10 +59,7 @@ def notices_markdown(in_progress: Sequence[RunInProgress], unreadable: Sequence[
     """The notices as Markdown lines, for the top of summary.md."""
     lines = [f"**{run.describe()}**" for run in in_progress]
     if unreadable:
-        lines.append(
-            f"**{len(unreadable)} record line(s) could not be read or were kept out of the "
-            "history:**"
-        )
+        lines.append(f"**{len(unreadable)} {UNREADABLE}:**")
         lines += [f"- {clean_paths(p)}" for p in unreadable]
     return [*lines, ""] if lines else []
 

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from html import escape
 
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue
 from ftmatrix.report.causes import Cause, cut, web_link

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES
 from ftmatrix.known_issues import KnownIssue
 from ftmatrix.messages import headline

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from html import escape
 
-from ftmatrix.cell.records import WHOLE_CELL, Record
+from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import PROBLEM_STATUSES, Status
 from ftmatrix.messages import headline
 from ftmatrix.report.grid import (

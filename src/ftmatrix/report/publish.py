@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.files import RUN_ID_RULE, is_run_id
-from ftmatrix.cell.records import Record
+from ftmatrix.cell.record import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import read_text
 from ftmatrix.errors import UsageError
+from ftmatrix.record_order import split_clock_ahead
 from ftmatrix.store import (
     load_cell_runs,
     load_findings,
@@ -29,7 +30,6 @@ from ftmatrix.store import (
     restore,
     save_finding,
     save_proof,
-    split_clock_ahead,
 )
 
 SITE = "site"
@@ -43,24 +43,41 @@ RENDERED_FOLDERS = ("badges", "constraints")
 def write_site(out_dir: Path) -> Path:
     """Build ``out_dir/site`` from the rendered report and the history; returns it.
 
-    Built beside and swapped in whole, so a failure leaves the previous site as it was.
+    Built beside and swapped in whole, so a failure leaves the previous site as it was
+    (and the half-built copy is removed: a full disk gets its space back).
     """
     site = out_dir / SITE
     building = out_dir / f".{SITE}.building"
     shutil.rmtree(building, ignore_errors=True)
-    building.mkdir(parents=True)
-    for name in RENDERED_FILES:
-        if (out_dir / name).is_file():
-            shutil.copy2(out_dir / name, building / name)
-    for name in RENDERED_FOLDERS:
-        if (out_dir / name).is_dir():
-            shutil.copytree(out_dir / name, building / name)
-    with (building / HISTORY_FILE).open("w", encoding="utf-8") as history:
-        for line in published_history(out_dir / "history.sqlite"):
-            history.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+    try:
+        building.mkdir(parents=True)
+        for name in RENDERED_FILES:
+            if (out_dir / name).is_file():
+                shutil.copy2(out_dir / name, building / name)
+        for name in RENDERED_FOLDERS:
+            if (out_dir / name).is_dir():
+                _copy_folder(out_dir / name, building / name)
+        with (building / HISTORY_FILE).open("w", encoding="utf-8") as history:
+            for line in published_history(out_dir / "history.sqlite"):
+                history.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
     shutil.rmtree(site, ignore_errors=True)
     building.rename(site)
     return site
+
+
+def _copy_folder(source: Path, target: Path) -> None:
+    """``source`` copied to ``target``; the first file that cannot be copied raises its own
+    OSError (shutil.copytree gathers them into one shutil.Error that names no errno)."""
+    target.mkdir()
+    for path in sorted(source.rglob("*")):  # a folder before what it holds
+        copy = target / path.relative_to(source)
+        if path.is_dir():
+            copy.mkdir()
+        else:
+            shutil.copy2(path, copy)
 
 
 def published_history(store: Path) -> Iterator[dict[str, Any]]:
@@ -130,7 +147,7 @@ def _parse_history(
     lines = text.splitlines()
     try:
         header = json.loads(lines[0]) if lines else None
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON; a number of too many digits
         header = None
     if not isinstance(header, dict) or header.get("ftmatrix-history") != HISTORY_FORMAT:
         start = " ".join(text[:40].split())

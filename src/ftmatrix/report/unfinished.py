@@ -30,7 +30,8 @@ from ftmatrix.cell.files import (
     RECORDS_SUFFIX,
     CellFiles,
 )
-from ftmatrix.cell.records import WHOLE_CELL, Record, scan_records
+from ftmatrix.cell.record import WHOLE_CELL, Record
+from ftmatrix.cell.records import scan_records
 from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.cell.status import Status

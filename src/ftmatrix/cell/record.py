@@ -1,0 +1,280 @@
+"""The record: what one case did in one cell, and its JSON schema.
+
+A record is one line of JSON in its cell's file (:mod:`ftmatrix.cell.records`); FIELDS
+says what each field holds, and the schema, the docs and the readers derive from it.
+
+This module runs inside each cell's environment (the results plugin uses it), so
+it imports the standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ftmatrix.cell.files import RUN_ID_RULE, is_run_id
+from ftmatrix.cell.record_json import check_values
+from ftmatrix.cell.signature import clean_paths, clean_paths_in
+from ftmatrix.cell.status import Status
+
+SCHEMA_VERSION = 1
+
+# Case id of a record that stands for the whole cell (it never got to run cases).
+WHOLE_CELL = "*"
+
+# Field name -> (JSON type, description). The JSON schema and docs derive from it.
+FIELDS: dict[str, tuple[str | list[str], str]] = {
+    "schema": ("integer", "Record schema version."),
+    "run_id": ("string", "The run this record belongs to."),
+    "cell_id": ("string", "Short hash of the cell's canonical form: the storage key."),
+    "cell_label": ("string", "Readable cell name, as `nox -l` shows it."),
+    "lock_id": (
+        ["string", "null"],
+        "Short hash of the resolved lock: an unchanged id means an unchanged environment.",
+    ),
+    "python": ("string", "Python version of the cell."),
+    "pins": ("object", "Requested pins: package -> version, null for 'not installed'."),
+    "packages": ("object", "Every distribution installed in the cell: name -> version."),
+    "host_packages": (
+        "object",
+        "Those of `packages` the cell took from the host (install.system-packages): "
+        "name -> version.",
+    ),
+    "hardware_class": ("string", "The matrix hardware class the cell was planned for."),
+    "hardware": ("object", "Fingerprint of the machine: CPU, GPUs, driver, CUDA."),
+    "runner_labels": ("array", "Labels of the CI runner, if any."),
+    "case": ("string", "pytest node id of the case, or '*' for the whole cell."),
+    "operation": ("string", "Operation family the case reproduces (sft, grpo, lora, ...)."),
+    "status": ("string", "One of the statuses; see the legend."),
+    "reason": (["string", "null"], "Why it was skipped, n/a, or not installed."),
+    "exception_type": (["string", "null"], "Qualified name of the exception raised."),
+    "message": (["string", "null"], "The exception message (secrets redacted)."),
+    "signature": (["string", "null"], "Hash grouping equal failures across cells."),
+    "framework_frame": (["string", "null"], "Innermost frame inside a framework package."),
+    "traceback": (["string", "null"], "Full traceback (secrets redacted)."),
+    "root_exception_type": (
+        ["string", "null"],
+        "Type of the root cause: the innermost exception the raised one came from "
+        "(its __cause__, a wrapped __context__, a known wrapper's inner error).",
+    ),
+    "root_message": (["string", "null"], "Message of the root cause (secrets redacted)."),
+    "root_frame": (["string", "null"], "Innermost framework frame of the root cause."),
+    "raw_message": (
+        ["string", "null"],
+        "`message` as raised, with the machine's paths (which `message` replaces by "
+        "placeholders such as <venv>); null when equal. Never published.",
+    ),
+    "raw_traceback": (
+        ["string", "null"],
+        "`traceback` with the machine's paths; null when equal. Never published.",
+    ),
+    "metrics": ("object", "Numbers the case recorded (loss, grad norm, ...)."),
+    "flaky": ("boolean", "True when two tries of the case disagreed."),
+    "beyond_cap": (
+        ["string", "null"],
+        "A cap probe: the declared requirement its install overrode ('unsloth 2026.10.7: "
+        "trl<=1.15.0'); null for a plain cell.",
+    ),
+    "attempts": ("array", "Each try of a retried case: status, reason, message."),
+    "reused_from": (
+        ["string", "null"],
+        "The run that produced this result, when this run reused it because the cell's "
+        "lock, cases and hardware were unchanged since (see reuse in the docs); null when it ran.",
+    ),
+    "duration": ("number", "Seconds the case took."),
+    "started_at": ("string", "UTC ISO-8601 start time."),
+    "finished_at": ("string", "UTC ISO-8601 end time."),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """One (cell, case) outcome, as written to and read from a cell's JSONL file."""
+
+    run_id: str
+    cell_id: str
+    cell_label: str
+    python: str
+    pins: Mapping[str, str | None]
+    hardware_class: str
+    case: str
+    operation: str
+    status: Status
+    started_at: str
+    finished_at: str
+    duration: float = 0.0
+    lock_id: str | None = None
+    packages: Mapping[str, str] = field(default_factory=dict)
+    host_packages: Mapping[str, str] = field(default_factory=dict)
+    hardware: Mapping[str, Any] = field(default_factory=dict)
+    runner_labels: tuple[str, ...] = ()
+    reason: str | None = None
+    exception_type: str | None = None
+    message: str | None = None
+    signature: str | None = None
+    framework_frame: str | None = None
+    traceback: str | None = None
+    root_exception_type: str | None = None
+    root_message: str | None = None
+    root_frame: str | None = None
+    raw_message: str | None = None
+    raw_traceback: str | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    flaky: bool = False
+    attempts: tuple[Mapping[str, Any], ...] = ()
+    beyond_cap: str | None = None
+    reused_from: str | None = None
+    schema: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in FIELDS}
+        data["status"] = self.status.value
+        data["pins"] = dict(self.pins)
+        data["packages"] = dict(self.packages)
+        data["host_packages"] = dict(self.host_packages)
+        data["hardware"] = dict(self.hardware)
+        data["runner_labels"] = list(self.runner_labels)
+        data["metrics"] = dict(self.metrics)
+        data["attempts"] = [dict(a) for a in self.attempts]
+        return data
+
+    def published(self) -> Record:
+        """This record as a public page shows it: the machine's paths replaced by
+        placeholders (in its case id and metrics too: a parametrize id or a value a case
+        recorded may be a path), the raw text (``raw_message``, ``raw_traceback``) left out."""
+        return dataclasses.replace(
+            self,
+            case=clean_paths(self.case),
+            metrics={clean_paths(k): clean_paths_in(v) for k, v in self.metrics.items()},
+            reason=_clean(self.reason),
+            message=_clean(self.message),
+            traceback=_clean(self.traceback),
+            root_message=_clean(self.root_message),
+            raw_message=None,
+            raw_traceback=None,
+            attempts=tuple(
+                {k: _clean(v) if isinstance(v, str) else v for k, v in a.items()}
+                for a in self.attempts
+            ),
+        )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Record:
+        """Parse one record; ValueError names the first missing or bad field."""
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"schema {data.get('schema')!r} is not {SCHEMA_VERSION}")
+        missing = [name for name in FIELDS if name not in data and name not in _OPTIONAL_FIELDS]
+        if missing:
+            raise ValueError(f"missing field(s): {', '.join(missing)}")
+        for name, types in _FIELD_TYPES.items():
+            if name not in data or type(data[name]) in _EXACT_TYPES[name]:
+                continue  # what JSON reads is of these exact types: one look, not isinstance's
+            if not _is_type(data[name], types):
+                kinds = FIELDS[name][0]
+                wanted = " or ".join([kinds] if isinstance(kinds, str) else kinds)
+                raise ValueError(
+                    f"field {name!r}: expected {wanted}, got {type(data[name]).__name__}"
+                )
+        check_values(data)
+        if not is_run_id(data["run_id"]):
+            raise ValueError(f"field 'run_id': {data['run_id']!r} is not {RUN_ID_RULE}")
+        for name in ("started_at", "finished_at"):
+            try:
+                datetime.fromisoformat(data[name].replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(
+                    f"field {name!r}: {data[name]!r} is not an ISO-8601 time "
+                    "(such as '2026-11-25T03:00:00+00:00')"
+                ) from None
+        values = {name: data[name] for name in FIELDS if name in data}
+        values["status"] = Status.parse(str(data["status"]))
+        values["runner_labels"] = tuple(data.get("runner_labels") or ())
+        values["attempts"] = tuple(data.get("attempts") or ())
+        values["flaky"] = bool(data.get("flaky", False))
+        values["duration"] = float(data.get("duration") or 0.0)
+        return cls(**values)
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list, tuple),
+    "null": (type(None),),
+}
+
+
+def _python_types(kinds: str | list[str]) -> tuple[tuple[type, ...], bool]:
+    """The Python types of the JSON schema ``kinds``, and whether a bool is one (a bool
+    is no number here)."""
+    names = [kinds] if isinstance(kinds, str) else kinds
+    types = tuple(t for kind in names for t in _JSON_TYPES[kind])
+    return types, "boolean" in names
+
+
+# Each field's types, worked out once: every record read checks each of its fields.
+_FIELD_TYPES = {name: _python_types(kinds) for name, (kinds, _) in FIELDS.items()}
+
+
+# The same as exact types, which is what json.loads makes: a bool is a number to isinstance,
+# not to ``type(value) in``.
+_EXACT_TYPES = {name: frozenset(allowed) for name, (allowed, _) in _FIELD_TYPES.items()}
+
+
+def _is_type(value: Any, types: tuple[tuple[type, ...], bool]) -> bool:
+    """Is ``value`` of ``types`` (from :func:`_python_types`)?"""
+    allowed, bool_allowed = types
+    return isinstance(value, allowed) and (bool_allowed or not isinstance(value, bool))
+
+
+_OPTIONAL_FIELDS = frozenset(
+    {
+        "duration",
+        "lock_id",
+        "packages",
+        "host_packages",
+        "hardware",
+        "runner_labels",
+        "reason",
+        "exception_type",
+        "message",
+        "signature",
+        "framework_frame",
+        "traceback",
+        "root_exception_type",
+        "root_message",
+        "root_frame",
+        "raw_message",
+        "raw_traceback",
+        "metrics",
+        "flaky",
+        "attempts",
+        "beyond_cap",
+        "reused_from",
+    }
+)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of one record line, derived from FIELDS and Status."""
+    properties: dict[str, Any] = {
+        name: {"type": kind, "description": text} for name, (kind, text) in FIELDS.items()
+    }
+    properties["status"]["enum"] = [s.value for s in Status]
+    properties["schema"]["const"] = SCHEMA_VERSION
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "ftmatrix record",
+        "type": "object",
+        "required": [n for n in FIELDS if n not in _OPTIONAL_FIELDS],
+        "properties": properties,
+    }
+
+
+def _clean(text: str | None) -> str | None:
+    return None if text is None else clean_paths(text)
