@@ -54,8 +54,12 @@ def test_e_exits_in_the_middle():
     os._exit(0)
 
 
-def test_f_healthy():
-    pass
+def test_f_closes_what_it_did_not_open():
+    os.closerange(3, 4096)  # pytest's saved output descriptors, the plugin's files
+
+
+def test_g_healthy():
+    print("shown")
 """
 
 # A hook of the cases' own conftest that raises: pytest ends in an INTERNALERROR.
@@ -98,7 +102,9 @@ def test_every_case_after_a_hurtful_one_runs_and_gets_its_verdict(
         "test_c_breaks_pytest": "error",
         "test_d_records_a_loss_of_nan": "pass",
         "test_e_exits_in_the_middle": "crash",
-        "test_f_healthy": "pass",
+        # Its pytest cannot show a case's output after it: the rest ran in a new one.
+        "test_f_closes_what_it_did_not_open": "error",
+        "test_g_healthy": "pass",
     }
     assert found["test_b_raises_what_cannot_be_printed"]["message"] == (
         "<test_hurtful.Unprintable: its str() raised RuntimeError>"
@@ -113,3 +119,6 @@ def test_every_case_after_a_hurtful_one_runs_and_gets_its_verdict(
         "loss": "NaN",
         "shown": "<test_hurtful.Unshowable: its repr() raised RuntimeError>",
     }
+    # pytest's output never went into the records file (a kept descriptor of the plugin,
+    # opened again on the number pytest restores its output from, took it).
+    assert results["unreadable_records"] == []

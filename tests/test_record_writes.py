@@ -334,9 +334,9 @@ appender, note = LineAppender(folder / "cell.jsonl"), NoteFile(folder / "cell.js
 appender.append(b'{"n": 1}\\n')
 note.write(json.dumps({"case": "first"}))
 assert keeper_dying() is False
-os.closerange(3, 256)  # a case that closes every descriptor it did not open...
+os.closerange(3, 4096)  # a case that closes every descriptor it did not open...
 assert keeper_dying() is False  # ...is not taken for its keeper's death (a 30 s wait)
-os.closerange(3, 256)  # ...nor when it opens files of its own on their numbers
+os.closerange(3, 4096)  # ...nor when it opens files of its own on their numbers
 victims = [os.open(folder / f"victim{i}", os.O_RDWR | os.O_CREAT) for i in range(4)]
 assert keeper_dying() is False
 appender.append(b'{"n": 2}\\n')
@@ -367,6 +367,44 @@ def test_descriptors_a_case_closed_or_took_are_opened_again_never_written(tmp_pa
     assert 3 in victims  # a number the plugin had kept open
     assert (tmp_path / "cell.jsonl").read_text() == '{"n": 1}\n{"n": 2}\n'
     assert [(tmp_path / f"victim{i}").read_bytes() for i in range(4)] == [b""] * 4
+
+
+RESTORED = """
+import os, sys
+from pathlib import Path
+from ftmatrix.cell.file_writes import LineAppender, NoteFile
+
+saved = os.dup(1)  # pytest keeps its output on a low number while it captures a case's
+folder = Path(sys.argv[1])
+appender, note = LineAppender(folder / "cell.jsonl"), NoteFile(folder / "cell.jsonl.current")
+appender.append(b'{"n": 1}\\n')
+note.write('{"case": "first"}')
+os.closerange(3, 4096)  # a case that closes every descriptor it did not open
+appender.append(b'{"n": 2}\\n')
+note.write('{"case": "second"}')
+try:
+    os.dup2(saved, 1)  # pytest restoring its output after the case
+except OSError:
+    pass
+print("pytest's own output", flush=True)
+"""
+
+
+def test_a_descriptor_opened_again_never_takes_the_number_pytest_restores_from(
+    tmp_path: Path,
+) -> None:
+    """A case that closes every descriptor closes pytest's saved output too; the plugin's
+    files opened again on the lowest free numbers took it, and pytest's output went into
+    the records file (found by a held-out hostile case: 256 unreadable lines)."""
+    ran = subprocess.run(
+        [sys.executable, "-c", RESTORED, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "cell.jsonl").read_text() == '{"n": 1}\n{"n": 2}\n'
+    assert read_note(tmp_path / "cell.jsonl.current") == {"case": "second"}
 
 
 def test_a_kept_records_file_replaced_whole_gets_the_next_line(tmp_path: Path) -> None:

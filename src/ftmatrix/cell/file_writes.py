@@ -117,10 +117,10 @@ class LineAppender:
             return self._folder[0]
         self._forget(self._folder)
         try:
-            fd = os.open(self.path.parent, os.O_RDONLY)
+            fd = kept_open(self.path.parent, os.O_RDONLY)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path.parent, os.O_RDONLY)
+            fd = kept_open(self.path.parent, os.O_RDONLY)
         self._folder = (fd, _identity(os.fstat(fd)))
         return fd
 
@@ -132,7 +132,7 @@ class LineAppender:
                 return self._file[0], status.st_size
         self._forget(self._file)
         self._end = None
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = kept_open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         status = os.fstat(fd)
         self._file = (fd, _identity(status))
         return fd, status.st_size
@@ -147,6 +147,27 @@ class LineAppender:
             self._file = None
         if kept is self._folder:
             self._folder = None
+
+
+# Where the descriptors kept open between cases are put: above the numbers pytest's output
+# capture saves the terminal's on. A case that closes every descriptor it did not open
+# closes those too; one of ours opened again on its lowest free number took the number
+# pytest restores the terminal from, and pytest's output went into the records file.
+_KEPT_FROM = 512
+
+
+def kept_open(path: Path | str, flags: int, mode: int = 0o777) -> int:
+    """``os.open``, on a number from :data:`_KEPT_FROM` up (where the limit of open files
+    allows), for a descriptor kept open between cases."""
+    fd = os.open(path, flags, mode)
+    if fcntl is None or fd >= _KEPT_FROM:
+        return fd
+    try:
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _KEPT_FROM)
+    except OSError:  # a limit of open files at or under it
+        return fd
+    os.close(fd)
+    return high
 
 
 def _identity(status: os.stat_result) -> tuple[int, int]:
@@ -281,12 +302,15 @@ class NoteFile:
         if size > len(data):  # what is left of a longer note
             os.ftruncate(fd, len(data))
 
-    def clear(self) -> None:
+    def clear(self) -> bool:
         """Say that no case runs: the note's first byte spoiled, so that it fails its
         checksum and reads as no note (one byte written, where emptying the file cost
-        the filesystem more)."""
+        the filesystem more). False where the note's descriptor is not the note any more:
+        closed by the case that ran since it was written, or taken for a file of its own."""
         if self._kept is not None and _still(self._kept) is not None:
             os.pwrite(self._kept[0], b"-", 0)
+            return True
+        return False
 
     def close(self) -> None:
         """Close the note and remove its file, if this wrote it."""
@@ -303,10 +327,10 @@ class NoteFile:
         _close_if_ours(self._kept)  # the note was removed or replaced: its old descriptor
         self._kept = None
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = kept_open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = kept_open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         status = os.fstat(fd)
         self._kept = (fd, _identity(status))
         return fd, status.st_size

@@ -250,7 +250,12 @@ class _Recorder:
                 # the supervisor records this case as the crash, never the next one.
                 _wait_for_the_end()
             self._keep(self._line(state, report))
-            self.note.clear()
+            if not self.note.clear() and self.worker is None and not self.unwritten:
+                # The case closed descriptors it did not open (ours, and pytest's own, from
+                # which it restores its output after each case): every case after it in
+                # this process would fail to show its output. Its record written, this
+                # process ends; the supervisor runs the rest in a new one.
+                self._end_early()
             os.environ.pop(RUNNING_CASE_VARIABLE, None)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -318,6 +323,13 @@ class _Recorder:
             sys.stdout.write("\n" + UNWRITTEN_RECORD + line)
         sys.stdout.flush()
         self.file.close()
+
+    def _end_early(self) -> None:
+        """End this pytest between two cases, as a finished one (the note gone)."""
+        self.note.close()
+        self.starts.close()
+        self.file.close()
+        os._exit(0)
 
     def _line(self, state: _CaseState, report: pytest.TestReport) -> str:
         status, reason, failure = state.verdict()

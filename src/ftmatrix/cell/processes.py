@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 
+from ftmatrix.cell.file_writes import kept_open
 from ftmatrix.cell.records import KEEPER_VARIABLE
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -86,7 +87,7 @@ def _keeper_status(keeper: int) -> bytes | None:
     for _ in range(2):
         if _keeper_file is None or _keeper_file[0] != keeper:
             try:
-                _keeper_file = (keeper, os.open(f"/proc/{keeper}/status", os.O_RDONLY))
+                _keeper_file = (keeper, kept_open(f"/proc/{keeper}/status", os.O_RDONLY))
             except OSError:
                 return None
         try:
