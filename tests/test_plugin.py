@@ -155,6 +155,52 @@ def test_undecodable():
     assert len(record["signature"]) == 12
 
 
+# A plugin that runs each case through pytest's protocol with its logging held back, as
+# pytest-rerunfailures does: all three phases' reports are made before any is logged. It
+# runs before the results plugin's own protocol hook, which never sees the case.
+LOGS_AFTER = """
+import pytest
+from _pytest.runner import runtestprotocol
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for report in runtestprotocol(item, nextitem=nextitem, log=False):
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+"""
+
+
+def test_a_failure_logged_after_all_its_phases_is_still_a_failure(
+    pytester: pytest.Pytester, tmp_path: Path
+):
+    """Each phase's exception goes with its own report, whenever it is logged: taken
+    from the last phase made, the call's failure went to the setup's report, and the
+    case was recorded a pass."""
+    pytester.makeconftest(LOGS_AFTER)
+    pytester.makepyfile(
+        test_later="""
+        import pytest
+
+        pytestmark = pytest.mark.operation("sft")
+
+        def test_fails():
+            assert 1 + 1 == 3
+
+        def test_passes():
+            pass
+        """
+    )
+    records = run_plugin(pytester, tmp_path)
+    assert {name: r["status"] for name, r in records.items()} == {
+        "test_fails": "fail",
+        "test_passes": "pass",
+    }  # both in one process: a case the note never named did not end it
+    assert records["test_fails"]["operation"] == "sft"  # its marker, read at collection
+
+
 def test_package_gap_messages():
     installed = {"trl": "0.19.1"}
     assert package_gap("trl", ">=0.14", installed) is None

@@ -307,7 +307,9 @@ class NoteFile:
         checksum and reads as no note (one byte written, where emptying the file cost
         the filesystem more). False where the note's descriptor is not the note any more:
         closed by the case that ran since it was written, or taken for a file of its own."""
-        if self._kept is not None and _still(self._kept) is not None:
+        if self._kept is None:
+            return True  # no note written: nothing to say
+        if _still(self._kept) is not None:
             os.pwrite(self._kept[0], b"-", 0)
             return True
         return False

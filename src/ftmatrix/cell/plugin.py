@@ -11,6 +11,7 @@ else of ours.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -152,7 +153,10 @@ class _Recorder:
         self.packages = dict(display_versions())
         self.hardware: dict[str, Any] | None = None
         self.pending: dict[str, _CaseState] = {}  # by case id: the running case's phases
-        self.raised: pytest.ExceptionInfo[BaseException] | None = None  # the phase's
+        # Each phase's exception by (case, phase) until its report is logged: pytest makes
+        # the report, then logs it, but a plugin that runs a case again (rerunfailures)
+        # makes all three phases' reports before it logs them.
+        self.raised: dict[tuple[str, str], pytest.ExceptionInfo[BaseException]] = {}
         self.selected: list[str] = []
         self.controller = False
         self.unwritten: list[str] = []  # the lines of records a full disk refused, in order
@@ -229,17 +233,17 @@ class _Recorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
         # Only the phase's exception is taken here, for its report, which reaches
-        # pytest_runtest_logreport next: two plain hooks cost a case less than one
-        # wrapper around this one.
-        self.raised = call.excinfo
+        # pytest_runtest_logreport: two plain hooks cost a case less than one wrapper.
+        if call.excinfo is not None:
+            self.raised[(item.nodeid, call.when)] = call.excinfo
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.controller:
             return  # pytest-xdist's controller: the workers record their cases
-        raised, self.raised = self.raised, None
+        raised = self.raised.pop((report.nodeid, report.when), None) if self.raised else None
         state = self.pending.get(report.nodeid)
-        if state is None:  # a case another plugin ran past our protocol hook
-            operation = operation_from_path(report.nodeid)
+        if state is None:  # another plugin ran it past our protocol hook, or ran it again
+            operation = self.operations.get(report.nodeid) or operation_from_path(report.nodeid)
             state = self.pending[report.nodeid] = _CaseState(report.nodeid, operation)
         state.observe(report, raised)
         if report.when == "teardown":
@@ -250,9 +254,10 @@ class _Recorder:
                 # the supervisor records this case as the crash, never the next one.
                 _wait_for_the_end()
             self._keep(self._line(state, report))
-            if not self.note.clear() and self.worker is None and not self.unwritten:
-                # The case closed descriptors it did not open (ours, and pytest's own, from
-                # which it restores its output after each case): every case after it in
+            intact = self.note.clear() and not state.descriptors_lost
+            if not intact and self.worker is None and not self.unwritten:
+                # The case closed descriptors it did not open (pytest's own, from which it
+                # restores its output after each case, or ours): every case after it in
                 # this process would fail to show its output. Its record written, this
                 # process ends; the supervisor runs the rest in a new one.
                 self._end_early()
@@ -417,13 +422,18 @@ class _CaseState:
         self.failure: Failure | None = None
         self.skip: BaseException | None = None
         self.output = ""
+        self.descriptors_lost = False  # a phase met a descriptor closed under it
 
     def observe(
         self, report: pytest.TestReport, raised: pytest.ExceptionInfo[BaseException] | None
     ) -> None:
         """One phase's report, and the exception it raised (None where none)."""
         self.duration += report.duration
-        if raised is None or self.failure is not None:
+        if raised is None:
+            return
+        if isinstance(raised.value, OSError) and raised.value.errno == errno.EBADF:
+            self.descriptors_lost = True
+        if self.failure is not None:
             return
         if isinstance(raised.value, pytest.skip.Exception):
             self.skip = raised.value
