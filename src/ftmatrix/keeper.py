@@ -29,7 +29,10 @@ if child == 0:
         os._exit(127)
 code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
 if code < 0:
-    _signal.signal(-code, _signal.SIG_DFL)
+    try:
+        _signal.signal(-code, _signal.SIG_DFL)
+    except OSError:  # SIGKILL, SIGSTOP: no handler to reset
+        pass
     os.kill(keeper, -code)
 sys.exit(code)
 """
