@@ -46,7 +46,6 @@ from ftmatrix.cell.records import (
     RUNNING_CASE_VARIABLE,
     UNWRITTEN_RECORD,
     operation_from_path,
-    redact,
     shorten,
 )
 from ftmatrix.cell.redact import current_redactor
@@ -277,7 +276,7 @@ class _Recorder:
                     duration=0.0,
                     exception_type="CollectionError",
                     message="the case file could not be collected",
-                    traceback=redact(str(report.longreprtext), os.environ),
+                    traceback=_masked(str(report.longreprtext)),
                 )
             )
 
@@ -344,7 +343,7 @@ class _Recorder:
             fields.update(message=reason, **_texts(failure.traceback, "traceback"))
         elif failure is not None:
             # Masked before shortened: a secret across the cut would keep its two ends.
-            message = shorten(redact(failure.message, os.environ) or "", MESSAGE_LIMIT)
+            message = shorten(_masked(failure.message) or "", MESSAGE_LIMIT)
             frame = innermost_framework_frame(failure.filenames, failure.functions)
             # The signature follows the chain to its root, so a break seen through a
             # wrapper (trl's lazy import) and without one is one group.
@@ -353,9 +352,7 @@ class _Recorder:
             )
             root_type = failure.root_type or failure.exception_type
             root_message = clean_paths(
-                unwrap_message(
-                    shorten(redact(failure.root_message, os.environ) or "", MESSAGE_LIMIT)
-                )
+                unwrap_message(shorten(_masked(failure.root_message) or "", MESSAGE_LIMIT))
             )
             fields.update(
                 exception_type=failure.exception_type,
@@ -461,7 +458,7 @@ def _metrics(properties: Sequence[tuple[str, object]]) -> dict[str, Any]:
 def _texts(text: str | None, name: str) -> dict[str, str | None]:
     """``name`` with the machine's paths replaced (and secrets redacted), and
     ``raw_<name>`` with the paths kept, where they differ."""
-    redacted = redact(text, os.environ)
+    redacted = _masked(text)
     raw = None if redacted is None else shorten(redacted)
     clean = None if raw is None else clean_paths(raw)
     return {name: clean, f"raw_{name}": raw if raw != clean else None}
@@ -487,6 +484,12 @@ def _worker_exit_status(node: Any) -> int | None:
         return int(popen.wait(timeout=5))
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def _masked(text: str | None) -> str | None:
+    """``text`` with every secret of the environment as it is now masked (the secrets
+    worked out once per environment: :func:`current_redactor`); None stays None."""
+    return None if text is None else current_redactor().text(text)
 
 
 def _wait_for_the_end() -> None:
