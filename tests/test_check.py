@@ -383,6 +383,8 @@ def test_a_stack_without_any_tested_package_is_a_usage_error(
             "schema 2, written by a newer ftmatrix; this ftmatrix reads schema 1",
         ),
         ({"records": []}, "schema None; this ftmatrix reads schema 1"),
+        ({"schema": True, "records": []}, "schema True; this ftmatrix reads schema 1"),
+        ({"schema": 1.0, "records": []}, "schema 1.0; this ftmatrix reads schema 1"),
         ({"schema": 1}, "not the results.json of an ftmatrix report (no 'records')"),
         ([1, 2], "not the results.json of an ftmatrix report (no 'records')"),
         ({"schema": 1, "records": [{"schema": 1}]}, "records[0]: missing field(s): run_id"),

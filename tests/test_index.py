@@ -85,6 +85,16 @@ def test_without_them_the_index_says_so_and_no_password_is_shown(index: str) -> 
     assert "wrong-secret" not in caught.value.describe()
 
 
+@pytest.mark.parametrize(
+    "url", ["http://[::1/simple", "http://u:secret-pw@host:99999/simple"]
+)  # fmt: skip
+def test_an_index_url_urllib_cannot_take_apart_is_one_line(url: str) -> None:
+    """A ValueError of urllib's (a broken IPv6 host, a port out of range) was a traceback."""
+    with pytest.raises(PackageIndexError, match="not a URL that can be read") as caught:
+        list_releases("six", InstallOptions(index_url=url), {})
+    assert "secret-pw" not in caught.value.describe()
+
+
 class HostileIndex(BaseHTTPRequestHandler):
     """An index that sends its page a byte at a time (a day's worth, in life), or without
     end."""

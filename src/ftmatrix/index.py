@@ -184,6 +184,9 @@ def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
     page or sends gigabytes ends the plan with a line, not a hang or the machine's memory."""
     try:
         bare, headers = _with_credentials(url, {"Accept": accept})
+    except ValueError as exc:  # a URL urllib cannot take apart ("http://[::1/x", a bad port)
+        raise _Unreadable(f"{url}: not a URL that can be read ({exc})") from exc
+    try:
         body, answered = fetch_bytes(
             bare, bare, timeout=PAGE_SECONDS, kind="an index page", headers=headers,
             limit="the limit for one page of an index",

@@ -19,7 +19,6 @@ history is not installed nor run: that run's records are carried into this one.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import functools
 import json
@@ -50,7 +49,7 @@ from ftmatrix.cell_launch import (
     worker_count,
 )
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
-from ftmatrix.errors import OutputFullError, RunBusyError
+from ftmatrix.errors import DISK_FULL_ERRNOS, OutputFullError, RunBusyError
 from ftmatrix.gpu_pool import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress
@@ -123,7 +122,7 @@ def run_cell(
         with owning_cell(CellFiles.of(ctx.out_dir, ctx.run_id, cell.id), cell.label, ctx.run_id):
             return _run_cell(cell, venv_python, ctx, log=log, progress=progress)
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if exc.errno not in DISK_FULL_ERRNOS:
             raise
         raise OutputFullError(
             f"{cell.label}: the output folder {ctx.out_dir} is full ({exc.strerror}: "

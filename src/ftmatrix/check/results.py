@@ -107,7 +107,7 @@ def parse_results(payload: Any, *, source: str) -> Results:
         raise UsageError(f"{what}: not the results.json of an ftmatrix report (no 'records')")
     schema = payload.get("schema")
     if schema != RESULTS_SCHEMA or type(schema) is not int:  # true and 1.0 are no schema 1
-        if isinstance(schema, int):
+        if type(schema) is int:
             age = "an older" if schema < RESULTS_SCHEMA else "a newer"
             written = f"schema {schema}, written by {age} ftmatrix"
         else:
