@@ -1,4 +1,4 @@
-"""Adding records is linear: what a cell's records cost, from 250 to 2,000 cases.
+"""Adding records is linear: what a cell's records cost, from 250 to 4,000 cases.
 
 Two figures side by side (printed, never asserted):
 

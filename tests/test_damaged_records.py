@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,13 @@ import pytest
 from conftest import make_record
 
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.records import CellRecordFile, compact_records, read_records, scan_records
+from ftmatrix.cell.records import (
+    CellRecordFile,
+    ReadResult,
+    compact_records,
+    read_records,
+    scan_records,
+)
 from ftmatrix.cell.status import Status
 
 NOT_AN_OBJECT = b'["a", "list", "of", "JSON"]'
@@ -235,7 +242,15 @@ def test_a_records_file_that_is_no_file_is_reported_never_read(tmp_path: Path, k
         os.mkfifo(other)  # opened, it would block the report for ever
     else:
         other.symlink_to(tmp_path / "gone.jsonl")
-    (problem,) = read_records(tmp_path / "records").problems
+    # Read in a thread of its own: a reader that opened the pipe would block pytest for ever.
+    found: list[ReadResult] = []
+    reader = threading.Thread(
+        target=lambda: found.append(read_records(tmp_path / "records")), daemon=True
+    )
+    reader.start()
+    reader.join(60)
+    assert found, "reading the records blocked (the pipe was opened)"
+    (problem,) = found[0].problems
     assert problem == f"{other}: skipped: not a file (a folder, a pipe or a broken link)"
     ran = report(tmp_path)
     assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr

@@ -234,9 +234,11 @@ def test_a_read_only_output_folder_gets_one_message_and_keeps_what_it_holds(
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
-        ("UV_PYTHON_PREFERENCE", "bogus", "invalid value 'bogus' for '--python-preference"),
-        ("UV_VENV_SEED", "maybe", "`UV_VENV_SEED` with invalid value `maybe`"),
-        ("UV_CACHE_DIR", "{tmp}/a-file", "Failed to initialize cache at"),
+        # uv's own words are passed on; only what they must hold is asserted (uv's
+        # wording changes between releases).
+        ("UV_PYTHON_PREFERENCE", "bogus", "bogus"),
+        ("UV_VENV_SEED", "maybe", "maybe"),
+        ("UV_CACHE_DIR", "{tmp}/a-file", "a-file"),
     ],
 )
 def test_a_uv_setting_uv_refuses_stops_the_run_before_any_cell(
@@ -263,7 +265,8 @@ def test_a_uv_setting_uv_refuses_stops_the_run_before_any_cell(
     output = ran.stdout + ran.stderr
     assert "Traceback" not in output, output[-3000:]
     assert "uv refuses this environment's settings" in output and says in output, output[-3000:]
-    assert f"UV_* variables set: {variable}" in output or variable in output
+    named = output.split("(UV_* variables set: ", 1)[1].split(")", 1)[0].split(", ")
+    assert variable in named, output[-3000:]
     assert ran.returncode == ExitCode.SETTINGS, output[-3000:]
     assert not (tmp_path / "out" / "records").exists()  # no cell began
 

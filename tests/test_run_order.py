@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,11 @@ from ftmatrix.cell.status import Status
 from ftmatrix.errors import SettingsError
 from ftmatrix.settings import Settings, newest_run_id
 from ftmatrix.store import merge_outputs, newest_records, pass_rate_table
+
+# A runner's clock years ahead of the real one, whenever the tests run.
+AHEAD = (datetime.now(UTC) + timedelta(days=5 * 365)).replace(microsecond=0)
+AHEAD_STARTED = AHEAD.isoformat()
+AHEAD_FINISHED = (AHEAD + timedelta(seconds=5)).isoformat()
 
 
 def report_cli(out: Path) -> subprocess.CompletedProcess[str]:
@@ -121,8 +126,8 @@ def test_a_run_whose_clock_was_ahead_hides_no_later_run(tmp_path: Path, entry: s
     out = tmp_path / "reports"
     ahead = make_record(
         run_id="clock-ahead",
-        started_at="2031-11-20T03:00:00+00:00",
-        finished_at="2031-11-20T03:00:05+00:00",
+        started_at=AHEAD_STARTED,
+        finished_at=AHEAD_FINISHED,
     )
     CellRecordFile(CellFiles.of(out, "clock-ahead", ahead.cell_id).records).add(ahead)
     write(out, "20261125T030000Z-abcdef", 25, Status.FAIL)  # tonight's, in real time
@@ -154,7 +159,7 @@ def test_restore_history_keeps_out_a_record_from_a_clock_ahead(tmp_path: Path) -
     """A published history of an older ftmatrix may hold such records: restored, they
     would hide every later run of their cell, as merged ones did."""
     published = tmp_path / "history.jsonl"
-    ahead = make_record(run_id="clock-ahead", finished_at="2031-11-20T03:00:05+00:00")
+    ahead = make_record(run_id="clock-ahead", finished_at=AHEAD_FINISHED)
     tonight = make_record(run_id="20261125T030000Z-abcdef", status=Status.FAIL, message="broke")
     published.write_text(
         json.dumps({"ftmatrix-history": 1})
@@ -168,6 +173,7 @@ def test_restore_history_keeps_out_a_record_from_a_clock_ahead(tmp_path: Path) -
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert "restore-history: 1 records" in ran.stdout
-    assert "run clock-ahead, cell cpu-py3.11-trl1.16.0: 1 record(s) finished at 2031" in ran.stderr
+    said = f"run clock-ahead, cell cpu-py3.11-trl1.16.0: 1 record(s) finished at {AHEAD_FINISHED}"
+    assert said in ran.stderr
     newest = newest_records(tmp_path / "reports" / "history.sqlite")
     assert [(r.run_id, r.status) for r in newest] == [("20261125T030000Z-abcdef", Status.FAIL)]

@@ -320,7 +320,8 @@ def test_a_resume_whose_cell_lists_are_damaged_collects_again_and_runs_what_has_
     first = run(entry, tmp_path, **run_id)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     (path,) = (tmp_path / "out" / "records").rglob("*.jsonl")
-    path.write_bytes(path.read_bytes().splitlines(keepends=True)[0])  # one case unrecorded
+    kept = path.read_bytes().splitlines(keepends=True)[0]
+    path.write_bytes(kept)  # one case unrecorded
     next(path.parent.glob("*.done.json")).unlink()  # the cell as a stopped run leaves it
     path.with_name(path.name + ".cases").write_text('["test_two.py::test_a", ')
     path.with_name(path.name + ".isolated").write_text("[[1], 2]")
@@ -332,6 +333,11 @@ def test_a_resume_whose_cell_lists_are_damaged_collects_again_and_runs_what_has_
     assert "Traceback" not in output
     found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
     assert found == {"test_a": "pass", "test_b": "pass"}
+    # Only the case without a record ran again: the kept one's record is the first run's.
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    first_record = json.loads(kept)
+    again = [r for r in lines if r["case"] == first_record["case"]]
+    assert [r["started_at"] for r in again] == [first_record["started_at"]]
 
 
 def _small_disk(folder: Path) -> str | None:

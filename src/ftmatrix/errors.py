@@ -144,9 +144,9 @@ class HistoryError(FatalError):
 
 
 class OutputFullError(FatalError):
-    """The output folder's disk is full (or its quota spent) while a cell writes its files:
-    what was written is whole; free space and resume the run, and the cases without a
-    record run again."""
+    """The disk is full (or its quota spent, or a file size limit met) while a command
+    writes: what was written before is whole; free space and run it again (a run resumes,
+    and the cases without a record run again)."""
 
     return_code = ExitCode.OUTPUT_FULL
 

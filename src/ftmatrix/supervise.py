@@ -66,6 +66,8 @@ GATHER_SECONDS = 0.02
 LITTLE_BYTES = 4096
 # Tells the plugin that this pytest runs one case alone, where an isolated case may run.
 ALONE_ARG = "--ftmatrix-alone"
+# Tells the plugin to leave out the cases that have a record.
+RESUME_ARG = "--ftmatrix-resume"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +136,8 @@ def run_cases(
     ended: list[Leftover] = []
     while (ran := next_pass(passes, before := _cases_now(files, verdicts))) is not None:
         args = list(targets) if ran.cases is None else [str(cases_dir / c) for c in ran.cases]
+        if ran.cases is None and before.recorded:  # a resume whose list of cases was lost
+            args.append(RESUME_ARG)
         attempt = _attempt(
             [*command, *(parallel if ran.shared else ()), *([ALONE_ARG] if ran.alone else ())]
             + args,

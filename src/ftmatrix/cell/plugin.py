@@ -46,6 +46,7 @@ from ftmatrix.cell.records import (
     RUNNING_CASE_VARIABLE,
     UNWRITTEN_RECORD,
     operation_from_path,
+    scan_records,
     shorten,
 )
 from ftmatrix.cell.redact import current_redactor
@@ -90,6 +91,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--ftmatrix-parallel",
         action="store_true",
         help="leave out the exclusive cases: this run shares the machine between workers",
+    )
+    group.addoption(
+        "--ftmatrix-resume",
+        action="store_true",
+        help="leave out the cases that have a record (a resumed cell whose list of its "
+        "cases was lost)",
     )
     group.addoption(
         "--ftmatrix-alone",
@@ -169,6 +176,12 @@ class _Recorder:
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         self.selected = [i.nodeid for i in items]
+        if config.getoption("--ftmatrix-resume"):
+            recorded = {r.case for r in scan_records(self.file.path).records}
+            done = [i for i in items if i.nodeid in recorded]
+            if done:
+                config.hook.pytest_deselected(items=done)
+                items[:] = [i for i in items if i.nodeid not in recorded]
         if not config.getoption("--ftmatrix-alone"):
             # The supervisor runs each of these in a pytest of its own once this one ends;
             # a case its gate already answers (n/a, skip) is recorded here, with no process.
