@@ -70,10 +70,10 @@ LISTED = list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
 # and matrix print it as the CLI does) or, where none runs (`nox -l`, `nox -s lint`),
 # when nox exits.
 UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None else []
-if LISTED.problem is not None:
-    # Nothing is built for a matrix that is refused: its one session needs no venv backend
-    # (uv itself may be what refused the run, and nox fails to find it with a traceback).
-    nox.options.default_venv_backend = "none"
+# Nothing is built for a matrix that is refused: its one session needs no venv backend (uv
+# itself may be what refused the run, and nox fails to find it with a traceback). Set on
+# that session alone: a noxfile's own sessions keep their venvs.
+REFUSED_BACKEND = "none" if LISTED.problem is not None else None
 
 
 # nox's options that list the sessions and run none.
@@ -203,7 +203,7 @@ if CELLS_AT_ONCE > 1:
     )
 
 
-@nox.session(reuse_venv=True, tags=["matrix"], allow_parallel=True)
+@nox.session(reuse_venv=True, tags=["matrix"], allow_parallel=True, venv_backend=REFUSED_BACKEND)
 @nox.parametrize(["python", "cell"], matrix_params(LISTED))
 def matrix(session: nox.Session, cell: str) -> None:
     """Build one cell's environment and run every case in it; the report follows.
