@@ -426,24 +426,24 @@ def open_descriptors() -> int:
 
 
 def test_the_plugin_s_file_closes_what_it_kept(tmp_path: Path) -> None:
-    file = CellRecordFile(tmp_path / "cell.jsonl", keep_open=True)
+    file = LineAppender(tmp_path / "cell.jsonl")
     before = open_descriptors()
-    file.add(make_record(case="t.py::a"))
+    file.append(record_line(make_record(case="t.py::a")).encode())
     assert open_descriptors() == before + 2  # the file and its folder
     file.close()
     assert open_descriptors() == before
-    assert [r.case for r in file.records] == ["t.py::a"]
+    assert [r.case for r in scan_records(tmp_path / "cell.jsonl").records] == ["t.py::a"]
 
 
 def test_the_record_written_through_a_kept_file_is_the_one_written_by_name(
     tmp_path: Path,
 ) -> None:
     kept, by_name = tmp_path / "kept" / "cell.jsonl", tmp_path / "named" / "cell.jsonl"
-    for path, keep_open in ((kept, True), (by_name, False)):
-        file = CellRecordFile(path, keep_open=keep_open)
-        for number in range(3):
-            file.add(make_record(case=f"t.py::c{number}"))
-        file.close()
+    appender, file = LineAppender(kept), CellRecordFile(by_name)
+    for number in range(3):
+        appender.append(record_line(make_record(case=f"t.py::c{number}")).encode())
+        file.add(make_record(case=f"t.py::c{number}"))
+    appender.close()
     assert kept.read_bytes() == by_name.read_bytes()
     assert kept.read_text().count("\n") == 3
 

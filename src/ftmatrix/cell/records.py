@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.file_writes import (
-    LineAppender,
     append_line,
     locked_folder,
     sync_file,
@@ -46,12 +45,9 @@ class CellRecordFile:
     to the cell's quarantine file (:func:`compact_records`) and runs the case again.
     """
 
-    def __init__(self, path: Path, *, keep_open: bool = False) -> None:
-        """``keep_open``: the file and its folder stay open between records (the results
-        plugin, which adds one after every case); :meth:`close` when done."""
+    def __init__(self, path: Path) -> None:
         self.path = path
         self._records: dict[str, Record] | None = None  # read on first use
-        self._appender = LineAppender(path) if keep_open else None
 
     @property
     def records(self) -> list[Record]:
@@ -67,19 +63,11 @@ class CellRecordFile:
     def add(self, record: Record) -> None:
         """Append ``record``; it replaces an earlier record of the same case."""
         line = _line(record).encode("utf-8")
-        if self._appender is not None:
-            self._appender.append(line)
-        else:
-            with locked_folder(self.path):
-                append_line(self.path, line)
+        with locked_folder(self.path):
+            append_line(self.path, line)
         if self._records is not None:
             self._records.pop(record.case, None)
             self._records[record.case] = record
-
-    def close(self) -> None:
-        """Close what ``keep_open`` kept open."""
-        if self._appender is not None:
-            self._appender.close()
 
     def save(self) -> None:
         """Replace the file by ``records``, one line each."""
