@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
@@ -178,24 +178,16 @@ class _Recorder:
         self.selected = [i.nodeid for i in items]
         if config.getoption("--ftmatrix-resume"):
             recorded = {r.case for r in scan_records(self.file.path).records}
-            done = [i for i in items if i.nodeid in recorded]
-            if done:
-                config.hook.pytest_deselected(items=done)
-                items[:] = [i for i in items if i.nodeid not in recorded]
+            _leave_out(config, items, lambda i: i.nodeid in recorded)
         if not config.getoption("--ftmatrix-alone"):
             # The supervisor runs each of these in a pytest of its own once this one ends;
             # a case its gate already answers (n/a, skip) is recorded here, with no process.
-            isolated = [i for i in items if is_isolated(i) and gate(i) is None]
+            isolated = _leave_out(config, items, lambda i: is_isolated(i) and gate(i) is None)
             if isolated:
-                _note_isolated(self.files.isolated, [i.nodeid for i in isolated])
-                config.hook.pytest_deselected(items=isolated)
-                items[:] = [i for i in items if i not in isolated]
+                _note_isolated(self.files.isolated, isolated)
         if config.getoption("--ftmatrix-parallel"):
             # The supervisor runs these alone once the shared pass is over.
-            exclusive = [i for i in items if is_exclusive(i) and gate(i) is None]
-            if exclusive:
-                config.hook.pytest_deselected(items=exclusive)
-                items[:] = [i for i in items if i not in exclusive]
+            _leave_out(config, items, lambda i: is_exclusive(i) and gate(i) is None)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # The supervisor needs the whole list to finish a cell whose process died.
@@ -475,6 +467,17 @@ def _texts(text: str | None, name: str) -> dict[str, str | None]:
     raw = None if redacted is None else shorten(redacted)
     clean = None if raw is None else clean_paths(raw)
     return {name: clean, f"raw_{name}": raw if raw != clean else None}
+
+
+def _leave_out(
+    config: pytest.Config, items: list[pytest.Item], left: Callable[[pytest.Item], bool]
+) -> list[str]:
+    """Take the cases ``left`` names out of this pytest's ``items``, as -k does; their ids."""
+    out = {item.nodeid for item in items if left(item)}
+    if out:
+        config.hook.pytest_deselected(items=[i for i in items if i.nodeid in out])
+        items[:] = [i for i in items if i.nodeid not in out]
+    return sorted(out)
 
 
 def _note_isolated(path: Path, cases: Sequence[str]) -> None:
