@@ -302,7 +302,7 @@ def _attempt(
         sys.stdout.write(log_line)
     pump.join(timeout=5)
     note = read_note(current)
-    left = workers.poll()  # a worker's death the controller noted just before it ended
+    left = workers.poll(final=True)  # a worker's death noted just before pytest ended
     watcher.poll([])
     for note_path in [current, *files.workers_running_cases()]:
         note_path.unlink(missing_ok=True)
@@ -342,13 +342,20 @@ class _Workers:
         self.on_casualty = on_casualty
         self.handled: set[tuple[str, str, float]] = set()
         self.killed: set[int] = set()
+        self.dying: set[tuple[str, str, float]] = set()  # found dead at the last look
         self.casualties = 0
 
-    def poll(self) -> list[dict[str, Any]]:
-        """Conclude the cases of dead or overdue workers; return the notes still running."""
+    def poll(self, *, final: bool = False) -> list[dict[str, Any]]:
+        """Conclude the cases of dead or overdue workers; return the notes still running.
+
+        A worker's death is concluded a look after the one that found it (``final``: now,
+        the output all read): what it printed as it died ("Fatal Python error: ...") may
+        still be in the pipe the output pump gathers from."""
         running = []
         for note in self._notes():
-            if "exit" in note:
+            if "exit" in note and not final and _note_key(note) not in self.dying:
+                self.dying.add(_note_key(note))  # concluded at the next look
+            elif "exit" in note:
                 code = note["exit"]
                 how = _describe_exit(int(code)) if code is not None else "exit status unknown"
                 self._conclude(note, Status.CRASH, _crash_reason(how))
