@@ -226,3 +226,50 @@ def test_a_wheel_read_by_range_requests_gives_its_requirements_or_none_in_time(
     finally:
         server.shutdown()
         server.server_close()
+
+
+class OddJsonIndex(BaseHTTPRequestHandler):
+    """A simple-API JSON index whose page is the body the test puts on the server."""
+
+    def do_GET(self) -> None:
+        body = self.server.page  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", JSON_ACCEPT)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+WHEEL = "six-1.17.0-py2.py3-none-any.whl"
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        [1, 2],
+        {"files": 5},
+        {"files": [5]},
+        {"files": [{"filename": 5}]},
+        {"files": [{"filename": WHEEL, "upload-time": "yesterday"}]},
+        {"files": [{"filename": WHEEL, "upload-time": 1764230400}]},
+        {"files": [{"filename": WHEEL, "url": 7}]},
+        {"files": [{"filename": WHEEL, "size": "big"}]},
+    ],
+)
+def test_a_json_page_that_is_no_simple_api_page_is_one_line(page: object) -> None:
+    """A TypeError, KeyError or ValueError from deep in the listing was a traceback: the
+    page is checked once, for everything that is read of it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), OddJsonIndex)
+    server.page = json.dumps(page).encode()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    install = InstallOptions(index_url=f"http://127.0.0.1:{server.server_address[1]}/simple")
+    try:
+        with pytest.raises(PackageIndexError, match="is not a simple-API JSON page"):
+            list_releases("six", install, {})
+        assert requires_dist("six", "1.17.0", install, {}) is None  # the index cannot say
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -147,13 +147,10 @@ def _from_index(url: str, package: str) -> list[Release]:
     if body is None:
         return []
     if JSON_ACCEPT in content_type:
-        try:
-            files = [
-                (f.get("filename", ""), f.get("upload-time"), bool(f.get("yanked")))
-                for f in json.loads(body).get("files", [])
-            ]
-        except (ValueError, AttributeError) as exc:
-            raise _Unreadable(f"its page for {name} is not a simple-API JSON page") from exc
+        files = [
+            (f["filename"], f.get("upload-time"), bool(f.get("yanked")))
+            for f in _json_files(body, name)
+        ]
     else:
         # PEP 503 HTML: names and yanked marks, no upload times.
         files = [
@@ -225,12 +222,48 @@ def _with_pypi_upload_times(
     body, _ = _fetch(f"https://{PYPI_HOST}/pypi/{name}/json", "application/json")
     if body is None:
         return files
-    times = {
-        f["filename"]: f.get("upload_time_iso_8601")
-        for release in json.loads(body).get("releases", {}).values()
-        for f in release
-    }
+    try:
+        times = {
+            f["filename"]: f.get("upload_time_iso_8601")
+            for release in json.loads(body).get("releases", {}).values()
+            for f in release
+        }
+        for uploaded in times.values():
+            _parse_time(uploaded)
+    except (ValueError, AttributeError, TypeError, KeyError) as exc:
+        raise _Unreadable(f"PyPI's JSON page for {name} cannot be read") from exc
     return [(filename, times.get(filename), yanked) for filename, _, yanked in files]
+
+
+def _json_files(body: bytes, name: str) -> list[dict[str, Any]]:
+    """The files of a simple-API JSON page (PEP 691), each checked for what is read of it:
+    a page that is not one is unreadable, never a traceback further on."""
+    unreadable = _Unreadable(f"its page for {name} is not a simple-API JSON page")
+    try:
+        page = json.loads(body)
+    except ValueError as exc:
+        raise unreadable from exc
+    files = page.get("files", []) if isinstance(page, dict) else None
+    if not isinstance(files, list) or not all(_a_file(f) for f in files):
+        raise unreadable
+    return files
+
+
+def _a_file(entry: object) -> bool:
+    """Is ``entry`` a file of a simple-API JSON page, as far as it is read here?"""
+    if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str):
+        return False
+    if not isinstance(entry.get("url", ""), str):
+        return False
+    if type(entry.get("size", 0)) not in (int, type(None)):
+        return False
+    uploaded = entry.get("upload-time")
+    if uploaded is None:
+        return True
+    try:
+        return isinstance(uploaded, str) and _parse_time(uploaded) is not None
+    except ValueError:
+        return False
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -294,7 +327,7 @@ def requires_dist(
     for url in index_urls(install, env):
         try:
             found = _index_requires(url, name, wanted)
-        except (PackageIndexError, _Unreadable, ValueError, AttributeError):
+        except (PackageIndexError, _Unreadable):
             continue  # an index that cannot say (unreadable, no JSON page of files): the next
         if found is not None:
             return found
@@ -315,8 +348,8 @@ def _index_requires(url: str, name: str, wanted: Version) -> tuple[str, ...] | N
     if body is None or JSON_ACCEPT not in content_type:
         return None
     wheels = []
-    for entry in json.loads(body).get("files", []):
-        filename = entry.get("filename", "")
+    for entry in _json_files(body, name):
+        filename = entry["filename"]
         try:
             _, file_version, _, _ = parse_wheel_filename(filename)
         except ValueError:
@@ -324,13 +357,17 @@ def _index_requires(url: str, name: str, wanted: Version) -> tuple[str, ...] | N
         if Version(file_version.public) == wanted:
             wheels.append(entry)
     for entry in wheels:
-        if entry.get("core-metadata") or entry.get("data-dist-info-metadata"):
+        if (entry.get("core-metadata") or entry.get("data-dist-info-metadata")) and entry.get(
+            "url"
+        ):
             metadata, _ = _fetch(urllib.parse.urljoin(page, entry["url"]) + ".metadata", "*/*")
             if metadata is not None:
                 return _parse_requires(metadata.decode("utf-8", "replace"))
     # Older uploads have no PEP 658 metadata: the wheel's METADATA is read from the zip
     # with HTTP range requests (its end, the central directory, one member), as pip does.
     for entry in sorted(wheels, key=lambda e: e.get("size") or 0):
+        if not entry.get("url"):
+            continue
         try:
             with _RangeFile(urllib.parse.urljoin(page, entry["url"])) as remote:
                 return _wheel_requires(remote)
