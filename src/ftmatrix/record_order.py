@@ -22,12 +22,10 @@ def ran_at(record: Record) -> str:
     '|1' where it was carried from an earlier run (the carrying run is the later one).
     Never the run id's text: an id is any name (``ci-smoke``, a date of the future).
     The history computes the same key in SQL (``ftmatrix.store``)."""
+    finished = _finished(record)
     try:
-        finished = datetime.fromisoformat(record.finished_at.replace("Z", "+00:00"))
-        if finished.tzinfo is None:  # as SQLite reads it: UTC
-            finished = finished.replace(tzinfo=UTC)
-        when = finished.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    except (ValueError, TypeError, OverflowError):
+        when = "" if finished is None else finished.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    except (ValueError, OverflowError):
         when = ""
     return f"{when}|{int(record.reused_from is not None)}"
 
@@ -65,7 +63,8 @@ def split_clock_ahead(records: Sequence[Record], now: datetime) -> tuple[list[Re
             ahead.setdefault((record.run_id, record.cell_label), []).append(record)
     said = [
         f"run {run_id}, cell {label}: {len(kept_out)} record(s) finished at "
-        f"{max(r.finished_at for r in kept_out)}, after this report's time "
+        f"{max(kept_out, key=lambda r: _finished(r) or now).finished_at}, after this report's "
+        "time "
         f"({now.astimezone(UTC):%Y-%m-%dT%H:%M:%S}+00:00): the clock of the machine that ran "
         "them was ahead; kept out of the history (as the newest results they would hide every "
         "later run's) until that time"
@@ -76,7 +75,8 @@ def split_clock_ahead(records: Sequence[Record], now: datetime) -> tuple[list[Re
 
 
 def _finished(record: Record) -> datetime | None:
-    """When ``record`` finished, in UTC (None: no time that can be read)."""
+    """When ``record`` finished (no zone: UTC, as SQLite reads it); None: no time that can
+    be read."""
     try:
         finished = datetime.fromisoformat(record.finished_at.replace("Z", "+00:00"))
     except (ValueError, TypeError):
