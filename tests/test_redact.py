@@ -143,6 +143,14 @@ def test_a_value_is_masked_in_the_forms_the_first_round_missed(printed: str, mas
     assert redact_text(printed, {"DEPLOY_PASSPHRASE": PASSPHRASE}) == masked
 
 
+@pytest.mark.parametrize("value", ["k3y9Qz", "k3y9Qz7", "Ab0-+x/y"])
+def test_the_shortest_values_split_in_the_middle_by_a_wrapper_are_masked(value: str) -> None:
+    """Six characters split three and three leave no four on either side of the break,
+    where the look for a piece of a secret started."""
+    out = redact_text(f"E   token: {wrapped(value)} !", {"SHORT_API_TOKEN": value})
+    assert out.count("<redacted:SHORT_API_TOKEN>") == 2, out
+
+
 SLASHED = "Zq9/xT+u3\u00e9$k#Lw2pQ8r"  # a slash, a character past ASCII
 
 

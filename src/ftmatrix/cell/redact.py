@@ -394,11 +394,13 @@ def _wrapped_masked(text: str, secrets: list[_Secret]) -> str:
     pieces.append(text[at:])
     starts.append(at)
     # Most breaks have no piece of any secret on either side: looked up at C speed, as the
-    # ellipses are (a value split in two has four characters or more on one side).
+    # ellipses are (a value split in two has four characters or more on one side, or is
+    # one of the shortest split in the middle, which a piece across the break finds).
     fragments = _all_fragments(tuple(folded for _m, _f, folded, _s, _e in secrets))
     if not any(
         before[-SHORTEST_FRAGMENT:].lower() in fragments
         or after[:SHORTEST_FRAGMENT].lower() in fragments
+        or (before[-2:] + after[:2]).lower() in fragments
         for before, after in itertools.pairwise(pieces)
     ):
         return text
