@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +97,19 @@ def bare_cell(tmp_path: Path, cases: Path) -> tuple[Path, Any]:
         env=dict(os.environ),
     )
     return cell_file, context
+
+
+@contextlib.contextmanager
+def serving(handler: Callable[..., BaseHTTPRequestHandler], **attributes: Any) -> Iterator[str]:
+    """A local HTTP server of ``handler`` while the block runs (``attributes`` set on the
+    server, where the handler finds them): its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    for name, value in attributes.items():
+        setattr(server, name, value)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, Thread
 from pathlib import Path
 
 import pytest
+from conftest import serving
 
 ROOT = Path(__file__).parent.parent
 RESULTS = ROOT / "tests" / "data" / "default_results.json"
@@ -50,15 +51,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     old = json.loads(RESULTS.read_text())
     old["schema"] = 0
     (folder / "old.json").write_text(json.dumps(old))
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(folder))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(functools.partial(SimpleHTTPRequestHandler, directory=str(folder))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -410,15 +404,8 @@ class HostileHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileHandler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(HostileHandler) as url:
+        yield url
 
 
 @pytest.mark.parametrize(

@@ -11,14 +11,14 @@ import base64
 import contextlib
 import io
 import json
-import threading
 import time
 import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from conftest import serving
 
 from ftmatrix import download
 from ftmatrix import index as index_module
@@ -60,13 +60,8 @@ class PrivateIndex(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def index() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), PrivateIndex)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(PrivateIndex) as url:
+        yield url.removeprefix("http://")
 
 
 def test_an_index_url_with_credentials_is_read_as_uv_reads_it(index: str) -> None:
@@ -121,14 +116,8 @@ class HostileIndex(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hostile_index() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileIndex)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(HostileIndex) as url:
+        yield url
 
 
 @pytest.mark.parametrize(
@@ -217,15 +206,9 @@ def test_a_wheel_read_by_range_requests_gives_its_requirements_or_none_in_time(
     """A range that drips is given up at the page's time limit: the caps are then not
     known from that index (the plan goes on), never a plan that waits for ever."""
     monkeypatch.setattr(index_module, "PAGE_SECONDS", 2)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), RangeIndex)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}{path}/simple"
+    with serving(RangeIndex) as base:
+        url = f"{base}{path}/simple"
         assert requires_dist("tiny", "1.0", InstallOptions(index_url=url), {}) == found
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class OddJsonIndex(BaseHTTPRequestHandler):
@@ -243,7 +226,7 @@ class OddJsonIndex(BaseHTTPRequestHandler):
         pass
 
 
-WHEEL = "six-1.17.0-py2.py3-none-any.whl"
+A_WHEEL_NAME = "six-1.17.0-py2.py3-none-any.whl"
 
 
 @pytest.mark.parametrize(
@@ -253,23 +236,17 @@ WHEEL = "six-1.17.0-py2.py3-none-any.whl"
         {"files": 5},
         {"files": [5]},
         {"files": [{"filename": 5}]},
-        {"files": [{"filename": WHEEL, "upload-time": "yesterday"}]},
-        {"files": [{"filename": WHEEL, "upload-time": 1764230400}]},
-        {"files": [{"filename": WHEEL, "url": 7}]},
-        {"files": [{"filename": WHEEL, "size": "big"}]},
+        {"files": [{"filename": A_WHEEL_NAME, "upload-time": "yesterday"}]},
+        {"files": [{"filename": A_WHEEL_NAME, "upload-time": 1764230400}]},
+        {"files": [{"filename": A_WHEEL_NAME, "url": 7}]},
+        {"files": [{"filename": A_WHEEL_NAME, "size": "big"}]},
     ],
 )
 def test_a_json_page_that_is_no_simple_api_page_is_one_line(page: object) -> None:
     """A TypeError, KeyError or ValueError from deep in the listing was a traceback: the
     page is checked once, for everything that is read of it."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), OddJsonIndex)
-    server.page = json.dumps(page).encode()  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    install = InstallOptions(index_url=f"http://127.0.0.1:{server.server_address[1]}/simple")
-    try:
+    with serving(OddJsonIndex, page=json.dumps(page).encode()) as url:
+        install = InstallOptions(index_url=f"{url}/simple")
         with pytest.raises(PackageIndexError, match="is not a simple-API JSON page"):
             list_releases("six", install, {})
         assert requires_dist("six", "1.17.0", install, {}) is None  # the index cannot say
-    finally:
-        server.shutdown()
-        server.server_close()
