@@ -186,8 +186,8 @@ def test_a_failure_logged_after_all_its_phases_is_still_a_failure(
 
         pytestmark = pytest.mark.operation("sft")
 
-        def test_fails():
-            assert 1 + 1 == 3
+        def test_fails(tmp_path):
+            assert not tmp_path.exists()  # pytest made it: the case's check fails
 
         def test_passes():
             pass
