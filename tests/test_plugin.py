@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.utils import canonicalize_name as packaging_canonical
 
-from ftmatrix.cell.gates import hardware_gap, package_gap
+from ftmatrix.cell.gates import canonicalize_name, hardware_gap, package_gap
 
 pytest_plugins = ["pytester"]
 
@@ -208,6 +211,22 @@ def test_package_gap_messages():
     assert package_gap("vllm", ">=0.10", installed) == (
         "vllm is not installed in this cell (needs vllm>=0.10)"
     )
+
+
+@given(st.text(alphabet="aAzZ09-_.", max_size=12))
+def test_the_gates_name_packages_as_packaging_does(name: str):
+    # The gates' own copy spares each pytest of a cell packaging's import.
+    assert canonicalize_name(name) == packaging_canonical(name)
+
+
+def test_loading_the_plugin_leaves_packaging_for_the_cases_that_ask_versions():
+    # Every pytest of every cell loads the plugin: packaging's modules cost it 8 ms.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, ftmatrix.cell.plugin; print(sorted(sys.modules))"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "packaging" not in loaded
+    assert package_gap("packaging", ">=1", {"packaging": "26.0"}) is None  # imported here
 
 
 def test_hardware_gap_messages():

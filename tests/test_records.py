@@ -24,6 +24,19 @@ def test_round_trip_through_json():
     assert Record.from_mapping(data) == record
 
 
+@pytest.mark.parametrize("field", ["pins", "packages", "host_packages"])
+def test_a_bad_version_is_refused_after_good_records_of_the_same_packages(field: str):
+    # The versions of a cell's records are checked once while they stay the same: a
+    # record whose versions differ in kind alone is checked anew.
+    good = json.loads(json.dumps(make_record(status=Status.PASS).to_dict()))
+    good[field] = {"torch": "2.5.1", "trl": "0.19.1"}
+    Record.from_mapping(good)
+    bad = {**good, field: {"torch": "2.5.1", "trl": 0.19}}
+    with pytest.raises(ValueError, match=rf"{field}\.trl: 0\.19 is not a version"):
+        Record.from_mapping(bad)
+    assert Record.from_mapping(good).packages is not None  # the good one still reads
+
+
 def test_schema_lists_every_status_and_required_field():
     schema = json_schema()
     assert schema["properties"]["status"]["enum"] == [s.value for s in Status]

@@ -228,7 +228,9 @@ def _note_leftovers(files: CellFiles, leftovers: Sequence[Leftover], log: Log) -
     ``leftover_processes``) and say so; the case starts the plugin noted go with it."""
     starts = []
     with contextlib.suppress(OSError):
-        for line in files.starts.read_text(encoding="utf-8", errors="replace").splitlines():
+        # Read only where a process was left: a line a case, and most cells leave none.
+        lines = files.starts.read_text(encoding="utf-8", errors="replace") if leftovers else ""
+        for line in lines.splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 entry = json.loads(line)
                 starts.append((str(entry["case"]), float(entry["started"])))

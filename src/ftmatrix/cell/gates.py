@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
 import pytest
-from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
@@ -61,6 +59,11 @@ def is_exclusive(item: pytest.Item) -> bool:
 
 def package_gap(package: str, spec: str, installed: Mapping[str, str]) -> str | None:
     """Why ``package`` at its installed version lacks the feature, or None if it has it."""
+    # Imported where a case asks for versions: packaging's modules cost every pytest of a
+    # cell 8 ms to import, and most cases ask nothing of it.
+    from packaging.specifiers import SpecifierSet  # noqa: PLC0415 -- see above
+    from packaging.version import Version  # noqa: PLC0415 -- see above
+
     version = installed.get(canonicalize_name(package))
     if version is None:
         return f"{package} is not installed in this cell (needs {package}{spec})"
@@ -96,6 +99,8 @@ def hardware_gap(
         return f"needs {_gpus(wanted)}; the cell leased {_gpus(len(lease))} ({LEASE_VARIABLE})"
     minimum = needs.get("min_compute_capability")
     if minimum is not None:
+        from packaging.version import Version  # noqa: PLC0415 -- as in package_gap
+
         devices = (fingerprint.get("torch") or {}).get("devices") or fingerprint.get("gpus", [])
         caps = [Version(str(d.get("compute_capability", "0"))) for d in devices]
         if not caps or min(caps) < Version(str(minimum)):
@@ -135,6 +140,15 @@ def _installed_versions() -> dict[str, str]:
         seen.add(canonicalize_name(name))
         versions[name] = dist.version
     return dict(sorted(versions.items(), key=lambda kv: kv[0].lower()))
+
+
+def canonicalize_name(name: str) -> str:
+    """``name`` as PEP 503 normalizes it (packaging's ``canonicalize_name``, which imports
+    packaging's platform tags with it)."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
+_SEPARATORS = re.compile(r"[-_.]+")
 
 
 def _fingerprint(config: pytest.Config) -> dict[str, Any]:

@@ -69,10 +69,16 @@ def check_values(data: Mapping[str, Any]) -> None:
     of version text (or null), packages of version text, runner labels of text, attempts
     of objects, a finite duration."""
     for name, allow_null in (("pins", True), ("packages", False), ("host_packages", False)):
-        for key, value in (data.get(name) or {}).items():
+        versions = data.get(name) or {}
+        if versions == _CHECKED_VERSIONS.get(name):
+            continue  # as the last record's: a cell's records share their pins and packages
+        for key, value in versions.items():
             if type(value) is not str and not (allow_null and value is None):
                 wanted = "a version nor null" if allow_null else "a version"
                 raise ValueError(f"{name}.{key}: {value!r:.40} is not {wanted}")
+        # A copy: equal to it, a later record's are text (or null) too (no number equals
+        # a text), and nothing done to this record's can change it.
+        _CHECKED_VERSIONS[name] = dict(versions)
     for name, kind in (("runner_labels", str), ("attempts", dict)):
         if not all(type(v) is kind for v in data.get(name) or ()):
             raise ValueError(f"field {name!r}: expected a list of {_JSON_NAMES[kind]}")
@@ -86,3 +92,5 @@ def check_values(data: Mapping[str, Any]) -> None:
 
 
 _JSON_NAMES = {str: "strings", dict: "objects"}
+# The versions of the last record whose versions were found right, by field.
+_CHECKED_VERSIONS: dict[str, Any] = {}
