@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -104,6 +105,24 @@ def run_plugin(
     return {
         json.loads(line)["case"].split("::")[1]: json.loads(line)
         for line in out.read_text().splitlines()
+    }
+
+
+def test_a_pytest_of_one_process_writes_its_records_without_the_folder_lock(
+    pytester: pytest.Pytester, tmp_path: Path
+):
+    # Cells of a run share the records folder; a pytest of one process is its records
+    # file's only writer while it runs, so another cell's lock never holds its records up.
+    pytester.makepyfile(test_few="def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    folder = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)  # as another cell's record being written
+        records = run_plugin(pytester, tmp_path, timeout=30)
+    finally:
+        os.close(folder)
+    assert {name: r["status"] for name, r in records.items()} == {
+        "test_one": "pass",
+        "test_two": "pass",
     }
 
 

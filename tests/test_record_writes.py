@@ -5,10 +5,12 @@ rewritten in place, and the files the plugin keeps open between cases."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -407,11 +409,14 @@ def test_a_descriptor_opened_again_never_takes_the_number_pytest_restores_from(
     assert read_note(tmp_path / "cell.jsonl.current") == {"case": "second"}
 
 
-def test_a_kept_records_file_replaced_whole_gets_the_next_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_kept_records_file_replaced_whole_gets_the_next_line(
+    tmp_path: Path, shared: bool
+) -> None:
     """Compaction replaces the file: a line appended through the old descriptor would go
-    to a file no one reads."""
+    to a file no one reads. A torn line stays alone, with the lock or without."""
     path = tmp_path / "cell.jsonl"
-    appender = LineAppender(path)
+    appender = LineAppender(path, shared=shared)
     appender.append(b'{"n": 1}\n')
     write_atomically(path, '{"n": 0}\n')
     appender.append(b'{"n": 2}\n')
@@ -419,6 +424,25 @@ def test_a_kept_records_file_replaced_whole_gets_the_next_line(tmp_path: Path) -
     appender.append(b'{"n": 3}\n')
     appender.close()
     assert path.read_text().splitlines() == ['{"n": 0}', '{"n": 2}', '{"torn', '{"n": 3}']
+
+
+def test_a_shared_records_file_s_lines_wait_for_the_folder_lock(tmp_path: Path) -> None:
+    # pytest-xdist's workers, and the supervisor noting a dead worker's case, append to
+    # one file: each line under the folder lock.
+    path = tmp_path / "cell.jsonl"
+    appender = LineAppender(path, shared=True)
+    folder = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        writing = threading.Thread(target=appender.append, args=(b'{"n": 1}\n',))
+        writing.start()
+        writing.join(0.3)
+        assert writing.is_alive() and not path.exists()  # still waiting for the lock
+    finally:
+        os.close(folder)
+    writing.join(30)
+    appender.close()
+    assert path.read_text() == '{"n": 1}\n'
 
 
 def open_descriptors() -> int:

@@ -2,8 +2,9 @@
 
 A run can be killed at any moment (a case that kills its parent, a full disk, a machine
 that goes down): each write leaves a file as it was before it or as it is after it, never
-half, and a folder lock keeps the writers of one folder (xdist workers, the supervisor,
-cells of a run) out of each other's way.
+half, and a folder lock keeps the writers of one file (xdist workers, the supervisor)
+out of each other's way; a file with one writer at a time (a pytest of one process and
+its records) is written without it.
 
 This module runs inside each cell's environment too, so it imports the standard library only.
 """
@@ -70,10 +71,10 @@ def _append_whole(fd: int, size: int, line: bytes, *, ends_a_line: bool = False)
 
 
 class LineAppender:
-    """:func:`append_line` under :func:`locked_folder`, for a process that appends to one
-    file after every case (the results plugin): the file and its folder stay open between
-    lines, so a line costs a lock, a look at the file and the write (and a read of its last
-    byte where another process wrote since).
+    """:func:`append_line` for a process that appends to one file after every case (the
+    results plugin): the file (and its folder, for the lock) stays open between lines, so
+    a line costs a look at the file and the write (and a read of its last byte where
+    another process wrote since), under :func:`locked_folder` where others append too.
 
     Each use first checks (fstat) that a kept descriptor is still the file it opened and
     that the file is still in its folder: a file replaced whole (compaction) or removed is
@@ -81,31 +82,39 @@ class LineAppender:
     a file of its own), which is then left alone. :meth:`close` when done.
     """
 
-    def __init__(self, path: Path, *, locked: bool = True) -> None:
-        """``locked``: False for a file no one replaces or reads torn (the case starts:
-        short lines, each one write, whole among other writers' without the lock, never
-        synced)."""
+    def __init__(self, path: Path, *, shared: bool = True, short: bool = False) -> None:
+        """``shared``: other processes append to the file meanwhile (pytest-xdist's
+        workers, the supervisor noting a dead worker's case): each line under the folder
+        lock. A pytest of one process is the file's only writer while it runs (the
+        supervisor writes and compacts it only between two pytest processes), and its
+        lines need no lock. ``short``: short lines, each whole by one write among other
+        writers' without the lock, never read torn nor synced (the case starts)."""
         self.path = path
         self._file: tuple[int, tuple[int, int]] | None = None  # descriptor, (device, inode)
         self._folder: tuple[int, tuple[int, int]] | None = None
         self._end: int | None = None  # the file's size after this appended last
-        self._locked = locked and fcntl is not None
+        self._short = short
+        self._locked = shared and not short and fcntl is not None
 
     def append(self, line: bytes) -> None:
-        if not self._locked:
+        if self._short:
             os.write(self._file_fd()[0], line)  # one short write: whole among the others'
             return
+        if not self._locked:
+            self._append(line)
+            return
         folder = self._folder_fd()
-        if fcntl is not None:
-            fcntl.flock(folder, fcntl.LOCK_EX)
+        fcntl.flock(folder, fcntl.LOCK_EX)
         try:
-            fd, size = self._file_fd()
-            # Where the file ends where this wrote last, its last byte is that line's newline.
-            ends_a_line, self._end = size == self._end, None
-            self._end = _append_whole(fd, size, line, ends_a_line=ends_a_line)
+            self._append(line)
         finally:
-            if fcntl is not None:
-                fcntl.flock(folder, fcntl.LOCK_UN)
+            fcntl.flock(folder, fcntl.LOCK_UN)
+
+    def _append(self, line: bytes) -> None:
+        fd, size = self._file_fd()
+        # Where the file ends where this wrote last, its last byte is that line's newline.
+        ends_a_line, self._end = size == self._end, None
+        self._end = _append_whole(fd, size, line, ends_a_line=ends_a_line)
 
     def close(self) -> None:
         for kept in (self._file, self._folder):
@@ -296,11 +305,13 @@ class NoteFile:
 
     def write(self, body: str) -> None:
         """Make the note ``body`` (a JSON object's text)."""
-        data = note_text(body).encode("utf-8")
         fd, size = self._fd()
+        data = note_text(body).encode("utf-8")
+        if size > len(data):
+            # What is left of a longer note is covered by spaces after the JSON (inside the
+            # checksum), not cut off by a second system call.
+            data = note_text(body + " " * (size - len(data))).encode("utf-8")
         os.pwrite(fd, data, 0)
-        if size > len(data):  # what is left of a longer note
-            os.ftruncate(fd, len(data))
 
     def clear(self) -> bool:
         """Say that no case runs: the note's first byte spoiled, so that it fails its

@@ -143,16 +143,17 @@ class _Recorder:
 
     def __init__(self, cell: Mapping[str, Any], path: Path) -> None:
         self.cell = cell
-        self.file = LineAppender(path)  # a record after every case, the file kept open
-        self.lines: CellLines | None = None  # made with the first record (the machine known)
         # Set in a pytest-xdist worker: each worker notes its own running case.
         self.worker = os.environ.get("PYTEST_XDIST_WORKER") or None
+        # A record after every case, the file kept open; workers share it (and the lock).
+        self.file = LineAppender(path, shared=self.worker is not None)
+        self.lines: CellLines | None = None  # made with the first record (the machine known)
         self.files = CellFiles(path)
         self.current = self.files.running_case(self.worker)
         # Plain strings, made once: written before every case, and pathlib's objects cost
         # more than the system calls.
         self.note = NoteFile(self.current)
-        self.starts = LineAppender(self.files.starts, locked=False)
+        self.starts = LineAppender(self.files.starts, short=True)
         self.worker_json = "null" if self.worker is None else _json_string(self.worker)
         self.pid = os.getpid()
         self.operations: dict[str, str] = {}  # each collected case's
