@@ -250,7 +250,10 @@ class _Recorder:
         if state is None:  # another plugin ran it past our protocol hook, or ran it again
             operation = self.operations.get(report.nodeid) or operation_from_path(report.nodeid)
             state = self.pending[report.nodeid] = _CaseState(report.nodeid, operation)
-        state.observe(report, raised)
+        if raised is None:  # the usual phase: its time is all there is to take
+            state.duration += report.duration
+        else:
+            state.observe(report, raised)
         if report.when == "teardown":
             del self.pending[report.nodeid]
             if keeper_dying():
@@ -342,7 +345,9 @@ class _Recorder:
         os._exit(0)
 
     def _line(self, state: _CaseState, report: pytest.TestReport) -> str:
-        status, reason, failure = state.verdict()
+        # A case that raised nothing passed: the usual verdict, with no working out.
+        passed = state.failure is None and state.skip is None
+        status, reason, failure = (Status.PASS, None, None) if passed else state.verdict()
         fields: dict[str, Any] = {"reason": reason}
         if failure is not None and failure.crashed is not None:
             # As the supervisor records a process that died: how, and no exception.
