@@ -24,6 +24,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,7 @@ def cell(
     same venv: wall seconds and CPU seconds (this process and its children) of each.
     ``bytecode``: where both keep their bytecode (None: as the caller's environment says)."""
     (folder / "cases" / "test_many.py").write_text(CASES.format(count=count))
+    shutil.rmtree(folder / "bench-out", ignore_errors=True)  # a size measured again starts anew
     ctx = CellContext(
         run_id="20261127T000000Z",
         out_dir=folder / "bench-out",
