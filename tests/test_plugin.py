@@ -248,6 +248,26 @@ def test_loading_the_plugin_leaves_packaging_for_the_cases_that_ask_versions():
     assert package_gap("packaging", ">=1", {"packaging": "26.0"}) is None  # imported here
 
 
+def test_the_cell_s_versions_are_importlib_metadata_s(tmp_path: Path):
+    # Read from the headers alone (each dist.metadata parsed the whole file, long
+    # description and all): the same names and versions as importlib.metadata's.
+    from importlib import metadata
+
+    from ftmatrix.cell.gates import _name_and_version
+
+    info = tmp_path / "odd_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: Odd_Pkg\nSummary: Version: 9 in a summary\n"
+        "Version: 1.0\nVersion: 2.0\n\nName: not-this\nVersion: 3.0\n" + "x" * 10_000
+    )
+    distributions = [*metadata.distributions(), *metadata.distributions(path=[str(tmp_path)])]
+    assert len(distributions) > 20  # the test environment's, and the odd one
+    for dist in distributions:
+        assert _name_and_version(dist) == (dist.metadata["Name"], dist.version)
+    assert _name_and_version(metadata.Distribution.at(info)) == ("Odd_Pkg", "1.0")
+
+
 def test_hardware_gap_messages():
     no_gpu = {"gpu_count": 0, "torch": {"cuda_device_count": 0}}
     one_gpu = {
