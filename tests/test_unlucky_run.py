@@ -572,3 +572,52 @@ def test_a_disk_that_fills_in_the_middle_of_the_report_is_one_line_and_keeps_the
     ballast.unlink()
     again = report_into(entry, small_disk)
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+
+
+# Counts every call of check_uv_settings in every Python process of the run that imports
+# ftmatrix (the CLI, nox, nox's parallel children, the chores; a cell's processes do not
+# get the caller's PYTHONPATH), a line each in the file FTMATRIX_TEST_UV_CHECKS names.
+COUNTING_SITECUSTOMIZE = """
+import os
+
+try:
+    from ftmatrix import interpreters
+except ImportError:
+    pass
+else:
+    checked = interpreters.check_uv_settings
+
+    def counted(env):
+        with open(os.environ["FTMATRIX_TEST_UV_CHECKS"], "a") as log:
+            log.write(f"{os.getpid()}\\n")
+        return checked(env)
+
+    interpreters.check_uv_settings = counted
+"""
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_the_uv_settings_are_checked_once_a_run(tmp_path: Path, entry: str) -> None:
+    """`ftmatrix run` checked them, then the nox it started checked them again (and each
+    parallel child of nox, which loads the noxfile again, once more)."""
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{current_python()}"]\n'
+        'packages:\n  six: ["1.16.0", "1.17.0"]\n'
+        "limits: {cells: 2}\n"  # two cells side by side: nox's parallel children
+    )
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    (spy / "sitecustomize.py").write_text(COUNTING_SITECUSTOMIZE)
+    checks = tmp_path / "checks.txt"
+    ran = run(
+        entry,
+        tmp_path,
+        PYTHONPATH=str(spy),
+        FTMATRIX_TEST_UV_CHECKS=str(checks),
+        FTMATRIX_RUN_ID="20261127T000000Z",
+    )
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-4000:]
+    assert len(records_of(tmp_path / "out")) == 2  # both cells ran
+    assert len(checks.read_text().split()) == 1

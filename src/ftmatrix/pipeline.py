@@ -144,7 +144,11 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
         matrix = load_matrix(
             settings.matrix, profile=settings.profile, default_python=settings.python
         )
-        check_uv_settings(env)  # a cell's venv is made by uv: said once, not per cell
+        if IN_RUN_VARIABLE not in env:
+            # A cell's venv is made by uv: said once, not per cell. A run's nox (started by
+            # `ftmatrix run`, or a parallel child of the nox the user started) has the
+            # settings its starter checked already.
+            check_uv_settings(env)
         plan = kept_plan(settings, matrix, env, now=now)
         if plan is None:
             plan = plan_matrix(matrix, env)
