@@ -621,3 +621,82 @@ def test_the_uv_settings_are_checked_once_a_run(tmp_path: Path, entry: str) -> N
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-4000:]
     assert len(records_of(tmp_path / "out")) == 2  # both cells ran
     assert len(checks.read_text().split()) == 1
+
+
+OWN_SESSIONS = """
+import sys
+
+import nox
+{imported}
+
+
+@nox.session(python="3.99")
+def own(session):
+    session.run("python", "--version")
+
+
+@nox.session(python=sys.executable)
+def own_venv(session):
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("imported", "options", "code", "says"),
+    [
+        # nox's default outside CI: a session whose Python the machine lacks is skipped
+        ("", [], 0, "Session own skipped: Python interpreter 3.99 not found"),
+        # ftmatrix's sessions set error_on_missing_interpreters for the whole nox run
+        ("from ftmatrix.sessions import *", [], 1, "Session own failed: Python interpreter 3.99"),
+        # the command line beats the noxfile (and would let a skipped cell pass too)
+        (
+            "from ftmatrix.sessions import *",
+            ["--no-error-on-missing-interpreters"],
+            0,
+            "Session own skipped: Python interpreter 3.99 not found",
+        ),
+    ],
+)
+def test_a_noxfiles_own_session_whose_python_is_missing_fails_once_it_imports_the_sessions(
+    tmp_path: Path, imported: str, options: list[str], code: int, says: str
+) -> None:
+    """nox decides error_on_missing_interpreters for the whole run, not per session (nox
+    2026.10.20: SessionRunner.execute reads global_config alone), so the strictness the
+    matrix needs reaches a noxfile's own sessions: docs/reference/sessions.md says so.
+    download_python has a form per session: the cells' "never" stays theirs."""
+    ran = own_nox(tmp_path, imported, *options, "-s", "own")
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == code, output[-3000:]
+    assert says in output, output[-3000:]
+    # The noxfile's own session asks for a download as nox's default does (nox says it has
+    # no downloader for its default backend): the cells' "never" is not its.
+    assert "can't download Python" in output, output[-3000:]
+
+
+def test_a_noxfiles_own_session_keeps_noxs_venv_backend_and_the_cells_have_uvs(
+    tmp_path: Path,
+) -> None:
+    ran = own_nox(tmp_path, "from ftmatrix.sessions import *", "-s", "own_venv", "matrix")
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    made = {cfg.parent.name: cfg.read_text() for cfg in (tmp_path / ".nox").glob("*/pyvenv.cfg")}
+    assert "virtualenv = " in made.pop("own_venv")  # nox's default backend, not ours
+    assert made, "the cell made no venv"
+    assert all("uv = " in text for text in made.values()), made
+
+
+def own_nox(tmp_path: Path, imported: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """nox over a noxfile with sessions of its own (and ftmatrix's where ``imported``)."""
+    write_matrix(tmp_path, [current_python()])
+    (tmp_path / "cases").mkdir(exist_ok=True)
+    (tmp_path / "cases" / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "noxfile.py").write_text(OWN_SESSIONS.format(imported=imported))
+    env = {k: v for k, v in os.environ.items() if k != "CI"}  # nox errors on CI anyway
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", "noxfile.py", *args],
+        env={**env, "FTMATRIX_OUT": str(tmp_path / "out")},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
