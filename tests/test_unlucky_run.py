@@ -596,10 +596,11 @@ else:
 """
 
 
-@pytest.mark.parametrize("entry", ["cli", "nox"])
+@pytest.mark.parametrize("entry", ["cli", "nox", "nox-plan"])
 def test_the_uv_settings_are_checked_once_a_run(tmp_path: Path, entry: str) -> None:
     """`ftmatrix run` checked them, then the nox it started checked them again (and each
-    parallel child of nox, which loads the noxfile again, once more)."""
+    parallel child of nox, which loads the noxfile again, once more); `nox -s plan` in its
+    listing, then in the `ftmatrix plan` it runs."""
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases" / "test_one.py").write_text("def test_one():\n    pass\n")
     (tmp_path / "matrix.yaml").write_text(
@@ -611,15 +612,22 @@ def test_the_uv_settings_are_checked_once_a_run(tmp_path: Path, entry: str) -> N
     spy.mkdir()
     (spy / "sitecustomize.py").write_text(COUNTING_SITECUSTOMIZE)
     checks = tmp_path / "checks.txt"
-    ran = run(
-        entry,
-        tmp_path,
-        PYTHONPATH=str(spy),
-        FTMATRIX_TEST_UV_CHECKS=str(checks),
-        FTMATRIX_RUN_ID="20261127T000000Z",
-    )
+    variables = {"PYTHONPATH": str(spy), "FTMATRIX_TEST_UV_CHECKS": str(checks)}
+    if entry == "nox-plan":
+        ran = subprocess.run(
+            [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "plan"],
+            env={**os.environ, "FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml"), **variables},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        assert "2 cells selected" in ran.stdout, (ran.stdout + ran.stderr)[-4000:]
+    else:
+        ran = run(entry, tmp_path, FTMATRIX_RUN_ID="20261127T000000Z", **variables)
+        assert len(records_of(tmp_path / "out")) == 2  # both cells ran
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-4000:]
-    assert len(records_of(tmp_path / "out")) == 2  # both cells ran
     assert len(checks.read_text().split()) == 1
 
 
