@@ -16,6 +16,8 @@ import nox
 from ftmatrix.sessions import *  # noqa: F403 -- importing them is what registers the sessions
 
 nox.needs_version = ">=2026.10.20"
+# This repository's own sessions make their venvs with uv too (the cells' is set on them).
+nox.options.default_venv_backend = "uv"
 
 HERE = Path(__file__).resolve().parent
 

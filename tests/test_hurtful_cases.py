@@ -122,3 +122,101 @@ def test_every_case_after_a_hurtful_one_runs_and_gets_its_verdict(
     # pytest's output never went into the records file (a kept descriptor of the plugin,
     # opened again on the number pytest restores its output from, took it).
     assert results["unreadable_records"] == []
+
+
+# Under pytest-xdist workers: cases that close every descriptor they did not open (the
+# worker's channel to the controller among them), at once or while they stay busy, and one
+# that closes only pytest's saved output (the channel kept: the worker would go on, and the
+# cases queued behind it fail to show their output). Each is recorded `error`; its worker
+# ends after the record, and pytest-xdist hands the cases queued behind it to a new worker.
+CLOSES_IN_A_WORKER = """
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+RAN = Path(__file__).parent.parent / "ran.txt"
+
+
+def ran(name):
+    with RAN.open("a") as ran:
+        ran.write(name + "\\n")
+
+
+def test_a_closes_every_descriptor():
+    ran("a")
+    time.sleep(0.5)  # the other worker is busy too: cases wait behind this one
+    os.closerange(3, 256)  # the daemon recipe
+
+
+def test_b_closes_every_descriptor_and_stays_busy():
+    ran("b")
+    # Busy past the 5 s the controller waits for a worker whose channel closed (and deaf
+    # to the SIGINT execnet then sends its own process, as a case in native code is).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.closerange(3, 256)
+    time.sleep(7)
+
+
+def test_c_closes_pytests_saved_output(request):
+    ran("c")
+    time.sleep(0.5)
+    capturing = request.config.pluginmanager.get_plugin("capturemanager")._global_capturing
+    for capture in (capturing.out, capturing.err):
+        os.close(capture.targetfd_save)
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_d_healthy(n):
+    time.sleep(0.1)
+    print("shown", n)
+
+
+def test_e_fails():
+    assert 1 == 2
+"""
+CLOSERS = (
+    "test_a_closes_every_descriptor",
+    "test_b_closes_every_descriptor_and_stays_busy",
+    "test_c_closes_pytests_saved_output",
+)
+
+
+def test_cases_after_one_that_closes_descriptors_in_a_worker_get_their_verdicts(
+    tmp_path: Path,
+) -> None:
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "test_closer.py").write_text(CLOSES_IN_A_WORKER)
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{current_python()}"]\n'
+        'packages:\n  six: ["1.17.0"]\n'
+        "timeouts: {case: 60, cell: 120}\n"
+        "limits: {workers: 2}\n"
+    )
+
+    ran = run("cli", tmp_path, FTMATRIX_RUN_ID="20261127T000000Z")
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0, output[-4000:]
+    lines = records_of(tmp_path / "out")
+    found = {r["case"].split("::")[-1]: r for r in lines}
+    assert len(lines) == len(found)  # one record a case
+    assert {case: r["status"] for case, r in found.items()} == {
+        **dict.fromkeys(CLOSERS, "error"),
+        **{f"test_d_healthy[{n}]": "pass" for n in range(8)},
+        "test_e_fails": "fail",
+    }
+    # Each closer's own record, not a crash the supervisor made of its worker's end.
+    for closer in CLOSERS:
+        assert found[closer]["message"] == "[Errno 9] Bad file descriptor"
+        assert not found[closer].get("attempts")
+    (log,) = (tmp_path / "out" / "records").rglob("*.log")
+    shown = output + log.read_text()
+    assert "created: 2/2 workers" in shown  # pytest-xdist ran the shared pass
+    assert "trying it once more alone" not in shown
+    (done,) = [line for line in ran.stdout.splitlines() if " cells done in " in line]
+    assert done.endswith(" 12 cases: 1 fail, 8 pass, 3 error")  # no crash counted
+    # Each closer ran once: its record came from its one run, not from a run again.
+    assert sorted((tmp_path / "ran.txt").read_text().split()) == ["a", "b", "c"]

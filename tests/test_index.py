@@ -80,6 +80,39 @@ def test_without_them_the_index_says_so_and_no_password_is_shown(index: str) -> 
     assert "wrong-secret" not in caught.value.describe()
 
 
+class StatusIndex(BaseHTTPRequestHandler):
+    """An index that answers every page with the server's ``status`` and ``reason``."""
+
+    def do_GET(self) -> None:
+        self.send_response(self.server.status, self.server.reason)  # type: ignore[attr-defined]
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "",  # no reason phrase at all: the status read back from words was lost
+        "Slow Down 429",
+        "HTTP 404 Not Found",
+    ],
+)
+def test_an_index_error_names_the_status_the_server_sent_whatever_its_words(
+    reason: str,
+) -> None:
+    with serving(StatusIndex, status=503, reason=reason) as url:
+        install = InstallOptions(index_url=f"{url}/simple")
+        with pytest.raises(PackageIndexError) as caught:
+            list_releases("six", install, {})
+    assert caught.value.describe() == (
+        f"ftmatrix: package index {url}/simple (set by install.index-url) cannot be read: "
+        f"HTTP 503 for {url}/simple/six/ (listing the releases of six)"
+    )
+
+
 @pytest.mark.parametrize(
     "url", ["http://[::1/simple", "http://u:secret-pw@host:99999/simple"]
 )  # fmt: skip

@@ -572,3 +572,139 @@ def test_a_disk_that_fills_in_the_middle_of_the_report_is_one_line_and_keeps_the
     ballast.unlink()
     again = report_into(entry, small_disk)
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+
+
+# Counts every call of check_uv_settings in every Python process of the run that imports
+# ftmatrix (the CLI, nox, nox's parallel children, the chores; a cell's processes do not
+# get the caller's PYTHONPATH), a line each in the file FTMATRIX_TEST_UV_CHECKS names.
+COUNTING_SITECUSTOMIZE = """
+import os
+
+try:
+    from ftmatrix import interpreters
+except ImportError:
+    pass
+else:
+    checked = interpreters.check_uv_settings
+
+    def counted(env):
+        with open(os.environ["FTMATRIX_TEST_UV_CHECKS"], "a") as log:
+            log.write(f"{os.getpid()}\\n")
+        return checked(env)
+
+    interpreters.check_uv_settings = counted
+"""
+
+
+@pytest.mark.parametrize("entry", ["cli", "nox", "nox-plan"])
+def test_the_uv_settings_are_checked_once_a_run(tmp_path: Path, entry: str) -> None:
+    """`ftmatrix run` checked them, then the nox it started checked them again (and each
+    parallel child of nox, which loads the noxfile again, once more); `nox -s plan` in its
+    listing, then in the `ftmatrix plan` it runs."""
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{current_python()}"]\n'
+        'packages:\n  six: ["1.16.0", "1.17.0"]\n'
+        "limits: {cells: 2}\n"  # two cells side by side: nox's parallel children
+    )
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    (spy / "sitecustomize.py").write_text(COUNTING_SITECUSTOMIZE)
+    checks = tmp_path / "checks.txt"
+    variables = {"PYTHONPATH": str(spy), "FTMATRIX_TEST_UV_CHECKS": str(checks)}
+    if entry == "nox-plan":
+        ran = subprocess.run(
+            [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "plan"],
+            env={**os.environ, "FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml"), **variables},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        assert "2 cells selected" in ran.stdout, (ran.stdout + ran.stderr)[-4000:]
+    else:
+        ran = run(entry, tmp_path, FTMATRIX_RUN_ID="20261127T000000Z", **variables)
+        assert len(records_of(tmp_path / "out")) == 2  # both cells ran
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-4000:]
+    assert len(checks.read_text().split()) == 1
+
+
+OWN_SESSIONS = """
+import sys
+
+import nox
+{imported}
+
+
+@nox.session(python="3.99")
+def own(session):
+    session.run("python", "--version")
+
+
+@nox.session(python=sys.executable)
+def own_venv(session):
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("imported", "options", "code", "says"),
+    [
+        # nox's default outside CI: a session whose Python the machine lacks is skipped
+        ("", [], 0, "Session own skipped: Python interpreter 3.99 not found"),
+        # ftmatrix's sessions set error_on_missing_interpreters for the whole nox run
+        ("from ftmatrix.sessions import *", [], 1, "Session own failed: Python interpreter 3.99"),
+        # the command line beats the noxfile (and would let a skipped cell pass too)
+        (
+            "from ftmatrix.sessions import *",
+            ["--no-error-on-missing-interpreters"],
+            0,
+            "Session own skipped: Python interpreter 3.99 not found",
+        ),
+    ],
+)
+def test_a_noxfiles_own_session_whose_python_is_missing_fails_once_it_imports_the_sessions(
+    tmp_path: Path, imported: str, options: list[str], code: int, says: str
+) -> None:
+    """nox decides error_on_missing_interpreters for the whole run, not per session (nox
+    2026.10.20: SessionRunner.execute reads global_config alone), so the strictness the
+    matrix needs reaches a noxfile's own sessions: docs/reference/sessions.md says so.
+    download_python has a form per session: the cells' "never" stays theirs."""
+    ran = own_nox(tmp_path, imported, *options, "-s", "own")
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == code, output[-3000:]
+    assert says in output, output[-3000:]
+    # The noxfile's own session asks for a download as nox's default does (nox says it has
+    # no downloader for its default backend): the cells' "never" is not its.
+    assert "can't download Python" in output, output[-3000:]
+
+
+def test_a_noxfiles_own_session_keeps_noxs_venv_backend_and_the_cells_have_uvs(
+    tmp_path: Path,
+) -> None:
+    ran = own_nox(tmp_path, "from ftmatrix.sessions import *", "-s", "own_venv", "matrix")
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    made = {cfg.parent.name: cfg.read_text() for cfg in (tmp_path / ".nox").glob("*/pyvenv.cfg")}
+    assert "virtualenv = " in made.pop("own_venv")  # nox's default backend, not ours
+    assert made, "the cell made no venv"
+    assert all("uv = " in text for text in made.values()), made
+
+
+def own_nox(tmp_path: Path, imported: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """nox over a noxfile with sessions of its own (and ftmatrix's where ``imported``)."""
+    write_matrix(tmp_path, [current_python()])
+    (tmp_path / "cases").mkdir(exist_ok=True)
+    (tmp_path / "cases" / "test_one.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "noxfile.py").write_text(OWN_SESSIONS.format(imported=imported))
+    env = {k: v for k, v in os.environ.items() if k != "CI"}  # nox errors on CI anyway
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", "noxfile.py", *args],
+        env={**env, "FTMATRIX_OUT": str(tmp_path / "out")},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )

@@ -52,6 +52,16 @@ class NotFound(UsageError):
     """The server answered 404: nothing is published there (yet)."""
 
 
+class HttpStatusError(UsageError):
+    """The server answered another HTTP error status: ``status``, as urllib read it (a
+    caller takes it from here, never from the message, whose reason phrase is the
+    server's words)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
     """Redirects are followed to http(s) URLs only (urllib would follow ftp:// too)."""
 
@@ -157,9 +167,10 @@ def _fetch(
                     )
                 chunks.append(chunk)
     except urllib.error.HTTPError as exc:
-        error = NotFound if exc.code == 404 else UsageError
-        said = _one_line(f"HTTP {exc.code} {exc.reason}")
-        raise error(f"{what}: cannot be read: {said}") from None
+        said = f"{what}: cannot be read: {_one_line(f'HTTP {exc.code} {exc.reason}')}"
+        if exc.code == 404:
+            raise NotFound(said) from None
+        raise HttpStatusError(said, status=exc.code) from None
     except urllib.error.URLError as exc:
         raise UsageError(f"{what}: cannot be read: {_one_line(exc.reason)}") from None
     except (TimeoutError, OSError) as exc:

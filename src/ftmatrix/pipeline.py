@@ -97,7 +97,7 @@ def load(
     settings = Settings.from_env(env, root=root, now=now)
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
     if resolve:  # the resolver, the interpreters and the cells all need uv to start
-        check_uv_settings(env)
+        check_uv_once(env)
     plan = plan_matrix(matrix, env, resolve=resolve, check=check)
     if resolve:
         keep_plan(plan, settings, env, now=now)
@@ -144,7 +144,7 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
         matrix = load_matrix(
             settings.matrix, profile=settings.profile, default_python=settings.python
         )
-        check_uv_settings(env)  # a cell's venv is made by uv: said once, not per cell
+        check_uv_once(env)  # a cell's venv is made by uv: said once, not per cell
         plan = kept_plan(settings, matrix, env, now=now)
         if plan is None:
             plan = plan_matrix(matrix, env)
@@ -152,6 +152,14 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
         return Listing(loaded=with_selection(settings, plan))
     except FatalError as exc:
         return Listing(problem=exc)
+
+
+def check_uv_once(env: Mapping[str, str]) -> None:
+    """:func:`check_uv_settings`, once a run: not again in a process the run started with
+    ``env``'s IN_RUN_VARIABLE (the nox `ftmatrix run` starts, nox's parallel children, the
+    `python -m ftmatrix` of a nox chore), whose starter checked these settings."""
+    if IN_RUN_VARIABLE not in env:
+        check_uv_settings(env)
 
 
 def with_selection(settings: Settings, plan: Plan, select: Sequence[str] = ()) -> Loaded:

@@ -58,7 +58,6 @@ __all__ = ["autobisect", "bisect", "known_issues", "matrix", "plan", "report", "
 
 # Session.parallel (whether nox's parallel scheduler runs this session): 2026.10.20.
 nox.needs_version = ">=2026.10.20"
-nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
 
 # nox has moved into the folder of the noxfile that imports this module: the repository.
@@ -70,10 +69,11 @@ LISTED = list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
 # and matrix print it as the CLI does) or, where none runs (`nox -l`, `nox -s lint`),
 # when nox exits.
 UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None else []
-# Nothing is built for a matrix that is refused: its one session needs no venv backend (uv
-# itself may be what refused the run, and nox fails to find it with a traceback). Set on
-# that session alone: a noxfile's own sessions keep their venvs.
-REFUSED_BACKEND = "none" if LISTED.problem is not None else None
+# A cell's venv is uv's, set on the cells alone: a noxfile's own sessions keep the backend
+# its options choose. Nothing is built for a matrix that is refused: its one session needs
+# no venv backend (uv itself may be what refused the run, and nox fails to find it with a
+# traceback).
+CELL_BACKEND = "none" if LISTED.problem is not None else "uv"
 
 
 # nox's options that list the sessions and run none.
@@ -97,10 +97,10 @@ def report_the_rest() -> None:
 
 # The interpreter of each Python the selected cells run, as the plan finds them.
 INTERPRETERS = interpreters_of(LISTED.loaded, os.environ) if LISTED.loaded else {}
-# Never a download: a Python the machine lacks is the cell's install-error, not nox's skip.
-nox.options.download_python = "never"
 # A session nox skips for a Python it cannot find (`--force-python 3.99`) is a cell that
 # never ran: a failed session (the run's exit code says so), never a quiet skip and exit 0.
+# nox decides this for the whole run (a noxfile's own sessions too: docs/reference/
+# sessions.md says so); it has no form per session.
 nox.options.error_on_missing_interpreters = True
 # Why a cell cannot start when nox made it no venv of its own.
 NO_VENV = (
@@ -203,7 +203,15 @@ if CELLS_AT_ONCE > 1:
     )
 
 
-@nox.session(reuse_venv=True, tags=["matrix"], allow_parallel=True, venv_backend=REFUSED_BACKEND)
+# Never a download: a Python the machine lacks is the cell's install-error, not nox's skip.
+# Set on the cells alone: a noxfile's own sessions download as nox's options say.
+@nox.session(
+    reuse_venv=True,
+    tags=["matrix"],
+    allow_parallel=True,
+    venv_backend=CELL_BACKEND,
+    download_python="never",
+)
 @nox.parametrize(["python", "cell"], matrix_params(LISTED))
 def matrix(session: nox.Session, cell: str) -> None:
     """Build one cell's environment and run every case in it; the report follows.

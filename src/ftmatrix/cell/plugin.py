@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -113,8 +113,10 @@ def pytest_configure(config: pytest.Config) -> None:
     record_file = config.getoption("--ftmatrix-record")
     if cell_file and record_file:
         cell = json.loads(Path(cell_file).read_text(encoding="utf-8"))
-        config.pluginmanager.register(_Recorder(cell, Path(record_file)), "ftmatrix-recorder")
+        recorder = _Recorder(cell, Path(record_file))
+        config.pluginmanager.register(recorder, "ftmatrix-recorder")
         if os.environ.get("PYTEST_XDIST_WORKER"):
+            config.pluginmanager.register(_ChannelGuard(recorder), "ftmatrix-channel-guard")
             _die_with_controller()
 
 
@@ -168,6 +170,8 @@ class _Recorder:
         self.controller = False
         self.unwritten: list[str] = []  # the lines of records a full disk refused, in order
         self.refused = False  # said once
+        # In a pytest-xdist worker: a case closed the worker's channel to the controller.
+        self.cut_off = False
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.controller = session.config.pluginmanager.has_plugin("dsession")
@@ -228,11 +232,16 @@ class _Recorder:
         """
         if not error:
             return
+        status = _worker_exit_status(node)  # the note read after: what the worker left
+        if status == "running":
+            return  # its channel closed under a case still running: it records it
         note_path = self.files.running_case(str(node.gateway.id))
         note = read_note(note_path)
         if note is None:
-            return  # it died between cases: no case to blame
-        note["exit"] = _worker_exit_status(node)
+            # It died between cases, or ended itself after its case's record (a case that
+            # closed its channel): no case to blame.
+            return
+        note["exit"] = status
         write_atomically(note_path, note_text(json.dumps(note)), durable=False)
 
     @pytest.hookimpl(tryfirst=True)
@@ -262,12 +271,13 @@ class _Recorder:
                 # the supervisor records this case as the crash, never the next one.
                 _wait_for_the_end()
             self._keep(self._line(state, report))
-            intact = self.note.clear() and not state.descriptors_lost
-            if not intact and self.worker is None and not self.unwritten:
+            intact = self.note.clear() and not state.descriptors_lost and not self.cut_off
+            if not intact and not self.unwritten:
                 # The case closed descriptors it did not open (pytest's own, from which it
-                # restores its output after each case, or ours): every case after it in
-                # this process would fail to show its output. Its record written, this
-                # process ends; the supervisor runs the rest in a new one.
+                # restores its output after each case, ours, or a pytest-xdist worker's
+                # channel): every case after it in this process would fail to show its
+                # output. Its record written, this process ends; the supervisor (or
+                # pytest-xdist, which replaces the worker) runs the rest in a new one.
                 self._end_early()
             os.environ.pop(RUNNING_CASE_VARIABLE, None)
 
@@ -338,7 +348,8 @@ class _Recorder:
         self.file.close()
 
     def _end_early(self) -> None:
-        """End this pytest between two cases, as a finished one (the note gone)."""
+        """End this pytest between two cases, as a finished one (the note gone: a
+        pytest-xdist controller that sees this worker end blames no case)."""
         self.note.close()
         self.starts.close()
         self.file.close()
@@ -419,6 +430,30 @@ class _Recorder:
         )
 
 
+class _ChannelGuard:
+    """In a pytest-xdist worker: a case that closed the worker's channel to the controller
+    (``os.closerange``) makes pytest-xdist's report of it fail to send. Without this, the
+    error ends the case before its teardown and record (the note left, the case taken for
+    a crash); with it, the case ends, its record is written, and the worker ends: the
+    controller hands its other cases to a new one."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        self.recorder = recorder
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
+        outcome = yield
+        excinfo = outcome.excinfo
+        if excinfo is None or not isinstance(excinfo[1], OSError):
+            return
+        outcome.force_result([])
+        self.recorder.cut_off = True
+        if report.when == "teardown":
+            # The recorder runs before pytest-xdist's hook (registered after it): the
+            # case's record is written; the send of its teardown report failed.
+            self.recorder._end_early()
+
+
 class _CaseState:
     """What the setup, call and teardown phases of one case did."""
 
@@ -496,15 +531,18 @@ def _note_isolated(path: Path, cases: Sequence[str]) -> None:
         write_atomically(path, json.dumps(sorted(known | set(cases))))
 
 
-def _worker_exit_status(node: Any) -> int | None:
-    """The return code of a pytest-xdist worker that went down (negative: a signal)."""
+def _worker_exit_status(node: Any) -> int | Literal["running"] | None:
+    """The return code of a pytest-xdist worker that went down (negative: a signal), once
+    it has ended; ``"running"`` where it still runs 5 s on (a case closed its channel)."""
     # execnet keeps the worker's Popen on its private IO object; without it, no status.
     popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
     if popen is None:
         return None
     try:
         return int(popen.wait(timeout=5))
-    except (OSError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
+        return "running"
+    except OSError:
         return None
 
 
