@@ -126,6 +126,41 @@ def test_a_pytest_of_one_process_writes_its_records_without_the_folder_lock(
     }
 
 
+def test_markers_above_a_case_gate_it_and_mark_its_operation(
+    pytester: pytest.Pytester, tmp_path: Path
+):
+    # The markers a case asks by are looked up once per case: its own, its class's and
+    # its module's all count, and a file whose cases ask nothing runs no gate.
+    pytester.makepyfile(
+        test_asking="""
+import pytest
+
+pytestmark = pytest.mark.operation("sft")
+
+class TestNewer:
+    pytestmark = pytest.mark.requires_packages(packaging=">=999")
+
+    def test_in_class(self):
+        pass
+
+@pytest.mark.requires_hardware(gpus=1)
+def test_on_a_gpu():
+    pass
+
+def test_plain():
+    pass
+""",
+        test_quiet="def test_nothing_asked():\n    pass\n",
+    )
+    records = run_plugin(pytester, tmp_path)
+    assert {name: (r["status"], r["operation"]) for name, r in records.items()} == {
+        "TestNewer": ("n/a", "sft"),
+        "test_on_a_gpu": ("skip", "sft"),
+        "test_plain": ("pass", "sft"),
+        "test_nothing_asked": ("pass", "quiet"),
+    }
+
+
 def test_each_outcome_gets_its_one_status(pytester: pytest.Pytester, tmp_path: Path):
     records = run_cases(pytester, tmp_path)
     statuses = {name: r["status"] for name, r in records.items()}

@@ -43,14 +43,37 @@ def gate(item: pytest.Item) -> tuple[str, str] | None:
     return None
 
 
+def marker_names(item: pytest.Item) -> frozenset[str]:
+    """The names of ``item``'s markers, its own and those above it: one walk up the
+    collection tree per case, not one per question asked of it."""
+    names = _MARKER_NAMES.get(item)
+    if names is None:
+        names = _MARKER_NAMES[item] = frozenset(mark.name for mark in item.iter_markers())
+    return names
+
+
+_MARKER_NAMES: dict[pytest.Item, frozenset[str]] = {}  # this pytest's cases'
+
+
+def asks(item: pytest.Item) -> bool:
+    """Does ``item`` ask for package versions or hardware (:func:`gate` has a question)?"""
+    return not _GATE_MARKERS.isdisjoint(marker_names(item))
+
+
+_GATE_MARKERS = frozenset({"requires_packages", "requires_hardware"})
+
+
 def is_exclusive(item: pytest.Item) -> bool:
     """Must the case have the machine to itself? Marked so, or it wants GPUs.
 
     A GPU is never shared between cases: two cases on one device would take each
     other's memory and time, and their ``oom`` and ``timeout`` would mean nothing.
     """
-    if item.get_closest_marker("exclusive") is not None:
+    names = marker_names(item)
+    if "exclusive" in names:
         return True
+    if "requires_hardware" not in names:
+        return False
     for marker in item.iter_markers("requires_hardware"):
         if marker.kwargs.get("cuda") or int(marker.kwargs.get("gpus", 0)) > 0:
             return True
@@ -74,7 +97,7 @@ def package_gap(package: str, spec: str, installed: Mapping[str, str]) -> str | 
 
 def is_isolated(item: pytest.Item) -> bool:
     """Does the case run in a pytest process of its own?"""
-    return item.get_closest_marker("isolated") is not None
+    return "isolated" in marker_names(item)
 
 
 def hardware_gap(

@@ -11,6 +11,7 @@ else of ours.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -36,7 +37,14 @@ from ftmatrix.cell.file_writes import (
     write_atomically,
 )
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.gates import display_versions, gate, is_exclusive, is_isolated
+from ftmatrix.cell.gates import (
+    asks,
+    display_versions,
+    gate,
+    is_exclusive,
+    is_isolated,
+    marker_names,
+)
 from ftmatrix.cell.hardware import probe_hardware
 from ftmatrix.cell.outcome import Failure, case_status, text_of
 from ftmatrix.cell.processes import die_with_parent, keeper_dying
@@ -131,13 +139,30 @@ def _die_with_controller() -> None:
         os._exit(1)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Gate the case on package versions (n/a) and hardware (skip) before it runs."""
-    gated = gate(item)
-    if gated is not None and gated[0] == "n/a":
-        _api.not_applicable(gated[1])
-    if gated is not None:
-        pytest.skip(gated[1])
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Gate the cases that ask for package versions or hardware, and those alone: a
+    pytest whose cases ask for neither runs no gate at all."""
+    asking = [item for item in session.items if asks(item)]
+    if asking:
+        session.config.pluginmanager.register(_Gatekeeper(asking), "ftmatrix-gatekeeper")
+
+
+class _Gatekeeper:
+    """Gates each case that asks, before it runs: n/a where the cell's packages lack its
+    feature, skip where the machine lacks its hardware."""
+
+    def __init__(self, asking: Sequence[pytest.Item]) -> None:
+        self.asking = set(asking)
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if item not in self.asking:
+            return
+        gated = gate(item)
+        if gated is not None and gated[0] == "n/a":
+            _api.not_applicable(gated[1])
+        if gated is not None:
+            pytest.skip(gated[1])
 
 
 class _Recorder:
@@ -254,17 +279,18 @@ class _Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.controller:
             return  # pytest-xdist's controller: the workers record their cases
-        raised = self.raised.pop((report.nodeid, report.when), None) if self.raised else None
-        state = self.pending.get(report.nodeid)
+        case = report.nodeid  # (a property since pytest 9: read once)
+        raised = self.raised.pop((case, report.when), None) if self.raised else None
+        state = self.pending.get(case)
         if state is None:  # another plugin ran it past our protocol hook, or ran it again
-            operation = self.operations.get(report.nodeid) or operation_from_path(report.nodeid)
-            state = self.pending[report.nodeid] = _CaseState(report.nodeid, operation)
+            operation = self.operations.get(case) or operation_from_path(case)
+            state = self.pending[case] = _CaseState(case, operation)
         if raised is None:  # the usual phase: its time is all there is to take
             state.duration += report.duration
         else:
             state.observe(report, raised)
         if report.when == "teardown":
-            del self.pending[report.nodeid]
+            del self.pending[case]
             if keeper_dying():
                 # The case ended the process watching it (its parent): this process dies
                 # with it in a moment. Waited for here, with the case's note in place, so
@@ -279,7 +305,8 @@ class _Recorder:
                 # output. Its record written, this process ends; the supervisor (or
                 # pytest-xdist, which replaces the worker) runs the rest in a new one.
                 self._end_early()
-            os.environ.pop(RUNNING_CASE_VARIABLE, None)
+            with contextlib.suppress(KeyError):  # (a case may have unset it)
+                del os.environ[RUNNING_CASE_VARIABLE]
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # In pytest-xdist's controller the workers' reports arrive too: they record them.
@@ -569,6 +596,8 @@ def _relative(path: Path, start: Path) -> str:
 
 
 def _operation(item: pytest.Item) -> str:
+    if "operation" not in marker_names(item):
+        return operation_from_path(item.nodeid)
     marker = item.get_closest_marker("operation")
     return str(marker.args[0]) if marker and marker.args else operation_from_path(item.nodeid)
 
