@@ -58,10 +58,10 @@ CORPUS = [
      "FTMATRIX_PYTHON='2': a Python version", ExitCode.SETTINGS),
     # NaN passes "> 0": a hanging case would never be killed.
     ("timeout-nan", "plan", {"FTMATRIX_MATRIX": "timeout_nan.yaml"},
-     "timeouts.case: must be a number of seconds > 0 and at most 2,592,000 (30 days), got nan",
+     "timeouts.case: must be a number of seconds from 1 to 2,592,000 (30 days), got nan",
      ExitCode.CONFIG),
     ("memory-inf", "plan", {"FTMATRIX_MATRIX": "memory_inf.yaml"},
-     "limits.memory-gib: must be a number of GiB > 0 and at most 1,048,576, got inf",
+     "limits.memory-gib: must be a number of GiB from 0.0625 (64 MiB) to 1,048,576, got inf",
      ExitCode.CONFIG),
     ("version-5000-digits", "plan", {"FTMATRIX_MATRIX": "version_5000_digits.yaml"},
      "is not a valid version (PEP 440), nor 'none' (5,005 characters; a version has at most 200)",
