@@ -1,0 +1,138 @@
+"""What kind of thing each file and folder ftmatrix reads or writes is, checked before use.
+
+A folder where a file belongs (a records file, the history), a file where a folder belongs
+(the output folder, a run's folder, the cases), a symbolic link to nothing, a FIFO (whose
+open would block for ever), a socket or a device: each is one line naming the path, what it
+is and what was expected (:class:`~ftmatrix.errors.PathKindError`), said before anything
+is written, so nothing already recorded is touched. Reads ``lstat``/``stat`` only.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from ftmatrix.cell.files import RECORDS_SUFFIX
+from ftmatrix.errors import PATH_ADVICE, PathKindError
+
+Kind = Literal["file", "folder"]
+
+
+# A path's kind in words, by what ``stat`` says of it; anything else is a device.
+_KINDS = (
+    (stat.S_ISREG, "a file"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def kind_of(path: Path) -> str | None:
+    """What ``path`` is, in words (``a file``, ``a folder``, ``a FIFO``, ...), or None
+    where nothing is there. A symbolic link is what it points to."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if path.is_symlink() else None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        return f"unreadable ({exc.strerror or exc})"
+    return next((words for test, words in _KINDS if test(mode)), "a device")
+
+
+def kind_problem(path: Path, expected: Kind, what: str) -> PathKindError | None:
+    """The error for ``path`` (``what`` it is to ftmatrix) where something else than a
+    ``expected`` stands there; None where that does, or nothing does."""
+    found = kind_of(path)
+    if found is None or found == f"a {expected}":
+        return None
+    return PathKindError(f"{path}: is {found}, where {what} belongs (a {expected}); " + PATH_ADVICE)
+
+
+def check_kinds(expected: Iterable[tuple[Path, Kind, str]]) -> None:
+    """Raise the first :func:`kind_problem` of ``(path, kind, what)`` triples."""
+    for path, kind, what in expected:
+        problem = kind_problem(path, kind, what)
+        if problem is not None:
+            raise problem
+
+
+# The reports folder's own files and folders (what the report, the site and the run write).
+_OUTPUT_FILES = ("history.sqlite", "index.html", "summary.md", "results.json")
+_OUTPUT_FOLDERS = ("records", "work", "site", "badges", "constraints", "bisect", "proofs")
+
+
+def check_output_folder(out: Path, run_id: str) -> None:
+    """Every file and folder of the reports folder ``out`` is of its kind: its own files,
+    its folders, each run's folder under ``records/`` and every file in one (a cell's done
+    marker, notes, quarantine), each bisect finding and proof; in the folder of run
+    ``run_id`` (the one a run writes or resumes) the records files too. Another run's
+    records file of the wrong kind is the report's to skip and say (``read_records``),
+    so the rest of the history is still published.
+
+    Checked before a run or a report writes anything there; a scan of names, no file read.
+    """
+    check_kinds([(out, "folder", "the reports folder (FTMATRIX_OUT)")])
+    check_kinds((out / name, "file", f"the report's {name}") for name in _OUTPUT_FILES)
+    check_kinds((out / name, "folder", f"the reports folder's {name}/") for name in _OUTPUT_FOLDERS)
+    check_kinds(_records_tree(out / "records", run_id))
+    for folder, file in (("bisect", "finding.json"), ("proofs", "proof.json")):
+        check_kinds(_kept_files(out / folder, file))
+
+
+def _entries(folder: Path) -> list[Path]:
+    if kind_of(folder) != "a folder":
+        return []
+    return sorted(folder.iterdir())
+
+
+def _records_tree(records: Path, run_id: str) -> Iterator[tuple[Path, Kind, str]]:
+    for run in _entries(records):
+        yield run, "folder", "a run's folder of records"
+        for entry in _entries(run):
+            if run.name == run_id or not entry.name.endswith(RECORDS_SUFFIX):
+                yield entry, "file", "a cell's records, notes or markers"
+
+
+def _kept_files(folder: Path, name: str) -> Iterator[tuple[Path, Kind, str]]:
+    for entry in _entries(folder):
+        yield entry, "folder", f"a folder of {folder.name}/"
+        yield entry / name, "file", f"a {name}"
+
+
+# What the cell's pytest opens in the cases folder: the cases, conftest.py, its settings.
+_CASE_SUFFIXES = (".py", ".ini", ".cfg", ".toml")
+
+
+def check_cases_folder(cases: Path) -> None:
+    """The cases folder is a folder, and every file pytest would open in it (``*.py``,
+    its settings files) is a file: pytest's import of a FIFO blocks for ever."""
+    check_kinds([(cases, "folder", "the cases folder (FTMATRIX_CASES)")])
+    if kind_of(cases) != "a folder":
+        return
+    for folder, _, names in os.walk(cases):
+        opened = (Path(folder) / name for name in names if name.endswith(_CASE_SUFFIXES))
+        check_kinds((path, "file", "a case file pytest opens") for path in opened)
+
+
+# The cache's folders (kept plans, releases' declared requirements, the host's stack);
+# every other entry is a kept resolution.
+_CACHE_FOLDERS = ("plans", "requires", "host")
+
+
+def check_cache_folder(cache: Path) -> None:
+    """The resolution cache (FTMATRIX_CACHE_DIR) and what it keeps are of their kinds: a
+    FIFO there would block the read of a kept plan or resolution for ever."""
+    check_kinds([(cache, "folder", "the resolution cache (FTMATRIX_CACHE_DIR)")])
+    for entry in _entries(cache):
+        if entry.name in _CACHE_FOLDERS:
+            check_kinds([(entry, "folder", "a folder of the resolution cache")])
+        else:
+            check_kinds([(entry, "file", "a resolution the cache keeps")])
+    for folder in ("plans", "requires"):  # read by name, one file each
+        check_kinds((kept, "file", "a file the cache keeps") for kept in _entries(cache / folder))

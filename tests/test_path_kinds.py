@@ -1,0 +1,302 @@
+"""A file or folder ftmatrix reads or writes that is the wrong kind of thing.
+
+Every path of a run's output, its inputs and its caches as a folder where a file belongs, a
+file where a folder belongs, a symbolic link to nothing, a loop of links, a FIFO (whose open
+would block for ever): one line naming the path, what it is and what belongs there, the
+documented exit code, nothing already recorded touched, never a traceback, never a hang.
+In-process through ``ftmatrix.cli.main`` (each call costs milliseconds: the check comes
+before anything is installed); the nox entry point in the slow test at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import make_record
+from test_unlucky_run import run as run_entry
+
+from ftmatrix.cell.records import CellRecordFile
+from ftmatrix.cell_launch import bytecode_cache
+from ftmatrix.cli import main
+from ftmatrix.errors import ExitCode, PathKindError, os_error_line
+
+RUN = "r1"
+CELL = "cell1"
+CELL_FILES = [
+    f"{CELL}.jsonl",
+    f"{CELL}.done.json",
+    f"{CELL}.cell.json",
+    f"{CELL}.state.json",
+    f"{CELL}.jsonl.cases",
+    f"{CELL}.jsonl.isolated",
+    f"{CELL}.jsonl.current",
+    f"{CELL}.jsonl.quarantine",
+]
+# (path under the project, what belongs there, the command that meets it)
+TARGETS = [
+    *((f"out/records/{RUN}/{name}", "file", "run") for name in CELL_FILES),
+    (f"out/records/{RUN}/{CELL}.jsonl", "file", "report"),  # the run FTMATRIX_RUN_ID names
+    (f"out/records/{RUN}/{CELL}.done.json", "file", "report"),
+    (f"out/records/{RUN}/{CELL}.jsonl.quarantine", "file", "report"),
+    ("out/history.sqlite", "file", "report"),
+    ("out/index.html", "file", "report"),
+    ("out/results.json", "file", "report"),
+    ("out/summary.md", "file", "report"),
+    ("out/records", "folder", "report"),
+    (f"out/records/{RUN}", "folder", "run"),
+    ("out/site", "folder", "report"),
+    ("out/work", "folder", "run"),
+    ("out/bisect/x/finding.json", "file", "report"),
+    ("matrix.yaml", "file", "plan"),
+    ("matrix.yaml", "file", "run"),
+    ("known_issues.yaml", "file", "report"),
+    ("cases", "folder", "run"),
+    ("cases/test_a.py", "file", "run"),
+    ("cases/conftest.py", "file", "run"),
+    ("cache", "folder", "plan"),
+    ("cache/plans", "folder", "plan"),
+    ("cache/plans/kept.json", "file", "plan"),
+]
+WRONG = ["other kind", "dangling link", "link loop", "fifo"]
+# What the one line says each is.
+SAID = {
+    ("other kind", "file"): "a folder",
+    ("other kind", "folder"): "a file",
+    ("dangling link", "file"): "a symbolic link to nothing",
+    ("dangling link", "folder"): "a symbolic link to nothing",
+    ("link loop", "file"): "a loop of symbolic links",
+    ("link loop", "folder"): "a loop of symbolic links",
+    ("fifo", "file"): "a FIFO (named pipe)",
+    ("fifo", "folder"): "a FIFO (named pipe)",
+}
+COMMANDS = {"run": ["run"], "report": ["report"], "plan": ["plan", "--no-resolve"]}
+
+
+@pytest.fixture(autouse=True)
+def never_hangs() -> Iterator[None]:
+    """A FIFO opened for reading blocks until a writer comes: a test that would hang
+    fails instead (a guard, not a timing: every call here takes milliseconds)."""
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError("blocked for 60 s: a FIFO was opened")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def project(folder: Path) -> Path:
+    """A project with a finished run: matrix, cases, known issues, a cell's records and
+    done marker, the report built from them."""
+    (folder / "cases").mkdir(parents=True)
+    (folder / "matrix.yaml").write_text("packages: {six: ['1.17.0']}\n")
+    (folder / "known_issues.yaml").write_text("issues: []\n")
+    (folder / "cases" / "test_a.py").write_text("def test_a():\n    pass\n")
+    run_folder = folder / "out" / "records" / RUN
+    run_folder.mkdir(parents=True)
+    CellRecordFile(run_folder / f"{CELL}.jsonl").add(
+        make_record(run_id=RUN, cell_id=CELL, case="test_a.py::test_a")
+    )
+    (run_folder / f"{CELL}.done.json").write_text('{"ran": "r1"}\n')
+    (folder / "cache" / "plans").mkdir(parents=True)
+    code, _, err = call(["report"], folder)
+    assert code == 0, err
+    return folder
+
+
+def env_of(folder: Path) -> dict[str, str]:
+    return {
+        "FTMATRIX_MATRIX": str(folder / "matrix.yaml"),
+        "FTMATRIX_CASES": str(folder / "cases"),
+        "FTMATRIX_OUT": str(folder / "out"),
+        "FTMATRIX_CACHE_DIR": str(folder / "cache"),
+        "FTMATRIX_RUN_ID": RUN,
+        "FTMATRIX_RESUME": "1",
+        "PATH": os.environ["PATH"],
+        "HOME": str(folder),
+    }
+
+
+def call(argv: list[str], folder: Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv, env_of(folder), root=folder)
+    return code, out.getvalue(), err.getvalue()
+
+
+def make_wrong(path: Path, wrong: str, belongs: str) -> None:
+    """Put ``wrong`` at ``path`` in place of whatever is there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.is_symlink() or path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if wrong == "other kind" and belongs == "file":
+        path.mkdir()
+        (path / "kept.txt").write_text("a user's file\n")
+    elif wrong == "other kind":
+        path.write_text("a user's file\n")
+    elif wrong == "dangling link":
+        path.symlink_to(path.parent / "nothing-here")
+    elif wrong == "link loop":
+        path.symlink_to(path.name)
+    else:
+        os.mkfifo(path)
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    """Every regular file under ``folder`` and its bytes (a FIFO is never opened)."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return project(tmp_path_factory.mktemp("finished"))
+
+
+@pytest.mark.parametrize(
+    ("where", "belongs", "command", "wrong"),
+    [
+        (*target, wrong)
+        for target in TARGETS
+        for wrong in WRONG
+        # a folder named test_a.py is a folder of cases to pytest, not a case it opens
+        if not (target[0].startswith("cases/") and wrong == "other kind")
+    ],
+)
+def test_a_path_of_the_wrong_kind_is_one_line_and_nothing_recorded_is_touched(
+    finished: Path, tmp_path: Path, where: str, belongs: str, command: str, wrong: str
+) -> None:
+    folder = tmp_path / "p"
+    shutil.copytree(finished, folder, symlinks=True)
+    target = folder / where
+    make_wrong(target, wrong, belongs)
+    before = contents(folder)
+
+    code, _, err = call(COMMANDS[command], folder)
+
+    assert "Traceback" not in err
+    assert code == ExitCode.PATH_KIND, (code, err)
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"ftmatrix: {target}: is {SAID[wrong, belongs]}, where "), err
+    assert f"belongs (a {belongs})" in err, err
+    assert contents(folder) == before  # nothing written over, nothing recorded lost
+
+
+@pytest.mark.parametrize("wrong", WRONG)
+def test_an_output_folder_of_the_wrong_kind_is_the_settings_error(
+    tmp_path: Path, wrong: str
+) -> None:
+    folder = project(tmp_path / "p")
+    shutil.rmtree(folder / "out")
+    make_wrong(folder / "out", wrong, "folder")
+    for argv in (["run"], ["report"]):
+        code, _, err = call(argv, folder)
+        assert code == ExitCode.SETTINGS, err
+        assert err == (
+            f"ftmatrix: FTMATRIX_OUT={folder / 'out'}: is {SAID[wrong, 'folder']}; records and "
+            "reports go into a folder (default: reports/), which is made where it does not exist\n"
+        )
+
+
+def test_a_nox_folder_that_is_a_file_is_said_before_nox_starts(tmp_path: Path) -> None:
+    folder = project(tmp_path / "p")
+    (folder / ".nox").write_text("a user's notes\n")
+    code, _, err = call(["run"], folder)
+    assert code == ExitCode.PATH_KIND, err
+    assert err.splitlines()[-1] == (
+        f"ftmatrix: {folder / '.nox'}: is a file, where nox's folder of venvs (.nox) belongs "
+        "(a folder); move it away (nothing was written over it), then run the command again"
+    )
+    assert (folder / ".nox").read_text() == "a user's notes\n"
+
+
+def test_a_bytecode_folder_that_is_a_file_is_one_error(tmp_path: Path) -> None:
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    (tmp_path / "venv" / "ftmatrix-bytecode-abc").write_text("not a folder\n")
+    with pytest.raises(PathKindError, match="is a file, where the cell's bytecode folder"):
+        bytecode_cache(venv_python, "abc")
+
+
+def real_errors(folder: Path) -> Iterator[tuple[OSError, str]]:
+    """OSErrors the system raises for paths of the wrong kind, and what each line says."""
+    (folder / "a-folder").mkdir()
+    (folder / "a-file").write_text("x")
+    (folder / "dangling").symlink_to(folder / "nothing-here")
+    os.mkfifo(folder / "fifo")
+    opens = [
+        ((folder / "a-folder").read_text, "is a folder where a file is expected"),
+        ((folder / "a-file" / "x").read_text, "is (or lies under) a file"),
+        ((folder / "dangling").read_text, "is a symbolic link to nothing"),
+        # a writer's non-blocking open of a FIFO no one reads: ENXIO, never a wait
+        (lambda: os.open(folder / "fifo", os.O_WRONLY | os.O_NONBLOCK), "is a FIFO"),
+    ]
+    for action, said in opens:
+        try:
+            action()
+        except OSError as exc:
+            yield exc, said
+
+
+def test_an_oserror_met_mid_run_on_a_wrong_path_is_one_line(tmp_path: Path) -> None:
+    """Where a path changes after the checks (under a running cell), the CLI and the
+    matrix session turn the system's error into the same one line."""
+    met = list(real_errors(tmp_path))
+    assert len(met) == 4
+    for exc, said in met:
+        line = os_error_line(exc)
+        assert isinstance(line, PathKindError), exc
+        assert said in line.describe(), line.describe()
+    other = OSError(errno.EIO, "Input/output error", str(tmp_path / "a-file"))
+    assert os_error_line(other) is None  # any other error keeps its traceback
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file: no EACCES to meet")
+def test_an_unreadable_matrix_is_one_line(tmp_path: Path) -> None:
+    folder = project(tmp_path / "p")
+    (folder / "matrix.yaml").chmod(0)
+    code, _, err = call(["plan", "--no-resolve"], folder)
+    assert "Traceback" not in err
+    assert code in (ExitCode.PATH_KIND, ExitCode.CONFIG), err
+    assert err.startswith("ftmatrix: ") and str(folder / "matrix.yaml") in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["cli", "nox"])
+def test_through_nox_a_wrong_path_is_the_same_line(tmp_path: Path, entry: str) -> None:
+    """`ftmatrix run` and `nox -s matrix` (real nox, the cell never installed): a done
+    marker that is a folder on resume (a traceback before), a .nox that is a file (nox's
+    own traceback before); `nox -s report` too."""
+    folder = project(tmp_path / "p")
+    done = folder / "out" / "records" / RUN / f"{CELL}.done.json"
+    make_wrong(done, "other kind", "file")
+    settings = {k: v for k, v in env_of(folder).items() if k.startswith("FTMATRIX_")}
+    line = f"ftmatrix: {done}: is a folder, where a cell's records, notes or markers belongs"
+    # `ftmatrix run` is nox's matrix sessions and the report; nox runs each alone.
+    for args in [["-s", "matrix"], ["-s", "report"]] if entry == "nox" else [[]]:
+        ended = run_entry(entry, folder, *args, **settings)
+        assert ended.returncode == ExitCode.PATH_KIND, ended.stderr
+        assert "Traceback" not in ended.stderr
+        assert line in ended.stderr, ended.stderr
+    shutil.rmtree(done)
+    (folder / ".nox").write_text("a user's notes\n")
+    ended = run_entry(entry, folder, **settings)
+    assert ended.returncode == ExitCode.PATH_KIND, ended.stderr
+    assert "Traceback" not in ended.stderr
+    assert f"ftmatrix: {folder / '.nox'}: is a file, where nox's folder" in ended.stderr
+    assert (folder / ".nox").read_text() == "a user's notes\n"
