@@ -233,6 +233,28 @@ def test_a_bytecode_folder_that_is_a_file_is_one_error(tmp_path: Path) -> None:
         bytecode_cache(venv_python, "abc")
 
 
+@pytest.mark.parametrize(
+    ("where", "wrong", "belongs", "said"),
+    [
+        ("matrix.yaml", "fifo", "file", "a FIFO (named pipe), where a file init writes"),
+        ("noxfile.py", "other kind", "file", "a folder, where a file init writes"),
+        ("cases", "other kind", "folder", "a file, where a folder init writes into"),
+        ("cases/conftest.py", "dangling link", "file", "a symbolic link to nothing, where"),
+    ],
+)
+def test_init_even_forced_writes_over_no_path_of_the_wrong_kind(
+    tmp_path: Path, where: str, wrong: str, belongs: str, said: str
+) -> None:
+    make_wrong(tmp_path / where, wrong, belongs)
+    before = contents(tmp_path)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["init", "six=1.16.0,1.17.0", "--force", "--dir", str(tmp_path)])
+    assert code == ExitCode.PATH_KIND, err.getvalue()
+    assert err.getvalue().startswith(f"ftmatrix: {tmp_path / where}: is {said}"), err.getvalue()
+    assert contents(tmp_path) == before  # nothing written: all the files or none
+
+
 def real_errors(folder: Path) -> Iterator[tuple[OSError, str]]:
     """OSErrors the system raises for paths of the wrong kind, and what each line says."""
     (folder / "a-folder").mkdir()

@@ -39,6 +39,8 @@ def kind_of(path: Path) -> str | None:
     except FileNotFoundError:
         return "a symbolic link to nothing" if path.is_symlink() else None
     except OSError as exc:
+        if exc.errno == errno.ENOTDIR:  # under a file: nothing is there (the file is wrong)
+            return None
         if exc.errno == errno.ELOOP:
             return "a loop of symbolic links"
         return f"unreadable ({exc.strerror or exc})"
