@@ -64,8 +64,16 @@ def check_kinds(expected: Iterable[tuple[Path, Kind, str]]) -> None:
             raise problem
 
 
+# The lock a report is built under (sharing.one_report_at_a_time), in the reports folder.
+REPORTING = ".reporting"
 # The reports folder's own files and folders (what the report, the site and the run write).
-_OUTPUT_FILES = ("history.sqlite", "index.html", "summary.md", "results.json")
+_OUTPUT_FILES = {
+    "history.sqlite": "the history",
+    "index.html": "the report's page",
+    "summary.md": "the report's job summary",
+    "results.json": "the report's results",
+    REPORTING: "the lock of the report being built",
+}
 _OUTPUT_FOLDERS = ("records", "work", "site", "badges", "constraints", "bisect", "proofs")
 
 
@@ -80,9 +88,14 @@ def check_output_folder(out: Path, run_id: str) -> None:
     Checked before a run or a report writes anything there; a scan of names, no file read.
     """
     check_kinds([(out, "folder", "the reports folder (FTMATRIX_OUT)")])
-    check_kinds((out / name, "file", f"the report's {name}") for name in _OUTPUT_FILES)
+    check_kinds((out / name, "file", what) for name, what in _OUTPUT_FILES.items())
     check_kinds((out / name, "folder", f"the reports folder's {name}/") for name in _OUTPUT_FOLDERS)
     check_kinds(_records_tree(out / "records", run_id))
+    for folder in ("badges", "constraints"):  # the report's files, rewritten each time
+        check_kinds((kept, "file", f"a file of {folder}/") for kept in _entries(out / folder))
+    for run in _entries(out / "work"):  # a folder per run, in it a working folder per cell
+        check_kinds([(run, "folder", "a run's working folder")])
+        check_kinds((cell, "folder", "a cell's working folder") for cell in _entries(run))
     for folder, file in (("bisect", "finding.json"), ("proofs", "proof.json")):
         check_kinds(_kept_files(out / folder, file))
 
