@@ -327,3 +327,42 @@ def test_through_nox_a_wrong_path_is_the_same_line(tmp_path: Path, entry: str) -
     assert "Traceback" not in ended.stderr
     assert f"ftmatrix: {folder / '.nox'}: is a file, where nox's folder" in ended.stderr
     assert (folder / ".nox").read_text() == "a user's notes\n"
+
+
+BREAKS_ITS_RECORDS = """
+import glob, os
+
+def test_first():
+    pass
+
+def test_makes_the_records_file_a_folder():
+    for records in glob.glob(os.environ["PROBE_OUT"] + "/records/*/*.jsonl"):
+        os.unlink(records)
+        os.mkdir(records)
+
+def test_last():
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_a_records_file_made_a_folder_under_a_running_cell_is_never_a_full_disk(
+    tmp_path: Path,
+) -> None:
+    """A case that makes its cell's records file a folder (after every check before the
+    run): the cell ends with the one line of a path of the wrong kind naming the records
+    not written, never 'the output folder is full'. Real nox, uv and pytest."""
+    folder = tmp_path / "p"
+    (folder / "cases").mkdir(parents=True)
+    (folder / "matrix.yaml").write_text("packages: {six: ['1.17.0']}\n")
+    (folder / "cases" / "test_breaks.py").write_text(BREAKS_ITS_RECORDS)
+    ended = run_entry("cli", folder, PROBE_OUT=str(folder / "out"))
+    assert ended.returncode == ExitCode.FAILED, ended.stderr  # nox's: a cell session failed
+    output = ended.stdout + ended.stderr
+    assert "Traceback" not in output
+    assert "is full" not in output and "No space left" not in output, output
+    assert (
+        "ftmatrix: the records of test_breaks.py::test_makes_the_records_file_a_folder, "
+        "test_breaks.py::test_last (cases that ran) are not written: "
+    ) in output, output
+    assert ".jsonl: is a folder where a file is expected" in output, output
