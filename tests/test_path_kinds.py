@@ -16,6 +16,9 @@ import io
 import os
 import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -293,14 +296,64 @@ def test_an_oserror_met_mid_run_on_a_wrong_path_is_one_line(tmp_path: Path) -> N
     assert os_error_line(other) is None  # any other error keeps its traceback
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file: no EACCES to meet")
-def test_an_unreadable_matrix_is_one_line(tmp_path: Path) -> None:
-    folder = project(tmp_path / "p")
-    (folder / "matrix.yaml").chmod(0)
-    code, _, err = call(["plan", "--no-resolve"], folder)
-    assert "Traceback" not in err
-    assert code in (ExitCode.PATH_KIND, ExitCode.CONFIG), err
-    assert err.startswith("ftmatrix: ") and str(folder / "matrix.yaml") in err, err
+NOBODY = 65534
+
+
+def as_a_user_without_access(argv: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m ftmatrix`` as a user chmod 000 stops: root reads any file, so under root
+    the command runs as nobody through util-linux's setpriv (a real EACCES, as a CI
+    runner's user meets it)."""
+    drop = []
+    if os.geteuid() == 0:
+        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    return subprocess.run(
+        [*drop, sys.executable, "-m", "ftmatrix", *argv],
+        env={**os.environ, **env_of(folder), "HOME": str(folder)},
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A project every user can reach (pytest's own folders are its user's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="ftmatrix-access-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("where", "argv", "code"),
+    [
+        ("matrix.yaml", ["plan", "--no-resolve"], ExitCode.CONFIG),
+        ("known_issues.yaml", ["report"], ExitCode.CONFIG),
+        ("cache", ["plan", "--no-resolve"], ExitCode.PATH_KIND),
+        (f"out/records/{RUN}", ["report"], ExitCode.PATH_KIND),
+        ("out/site", ["report"], ExitCode.PATH_KIND),
+        ("out/history.sqlite", ["report"], ExitCode.HISTORY),
+    ],
+)
+def test_a_path_the_user_cannot_read_is_one_line(
+    open_folder: Path, where: str, argv: list[str], code: ExitCode
+) -> None:
+    folder = project(open_folder / "p")
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root reads a chmod 000 file, and setpriv (to run as nobody) is missing")
+    probe = as_a_user_without_access(["--version"], folder)
+    if probe.returncode != 0:
+        pytest.skip(f"ftmatrix cannot run as another user here: {probe.stderr[-200:]}")
+    (folder / where).chmod(0)
+    ended = as_a_user_without_access(argv, folder)
+    assert "Traceback" not in ended.stderr, ended.stderr
+    assert ended.returncode == code, ended.stderr
+    assert str(folder / where) in ended.stderr, ended.stderr
+    assert all(line.startswith(("ftmatrix: ", "  - ")) for line in ended.stderr.splitlines())
 
 
 @pytest.mark.slow

@@ -206,6 +206,11 @@ def path_problem(exc: OSError) -> PathKindError | None:
         reason = "is a symbolic link to nothing"
     if reason is None:
         return None
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return PathKindError(
+            f"{where}: {reason}; give the user running ftmatrix access to it (or move it "
+            "away), then run the command again"
+        )
     return PathKindError(f"{where}: {reason}; " + PATH_ADVICE)
 
 
