@@ -14,6 +14,7 @@ import contextlib
 import errno
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell_launch import bytecode_cache
 from ftmatrix.cli import main
 from ftmatrix.errors import ExitCode, PathKindError, os_error_line
+from ftmatrix.gpu_pool import lease_devices
 
 RUN = "r1"
 CELL = "cell1"
@@ -261,6 +263,22 @@ def test_init_even_forced_writes_over_no_path_of_the_wrong_kind(
     assert code == ExitCode.PATH_KIND, err.getvalue()
     assert err.getvalue().startswith(f"ftmatrix: {tmp_path / where}: is {said}"), err.getvalue()
     assert contents(tmp_path) == before  # nothing written: all the files or none
+
+
+@pytest.mark.parametrize(
+    ("where", "wrong", "belongs"),
+    [("leases", "other kind", "folder"), ("leases/gpu-1.lock", "fifo", "file")],
+)
+def test_a_gpu_lease_path_of_the_wrong_kind_is_one_error(
+    tmp_path: Path, where: str, wrong: str, belongs: str
+) -> None:
+    """FTMATRIX_LEASE_DIR (shared by every cell of the machine): a file there, or a FIFO
+    lock whose append-open would block the cell for ever. No GPU needed: the lease is
+    files only."""
+    make_wrong(tmp_path / where, wrong, belongs)
+    leasing = lease_devices(1, ["0", "1"], tmp_path / "leases")
+    with pytest.raises(PathKindError, match=f"^{re.escape(str(tmp_path / where))}: is "), leasing:
+        pass
 
 
 def real_errors(folder: Path) -> Iterator[tuple[OSError, str]]:
