@@ -437,3 +437,5 @@ def test_a_records_file_made_a_folder_under_a_running_cell_is_never_a_full_disk(
         "test_breaks.py::test_last (cases that ran) are not written: "
     ) in output, output
     assert ".jsonl: is a folder where a file is expected" in output, output
+    (log,) = (folder / "out" / "records").glob("*/*.log")  # the plugin's words too
+    assert "once the disk takes it" not in log.read_text(), log.read_text()

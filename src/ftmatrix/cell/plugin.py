@@ -315,9 +315,12 @@ class _Recorder:
                 if not self.refused:
                     self.refused = True
                     case = json.loads(each)["case"]
+                    # A full disk frees up; a records file of the wrong kind does not.
+                    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                    then = "once the disk takes it" if full else "if the records file can be"
                     sys.stderr.write(
                         f"ftmatrix: the record of {case} cannot be written ({exc}); "
-                        "it is kept and written once the disk takes it\n"
+                        f"it is kept and written {then}\n"
                     )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
