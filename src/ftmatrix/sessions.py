@@ -78,8 +78,12 @@ def envdir_problem(argv: list[str]) -> FatalError | None:
     return kind_problem(envdir, "folder", "nox's folder of venvs (--envdir, default .nox)")
 
 
+# nox's options that list the sessions and run none.
+LISTING = ("-l", "--list", "--list-sessions")
+LISTS_ONLY = any(arg in LISTING for arg in sys.argv[1:])
 # The cells, or the problem that stops them: one call, from a kept plan where one stands.
-NOX_FOLDER_PROBLEM = envdir_problem(sys.argv)
+# A listing makes no venv: .nox is nothing to it.
+NOX_FOLDER_PROBLEM = None if LISTS_ONLY else envdir_problem(sys.argv)
 LISTED = (
     Listing(problem=NOX_FOLDER_PROBLEM)
     if NOX_FOLDER_PROBLEM is not None
@@ -96,10 +100,6 @@ UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None el
 REFUSED_BACKEND = "none" if LISTED.problem is not None else None
 
 
-# nox's options that list the sessions and run none.
-LISTING = ("-l", "--list", "--list-sessions")
-
-
 @atexit.register
 def report_the_rest() -> None:
     """Print what no session reported (at exit: after nox's own output). A listing of a
@@ -107,7 +107,7 @@ def report_the_rest() -> None:
     script that lists the cells must not take the one ``invalid-matrix`` for the plan."""
     for problem in UNREPORTED:
         print(problem.describe(), file=sys.stderr)
-    if UNREPORTED and any(arg in LISTING for arg in sys.argv[1:]):
+    if UNREPORTED and LISTS_ONLY:
         sys.stdout.flush()
         sys.stderr.flush()
         # nox has already chosen its exit code (0): only leaving now can change it. The
