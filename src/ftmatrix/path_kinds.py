@@ -92,32 +92,44 @@ def check_output_folder(out: Path, run_id: str) -> None:
     check_kinds((out / name, "folder", f"the reports folder's {name}/") for name in _OUTPUT_FOLDERS)
     check_kinds(_records_tree(out / "records", run_id))
     for folder in ("badges", "constraints"):  # the report's files, rewritten each time
-        check_kinds((kept, "file", f"a file of {folder}/") for kept in _entries(out / folder))
+        check_kinds(_unplain(_entries(out / folder), "file", f"a file of {folder}/"))
     for run in _entries(out / "work"):  # a folder per run, in it a working folder per cell
-        check_kinds([(run, "folder", "a run's working folder")])
-        check_kinds((cell, "folder", "a cell's working folder") for cell in _entries(run))
+        check_kinds(_unplain([run], "folder", "a run's working folder"))
+        check_kinds(_unplain(_entries(Path(run.path)), "folder", "a cell's working folder"))
     for folder, file in (("bisect", "finding.json"), ("proofs", "proof.json")):
-        check_kinds(_kept_files(out / folder, file))
+        for kept in _entries(out / folder):
+            check_kinds(_unplain([kept], "folder", f"a folder of {folder}/"))
+            check_kinds([(Path(kept.path) / file, "file", f"a {file}")])
 
 
-def _entries(folder: Path) -> list[Path]:
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    """What ``folder`` holds (nothing where it is no folder), by name."""
     if kind_of(folder) != "a folder":
         return []
-    return sorted(folder.iterdir())
+    with os.scandir(folder) as entries:
+        return sorted(entries, key=lambda entry: entry.name)
+
+
+def _unplain(
+    entries: Iterable[os.DirEntry[str]], kind: Kind, what: str
+) -> Iterator[tuple[Path, Kind, str]]:
+    """The entries to check as ``kind``: all but those their directory entry already shows
+    to be a plain ``kind`` (no link), so a history of 100,000 files costs no stat each."""
+    for entry in entries:
+        plain = entry.is_file if kind == "file" else entry.is_dir
+        if not plain(follow_symlinks=False):
+            yield Path(entry.path), kind, what
 
 
 def _records_tree(records: Path, run_id: str) -> Iterator[tuple[Path, Kind, str]]:
     for run in _entries(records):
-        yield run, "folder", "a run's folder of records"
-        for entry in _entries(run):
-            if run.name == run_id or not entry.name.endswith(RECORDS_SUFFIX):
-                yield entry, "file", "a cell's records, notes or markers"
-
-
-def _kept_files(folder: Path, name: str) -> Iterator[tuple[Path, Kind, str]]:
-    for entry in _entries(folder):
-        yield entry, "folder", f"a folder of {folder.name}/"
-        yield entry / name, "file", f"a {name}"
+        yield from _unplain([run], "folder", "a run's folder of records")
+        checked = (
+            entry
+            for entry in _entries(Path(run.path))
+            if run.name == run_id or not entry.name.endswith(RECORDS_SUFFIX)
+        )
+        yield from _unplain(checked, "file", "a cell's records, notes or markers")
 
 
 # What the cell's pytest opens in the cases folder: the cases, conftest.py, its settings.
@@ -144,10 +156,10 @@ def check_cache_folder(cache: Path) -> None:
     """The resolution cache (FTMATRIX_CACHE_DIR) and what it keeps are of their kinds: a
     FIFO there would block the read of a kept plan or resolution for ever."""
     check_kinds([(cache, "folder", "the resolution cache (FTMATRIX_CACHE_DIR)")])
-    for entry in _entries(cache):
-        if entry.name in _CACHE_FOLDERS:
-            check_kinds([(entry, "folder", "a folder of the resolution cache")])
-        else:
-            check_kinds([(entry, "file", "a resolution the cache keeps")])
+    entries = _entries(cache)
+    folders = [entry for entry in entries if entry.name in _CACHE_FOLDERS]
+    check_kinds(_unplain(folders, "folder", "a folder of the resolution cache"))
+    kept = [entry for entry in entries if entry.name not in _CACHE_FOLDERS]
+    check_kinds(_unplain(kept, "file", "a resolution the cache keeps"))
     for folder in ("plans", "requires"):  # read by name, one file each
-        check_kinds((kept, "file", "a file the cache keeps") for kept in _entries(cache / folder))
+        check_kinds(_unplain(_entries(cache / folder), "file", "a file the cache keeps"))
