@@ -144,11 +144,11 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
     fatal error that stops the matrix, for the session that meets it to report."""
     try:
         settings = Settings.from_env(env, root=root, now=now)
+        check_cache_folder(cache_dir(env))  # its kept plan is read next
         matrix = load_matrix(
             settings.matrix, profile=settings.profile, default_python=settings.python
         )
         check_uv_settings(env)  # a cell's venv is made by uv: said once, not per cell
-        check_cache_folder(cache_dir(env))
         plan = kept_plan(settings, matrix, env, now=now)
         if plan is None:
             plan = plan_matrix(matrix, env)
