@@ -315,12 +315,10 @@ class _Recorder:
                 if not self.refused:
                     self.refused = True
                     case = json.loads(each)["case"]
-                    # A full disk frees up; a records file of the wrong kind does not.
-                    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-                    then = "once the disk takes it" if full else "if the records file can be"
+                    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # frees up
                     sys.stderr.write(
-                        f"ftmatrix: the record of {case} cannot be written ({exc}); "
-                        f"it is kept and written {then}\n"
+                        f"ftmatrix: the record of {case} cannot be written ({exc}); it is kept "
+                        f"and written {'once the disk takes it' if full else 'if it can be'}\n"
                     )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
