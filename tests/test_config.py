@@ -92,11 +92,11 @@ def test_bad_versions_are_all_reported_with_their_key_paths():
 def test_bad_rules_strategy_timeouts_and_hardware():
     assert _messages("bad_rules.yaml") == [
         "F: strategy: 'random' is not a strategy; allowed: full, pairwise",
-        "F: hardware.l4.gpus: must be a whole number >= 0, got 'two'",
+        "F: hardware.l4.gpus: must be a whole number from 0 to 64 (GPUs of one machine), got 'two'",
         "F: exclude[0].trl: '=>0.19' is neither a version, a wildcard like '0.19.*' "
         "nor a specifier like '>=0.19,<1'",
         "F: exclude[1].tansformers: unknown key; allowed: trl, python, hardware.",
-        "F: timeouts.case: must be a number of seconds > 0 and at most 2,592,000 (30 days), got -1",
+        "F: timeouts.case: must be a number of seconds from 1 to 2,592,000 (30 days), got -1",
     ]
 
 
@@ -264,5 +264,5 @@ def test_a_bad_gpus_count_is_said_once_not_again_under_gpu_name(tmp_path: Path) 
     with pytest.raises(ConfigError) as caught:
         load_matrix(path, default_python="3.11")
     assert [p for p in caught.value.problems if "hardware.h100" in p] == [
-        f"{path}: hardware.h100.gpus: must be a whole number >= 0, got -1"
+        f"{path}: hardware.h100.gpus: must be a whole number from 0 to 64 (GPUs of one machine), got -1"
     ]

@@ -20,12 +20,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ftmatrix.cli import main
 from ftmatrix.errors import ExitCode
+from ftmatrix.matrix_schema import matrix_json_schema
 
 DATA = Path(__file__).parent / "data"
 HUGE_VERSION = "1" * 5000
@@ -60,7 +63,10 @@ def yaml_value(value: Any) -> str:
     if isinstance(value, str):
         # JSON escapes a lone surrogate as \\udXXX, which YAML reads back as one.
         return json.dumps(value)
-    return json.dumps(value)
+    text = json.dumps(value)
+    if isinstance(value, float) and "e" in text and "." not in text:
+        return text.replace("e", ".0e")  # YAML 1.1 reads 1e-07 as text, 1.0e-07 as a number
+    return text
 
 
 MATRIX_PLACES = [
@@ -280,3 +286,72 @@ def test_a_known_break_whose_pins_cannot_be_read_is_never_untested(
         assert f"records[0]: pins.trl: {pin!r} is not a version" in done.stderr
     else:
         assert "summary: 1 broken (exit 1: broken sft on cpu)" in done.stdout
+
+
+# Every number matrix.yaml limits a run by, where it goes.
+LIMIT_PLACES = {
+    "timeouts.case": "packages: {{six: ['1.17.0']}}\ntimeouts: {{case: {v}}}",
+    "timeouts.cell": "packages: {{six: ['1.17.0']}}\ntimeouts: {{cell: {v}}}",
+    "limits.memory-gib": "packages: {{six: ['1.17.0']}}\nlimits: {{memory-gib: {v}}}",
+    "limits.workers": "packages: {{six: ['1.17.0']}}\nlimits: {{workers: {v}}}",
+    "limits.cells": "packages: {{six: ['1.17.0']}}\nlimits: {{cells: {v}}}",
+    "hardware.cpu.gpus": "packages: {{six: ['1.17.0']}}\nhardware: {{cpu: {{gpus: {v}}}}}",
+    "bisect.budget": "packages: {{six: ['1.17.0']}}\nbisect: {{budget: {v}}}",
+    "reuse.max-age-days": "packages: {{six: ['1.17.0']}}\nreuse: {{max-age-days: {v}}}",
+}
+WHOLE_NUMBERS = {
+    "limits.workers",
+    "limits.cells",
+    "hardware.cpu.gpus",
+    "bisect.budget",
+    "reuse.max-age-days",
+}
+# Below these, nothing runs: a Python running pytest holds 31 to 46 MiB, a pytest takes
+# about a second to start, and a case's timeout is watched four times a second.
+TOO_SMALL_BELOW = {"limits.memory-gib": 0.0625, "timeouts.case": 1, "timeouts.cell": 1}
+MOST_GPUS = 64  # a cell leases its GPUs on one machine: more is a typo
+# Numbers at every scale: too small to run anything (a 107-byte memory limit, a
+# microsecond's timeout), zero, negative, bools, the bounds themselves and past them.
+LIMIT_VALUES = st.one_of(
+    st.sampled_from(
+        [1e-7, 1e-9, 0.001, 0.06, 0.0625, 0.5, 0.999, 1, 64, 65, 256, 257, 2592000, 2592001,
+         1048576, 1048577, 0, -0.0, -1, True, False, math.nan, math.inf, 10**30]
+    ),
+    st.floats(min_value=-2.0, max_value=2.0),
+    st.integers(min_value=-3, max_value=300),
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=st.sampled_from(sorted(LIMIT_PLACES)), value=LIMIT_VALUES)
+@example(key="limits.memory-gib", value=1e-7)  # 107 bytes: every case an oom
+@example(key="timeouts.case", value=1e-9)  # every case a timeout
+@example(key="hardware.cpu.gpus", value=10**30)  # no machine has them
+def test_a_limit_plans_only_where_the_documented_schema_allows_it(key: str, value: Any) -> None:
+    """What `plan` accepts is what the schema (the reference docs) says is allowed: a limit
+    too small to run anything is refused with the smallest allowed value, never planned."""
+    text = LIMIT_PLACES[key].format(v=yaml_value(value))
+    try:
+        jsonschema.validate(yaml.safe_load(text), matrix_json_schema())
+        documented = True
+    except jsonschema.ValidationError:
+        documented = False
+    if key in WHOLE_NUMBERS and isinstance(value, float):
+        documented = False  # 2.0 is an integer to JSON Schema; a count is written 2
+    if isinstance(value, float) and not math.isfinite(value):
+        documented = False  # JSON has no NaN or infinity; a NaN passes every comparison
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "matrix.yaml").write_text(text, encoding="utf-8")
+        code, _, err = run(["plan", "--no-resolve"], root)
+    assert "Traceback" not in err
+    assert code == (ExitCode.OK if documented else ExitCode.CONFIG), (key, value, code, err)
+    if code == ExitCode.CONFIG:
+        assert f"{key}: must be" in err, err
+    least = TOO_SMALL_BELOW.get(key)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if least is not None and number and 0 < value < least:
+        assert code == ExitCode.CONFIG, (key, value)  # nothing can run under it
+        assert f"from {least}" in err, err  # the smallest allowed value, said
+    if key == "hardware.cpu.gpus" and number and value > MOST_GPUS:
+        assert code == ExitCode.CONFIG, (key, value)  # more than any one machine has

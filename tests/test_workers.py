@@ -45,7 +45,7 @@ def test_a_bad_worker_count_names_its_key(value: str):
         parse(f"packages: {{six: ['1.17.0']}}\nlimits: {{memory-gib: 0, workers: {value}}}\n")
     shown = {"0": "0", "two": "'two'", "true": "True", "1.5": "1.5"}[value]
     assert caught.value.problems == (
-        "m.yaml: limits.memory-gib: must be a number of GiB > 0 and at most 1,048,576, got 0",
+        "m.yaml: limits.memory-gib: must be a number of GiB from 0.0625 (64 MiB) to 1,048,576, got 0",
         f"m.yaml: limits.workers: must be a whole number from 1 to 256 or 'auto' (one per CPU), "
         f"got {shown}",
     )

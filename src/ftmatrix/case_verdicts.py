@@ -32,6 +32,7 @@ from ftmatrix.cell.records import (
     redact,
 )
 from ftmatrix.cell.status import Status
+from ftmatrix.errors import DISK_FULL_ERRNOS, PathKindError, path_problem
 from ftmatrix.process_tree import Leftover, starter_of
 
 Log = Callable[[str], None]
@@ -200,12 +201,20 @@ def case_list(path: Path) -> list[str] | None:
 
 
 def write_or_keep(record_file: Path, records: Sequence[Record]) -> list[Record]:
-    """Write ``records`` in order; those the disk refuses, returned to try again."""
+    """Write ``records`` in order; those the disk refuses, returned to try again. A records
+    file of the wrong kind (made a folder under the running cell) is said as what it is,
+    never as a full disk."""
     refused = []
-    for record in records:
+    for index, record in enumerate(records):
         try:
             CellRecordFile(record_file).add(record)
-        except OSError:
+        except OSError as exc:
+            problem = None if exc.errno in DISK_FULL_ERRNOS else path_problem(exc)
+            if problem is not None:
+                cases = ", ".join(r.case for r in records[index:])
+                raise PathKindError(
+                    f"the records of {cases} (cases that ran) are not written: {problem}"
+                ) from None
             refused.append(record)
     return refused
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ftmatrix.config import Limits
+from ftmatrix.path_kinds import check_kinds
 from ftmatrix.sharing import usable_cpus
 
 # Frameworks must never reach the model hub from a cell: everything is built offline.
@@ -158,6 +159,7 @@ def bytecode_cache(venv_python: Path, lock_id: str) -> Path:
     for earlier in venv.glob(f"{BYTECODE_PREFIX}*"):
         if earlier != folder:
             shutil.rmtree(earlier, ignore_errors=True)
+    check_kinds([(folder, "folder", "the cell's bytecode folder")])
     folder.mkdir(parents=True, exist_ok=True)
     return folder.resolve()
 

@@ -26,7 +26,7 @@ from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.ci import bisect_jobs, carry_reused, ci_matrix
 from ftmatrix.config import Matrix, load_matrix
 from ftmatrix.download import NotFound, download_timeout
-from ftmatrix.errors import ExitCode, FatalError, disk_full
+from ftmatrix.errors import ExitCode, FatalError, os_error_line
 from ftmatrix.init import add_init_parser, run_init
 from ftmatrix.pipeline import Loaded, load, report, resolve_cells, run_cells
 from ftmatrix.planview import interpreters_of, plan_json, print_plan, show_plan
@@ -74,8 +74,8 @@ def main(
         # reports a program ended by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE
-    except (FatalError, OSError) as exc:  # an OSError is one line only for a full disk
-        fatal = exc if isinstance(exc, FatalError) else disk_full(exc)
+    except (FatalError, OSError) as exc:  # an OSError: one line for a full disk, a wrong path
+        fatal = exc if isinstance(exc, FatalError) else os_error_line(exc)
         if fatal is None:
             raise
         print(fatal.describe(), file=sys.stderr)

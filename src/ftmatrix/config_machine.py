@@ -37,9 +37,13 @@ def hardware_classes(checker: Checker, raw: Any) -> tuple[HardwareClass, ...]:
             checker.add(f"{at}.runs-on", f"must be a list of runner labels, got {runs_on!r}")
             runs_on = []
         gpus = settings.get("gpus", 0)
-        valid_gpus = isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0
+        valid_gpus = isinstance(gpus, int) and not isinstance(gpus, bool) and 0 <= gpus <= MAX_GPUS
         if not valid_gpus:
-            checker.add(f"{at}.gpus", f"must be a whole number >= 0, got {gpus!r}")
+            checker.add(
+                f"{at}.gpus",
+                f"must be a whole number from 0 to {MAX_GPUS} (GPUs of one machine), "
+                f"got {shown(gpus)}",
+            )
             gpus = 0
         # Judged against gpus only where gpus itself was valid: one problem, said once.
         gpu_name = _gpu_name(checker, settings.get("gpu-name"), at, gpus if valid_gpus else None)
@@ -78,10 +82,10 @@ def timeouts(checker: Checker, raw: Any) -> Timeouts:
             continue
         value = raw[key]
         # NaN passes "<= 0" and no clock reaches infinity: both would never end a case.
-        if not _number_within(value, MAX_TIMEOUT):
+        if not _number_within(value, MIN_TIMEOUT, MAX_TIMEOUT):
             checker.add(
                 f"timeouts.{key}",
-                f"must be a number of seconds > 0 and at most {MAX_TIMEOUT:,} (30 days), "
+                f"must be a number of seconds from {MIN_TIMEOUT} to {MAX_TIMEOUT:,} (30 days), "
                 f"got {shown(value)}",
             )
             continue
@@ -93,11 +97,19 @@ def timeouts(checker: Checker, raw: Any) -> Timeouts:
 # the clock and the memory limit cannot hold it (an OverflowError, a wait that never ends).
 MAX_TIMEOUT = 30 * 24 * 3600
 MAX_MEMORY_GIB = 1 << 20
+# The smallest: below them nothing can run, so every case would be a timeout or an oom
+# that says nothing of a framework. A case's timeout is watched four times a second and
+# a pytest starts in about one; a Python running pytest and the results plugin holds
+# between 31 and 46 MiB (measured: a case of 1.5 s is an oom at 0.03 GiB, passes at 0.045).
+MIN_TIMEOUT = 1
+MIN_MEMORY_GIB = 1 / 16
+# More GPUs than any one machine has: a typo (a cell leases its GPUs on one machine).
+MAX_GPUS = 64
 
 
-def _number_within(value: Any, most: float) -> bool:
-    """Is ``value`` a number (not a bool) with 0 < value <= most? False for NaN."""
-    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value <= most
+def _number_within(value: Any, least: float, most: float) -> bool:
+    """Is ``value`` a number (not a bool) with least <= value <= most? False for NaN."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and least <= value <= most
 
 
 def limits(checker: Checker, raw: Any) -> Limits:
@@ -110,10 +122,11 @@ def limits(checker: Checker, raw: Any) -> Limits:
     values: dict[str, Any] = {}
     memory = raw.get("memory-gib")
     if memory is not None:
-        if not _number_within(memory, MAX_MEMORY_GIB):
+        if not _number_within(memory, MIN_MEMORY_GIB, MAX_MEMORY_GIB):
             checker.add(
                 "limits.memory-gib",
-                f"must be a number of GiB > 0 and at most {MAX_MEMORY_GIB:,}, got {shown(memory)}",
+                f"must be a number of GiB from {MIN_MEMORY_GIB} (64 MiB) to "
+                f"{MAX_MEMORY_GIB:,}, got {shown(memory)}",
             )
         else:
             values["memory_gib"] = float(memory)

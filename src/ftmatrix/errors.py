@@ -15,6 +15,7 @@ import errno
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 from ftmatrix.cell.redact import redact_text
@@ -37,6 +38,7 @@ class ExitCode(enum.IntEnum):
     BUSY = 11
     HISTORY = 12
     OUTPUT_FULL = 13
+    PATH_KIND = 14
 
 
 # Terminal control characters (an escape sequence can rewrite what a terminal shows)
@@ -151,6 +153,19 @@ class OutputFullError(FatalError):
     return_code = ExitCode.OUTPUT_FULL
 
 
+class PathKindError(FatalError):
+    """A file or folder ftmatrix reads or writes is the wrong kind of thing (a folder where
+    a file belongs, a file where a folder belongs, a symbolic link to nothing, a FIFO, a
+    socket or a device) or cannot be read or written: the message names it, what it is and
+    what was expected; nothing was written over it."""
+
+    return_code = ExitCode.PATH_KIND
+
+
+# What to do about a path of the wrong kind, said with every one.
+PATH_ADVICE = "move it away (nothing was written over it), then run the command again"
+
+
 # What a full disk (or a spent quota, or a file size limit) raises, wherever it is met.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
@@ -165,6 +180,44 @@ def disk_full(exc: OSError) -> OutputFullError | None:
         f"{where}: cannot be written: {exc.strerror}. What was written before is whole "
         "(records, the history); free space, then run the command again"
     )
+
+
+# What an OSError's errno says about the path it names, where it is the path's kind
+# (or its permissions) that stopped the command, not the disk or the system.
+_KIND_ERRNOS = {
+    errno.EISDIR: "is a folder where a file is expected",
+    errno.ENOTDIR: "is (or lies under) a file where a folder is expected",
+    errno.ELOOP: "is a loop of symbolic links",
+    errno.ENXIO: "is a FIFO, socket or device where a file is expected",
+    errno.EACCES: "cannot be read or written (permission denied)",
+    errno.EPERM: "cannot be read or written (operation not permitted)",
+}
+
+
+def path_problem(exc: OSError) -> PathKindError | None:
+    """The one line an OSError met on a path of the wrong kind (or permissions) is, where
+    no check before met it (a path changed under a run); None for any other error."""
+    reason = _KIND_ERRNOS.get(exc.errno or 0)
+    path = exc.filename2 or exc.filename
+    if path is None:
+        return None
+    where = os.fsdecode(path)
+    if reason is None and exc.errno == errno.ENOENT and Path(where).is_symlink():
+        reason = "is a symbolic link to nothing"
+    if reason is None:
+        return None
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return PathKindError(
+            f"{where}: {reason}; give the user running ftmatrix access to it (or move it "
+            "away), then run the command again"
+        )
+    return PathKindError(f"{where}: {reason}; " + PATH_ADVICE)
+
+
+def os_error_line(exc: OSError) -> FatalError | None:
+    """The one line an OSError is where the user can act on it (a full disk, a path of the
+    wrong kind met after the checks before the work), or None for any other."""
+    return disk_full(exc) or path_problem(exc)
 
 
 # The table the docs show (Reference, Exit codes): each fatal error, the exit code it ends a
@@ -182,6 +235,7 @@ FATAL_ERRORS: tuple[type[FatalError], ...] = (
     RunBusyError,
     HistoryError,
     OutputFullError,
+    PathKindError,
 )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from ftmatrix.errors import LeaseError
+from ftmatrix.path_kinds import check_kinds
 
 POLL_SECONDS = 1.0
 
@@ -39,6 +40,9 @@ def lease_devices(
         return
     if wanted > len(devices):
         raise LeaseError(f"{wanted} GPU(s) wanted; this machine has {len(devices)}")
+    # A FIFO opened to append blocks for ever; a file where the folder belongs is said.
+    check_kinds([(lock_dir, "folder", "the GPU lease folder (FTMATRIX_LEASE_DIR)")])
+    check_kinds((lock_dir / f"gpu-{d}.lock", "file", "a GPU's lease lock") for d in devices)
     lock_dir.mkdir(parents=True, exist_ok=True)
     held: list[tuple[str, IO[str]]] = []
     try:

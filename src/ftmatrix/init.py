@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from ftmatrix.errors import ExitCode, UsageError
 from ftmatrix.install_source import this_install_source
+from ftmatrix.path_kinds import check_kinds
 
 # What every case imports: shared fixtures and the tiny offline models.
 EXAMPLE_HELPERS = ("conftest.py", "helpers/__init__.py", "helpers/tiny.py")
@@ -243,6 +244,14 @@ def write_scaffold(folder: Path, planned: Mapping[str, str], *, force: bool = Fa
     """Write ``planned`` under ``folder``; refuse (writing nothing) where a file exists."""
     if not folder.is_dir():
         raise UsageError(f"init: --dir {str(folder)!r}: no such folder")
+    # Even under --force: a folder is never written over, a FIFO never opened.
+    check_kinds(
+        (folder / parent, "folder", "a folder init writes into")
+        for name in planned
+        for parent in Path(name).parents
+        if parent != Path()
+    )
+    check_kinds((folder / name, "file", "a file init writes") for name in planned)
     existing = [name for name in planned if (folder / name).exists()]
     if existing and not force:
         count = len(existing)

@@ -36,7 +36,13 @@ from ftmatrix.config import (
     ReuseOptions,
     Timeouts,
 )
-from ftmatrix.config_machine import MAX_MEMORY_GIB, MAX_TIMEOUT
+from ftmatrix.config_machine import (
+    MAX_GPUS,
+    MAX_MEMORY_GIB,
+    MAX_TIMEOUT,
+    MIN_MEMORY_GIB,
+    MIN_TIMEOUT,
+)
 
 DRAFT = "http://json-schema.org/draft-07/schema#"  # the draft editors' YAML servers all read
 
@@ -147,18 +153,19 @@ def _sections() -> dict[str, Schema]:
             {
                 "case": {
                     "type": "number",
-                    "exclusiveMinimum": 0,
+                    "minimum": MIN_TIMEOUT,
                     "maximum": MAX_TIMEOUT,
                     "default": Timeouts().case,
                     "description": "Seconds a case may run; past it, it is killed: timeout "
-                    "(more than 0, at most 30 days).",
+                    f"(at least {MIN_TIMEOUT}, at most 30 days).",
                 },
                 "cell": {
                     "type": "number",
-                    "exclusiveMinimum": 0,
+                    "minimum": MIN_TIMEOUT,
                     "maximum": MAX_TIMEOUT,
                     "default": Timeouts().cell,
-                    "description": "Seconds a whole cell may run (more than 0, at most 30 days).",
+                    "description": f"Seconds a whole cell may run (at least {MIN_TIMEOUT}, at "
+                    "most 30 days).",
                 },
             },
             description="Time limits, in seconds.",
@@ -168,11 +175,13 @@ def _sections() -> dict[str, Schema]:
             {
                 "memory-gib": {
                     "type": ["number", "null"],
-                    "exclusiveMinimum": 0,
+                    "minimum": MIN_MEMORY_GIB,
                     "maximum": MAX_MEMORY_GIB,
                     "default": Limits().memory_gib,
                     "description": "GiB a case may use; past it, it is killed: oom (default: "
-                    "90% of the machine's memory, split among the cells at once; at most 1 PiB).",
+                    "90% of the machine's memory, split among the cells at once; at least "
+                    f"{MIN_MEMORY_GIB} (64 MiB, about what a Python running pytest needs), at "
+                    "most 1 PiB).",
                 },
                 "workers": {
                     "anyOf": [
@@ -245,8 +254,9 @@ def _sections() -> dict[str, Schema]:
                     "gpus": {
                         "type": "integer",
                         "minimum": 0,
+                        "maximum": MAX_GPUS,
                         "default": 0,
-                        "description": "GPUs each cell of this class leases.",
+                        "description": f"GPUs each cell of this class leases (at most {MAX_GPUS}).",
                     },
                     "gpu-name": {
                         "type": "string",

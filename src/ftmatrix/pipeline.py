@@ -40,6 +40,7 @@ from ftmatrix.live_runs import (
     run_going_on,
     runs_in_progress,
 )
+from ftmatrix.path_kinds import check_cache_folder, check_kinds
 from ftmatrix.plan import Cell, Installability, Oracle, Plan, plan_cells, select_cells
 from ftmatrix.plan_cache import keep_plan, kept_plan
 from ftmatrix.report.planned import cells_without_records
@@ -49,6 +50,7 @@ from ftmatrix.report.unfinished import UnfinishedCell, unfinished_cells
 from ftmatrix.resolve import (
     TRANSIENT,
     Resolution,
+    cache_dir,
     resolve_cell,
     uv_binary,
     with_test_runners,
@@ -96,6 +98,7 @@ def load(
     """
     settings = Settings.from_env(env, root=root, now=now)
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
+    check_cache_folder(cache_dir(env))
     if resolve:  # the resolver, the interpreters and the cells all need uv to start
         check_uv_once(env)
     plan = plan_matrix(matrix, env, resolve=resolve, check=check)
@@ -141,6 +144,7 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
     fatal error that stops the matrix, for the session that meets it to report."""
     try:
         settings = Settings.from_env(env, root=root, now=now)
+        check_cache_folder(cache_dir(env))  # its kept plan is read next
         matrix = load_matrix(
             settings.matrix, profile=settings.profile, default_python=settings.python
         )
@@ -412,6 +416,8 @@ def run_nox(
     sessions = [f"matrix({cell.label})" for cell in loaded.selected]
     settings = loaded.settings
     noxfile = _noxfile(root)
+    # Said here, before nox meets it with a traceback of its own.
+    check_kinds([(root / ".nox", "folder", "nox's folder of venvs (.nox)")])
     # nox runs in the noxfile's folder, which may be this package's: the run's files and
     # venvs are named absolutely, so they stay in the user's folder.
     command = [*nox, "-f", str(noxfile), "--envdir", str(root / ".nox")]

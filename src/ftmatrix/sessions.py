@@ -36,8 +36,9 @@ from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import worker_count
-from ftmatrix.errors import ExitCode, FatalError
+from ftmatrix.errors import ExitCode, FatalError, os_error_line
 from ftmatrix.live_runs import IN_RUN_VARIABLE, hold_run, note_planned
+from ftmatrix.path_kinds import kind_problem
 from ftmatrix.pipeline import Listing, Loaded, list_cells
 from ftmatrix.plan import Cell
 from ftmatrix.planview import interpreters_of, write_installability
@@ -62,8 +63,31 @@ nox.options.sessions = ["matrix"]
 
 # nox has moved into the folder of the noxfile that imports this module: the repository.
 ROOT = Path.cwd().resolve()
+
+
+def envdir_problem(argv: list[str]) -> FatalError | None:
+    """Where nox's folder of venvs (``--envdir``, default ``.nox``) is not a folder: said
+    as the CLI says it, before nox meets it with a traceback of its own."""
+    envdir = ROOT / ".nox"
+    for index, arg in enumerate(argv):
+        if arg == "--envdir" and index + 1 < len(argv):
+            envdir = ROOT / argv[index + 1]
+        elif arg.startswith("--envdir="):
+            envdir = ROOT / arg.partition("=")[2]
+    return kind_problem(envdir, "folder", "nox's folder of venvs (--envdir, default .nox)")
+
+
+# nox's options that list the sessions and run none.
+LISTING = ("-l", "--list", "--list-sessions")
+LISTS_ONLY = any(arg in LISTING for arg in sys.argv[1:])
 # The cells, or the problem that stops them: one call, from a kept plan where one stands.
-LISTED = list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
+# A listing makes no venv: .nox is nothing to it.
+NOX_FOLDER_PROBLEM = None if LISTS_ONLY else envdir_problem(sys.argv)
+LISTED = (
+    Listing(problem=NOX_FOLDER_PROBLEM)
+    if NOX_FOLDER_PROBLEM is not None
+    else list_cells(os.environ, root=ROOT, now=datetime.now(UTC))
+)
 
 # A matrix that cannot be planned is reported once: by the session that meets it (plan
 # and matrix print it as the CLI does) or, where none runs (`nox -l`, `nox -s lint`),
@@ -76,10 +100,6 @@ UNREPORTED: list[FatalError] = [LISTED.problem] if LISTED.problem is not None el
 CELL_BACKEND = "none" if LISTED.problem is not None else "uv"
 
 
-# nox's options that list the sessions and run none.
-LISTING = ("-l", "--list", "--list-sessions")
-
-
 @atexit.register
 def report_the_rest() -> None:
     """Print what no session reported (at exit: after nox's own output). A listing of a
@@ -87,7 +107,7 @@ def report_the_rest() -> None:
     script that lists the cells must not take the one ``invalid-matrix`` for the plan."""
     for problem in UNREPORTED:
         print(problem.describe(), file=sys.stderr)
-    if UNREPORTED and any(arg in LISTING for arg in sys.argv[1:]):
+    if UNREPORTED and LISTS_ONLY:
         sys.stdout.flush()
         sys.stderr.flush()
         # nox has already chosen its exit code (0): only leaving now can change it. The
@@ -246,6 +266,11 @@ def matrix(session: nox.Session, cell: str) -> None:
         run_matrix_cell(session, loaded, chosen, selection, options)
     except FatalError as exc:  # in one cell (no GPU to lease, no host to ask): the others run
         session.error(exc.describe())
+    except OSError as exc:  # a path of the wrong kind met in the cell: one line, as the CLI
+        fatal = os_error_line(exc)
+        if fatal is None:
+            raise
+        session.error(fatal.describe())
 
 
 def run_matrix_cell(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ftmatrix.cell.files import RUN_ID_RULE, is_run_id
 from ftmatrix.errors import SettingsError
+from ftmatrix.path_kinds import check_cases_folder, check_kinds, check_output_folder, kind_of
 
 ENV_VARS = {
     "FTMATRIX_MATRIX": "The matrix file (default: matrix.yaml).",
@@ -71,9 +72,10 @@ class Settings:
         """Settings from ``env``; relative paths are taken from ``root``."""
         labels = env.get("FTMATRIX_RUNNER_LABELS", "")
         out = root / env.get("FTMATRIX_OUT", "reports")
-        if out.exists() and not out.is_dir():
+        found = kind_of(out)
+        if found not in (None, "a folder"):
             raise SettingsError(
-                f"FTMATRIX_OUT={out}: is a file; records and reports go into a folder "
+                f"FTMATRIX_OUT={out}: is {found}; records and reports go into a folder "
                 "(default: reports/), which is made where it does not exist"
             )
         unwritable = _unwritable(out)
@@ -94,16 +96,30 @@ class Settings:
                 "such as 3.11 (unset: the interpreter running ftmatrix)"
             )
         known_issues = env.get("FTMATRIX_KNOWN_ISSUES", "").strip()
-        if known_issues and not (root / known_issues).is_file():
+        found = kind_of(root / known_issues) if known_issues else "a file"
+        if found != "a file":
             raise SettingsError(
-                f"FTMATRIX_KNOWN_ISSUES={known_issues!r}: no such file; it names a "
+                f"FTMATRIX_KNOWN_ISSUES={known_issues!r}: "
+                f"{'no such file' if found is None else 'is ' + found}; it names a "
                 "known_issues.yaml (unset: the one beside the matrix file)"
             )
+        matrix = root / env.get("FTMATRIX_MATRIX", "matrix.yaml")
+        cases = root / env.get("FTMATRIX_CASES", "cases")
+        # Before anything reads or writes them: a FIFO read blocks, a folder written over
+        # loses what it holds.
+        check_kinds(
+            [
+                (matrix, "file", "the matrix file (FTMATRIX_MATRIX)"),
+                (matrix.parent / "known_issues.yaml", "file", "the known issues file"),
+            ]
+        )
+        check_cases_folder(cases)
+        check_output_folder(out, run_id)
         return cls(
-            matrix=root / env.get("FTMATRIX_MATRIX", "matrix.yaml"),
+            matrix=matrix,
             known_issues=root / known_issues if known_issues else None,
             profile=env.get("FTMATRIX_PROFILE") or None,
-            cases=root / env.get("FTMATRIX_CASES", "cases"),
+            cases=cases,
             out=out,
             run_id=run_id,
             runner_labels=tuple(x.strip() for x in labels.split(",") if x.strip()),

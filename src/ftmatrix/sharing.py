@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import IO
 
 from ftmatrix.config import Limits
+from ftmatrix.path_kinds import REPORTING  # one report at a time writes an output folder
 
 # The files of a run that its cells lock, beside the run's records: the cells running,
 # and the one that resolves or installs now.
 RUNNING = ".cells-running"
 INSTALLING = ".installing"
-# The file of an output folder its reports lock: one report at a time writes there.
-REPORTING = ".reporting"
 
 
 def usable_cpus() -> int:

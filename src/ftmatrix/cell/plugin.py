@@ -356,9 +356,10 @@ class _Recorder:
                 if not self.refused:
                     self.refused = True
                     case = json.loads(each)["case"]
+                    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # frees up
                     sys.stderr.write(
-                        f"ftmatrix: the record of {case} cannot be written ({exc}); "
-                        "it is kept and written once the disk takes it\n"
+                        f"ftmatrix: the record of {case} cannot be written ({exc}); it is kept "
+                        f"and written {'once the disk takes it' if full else 'if it can be'}\n"
                     )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

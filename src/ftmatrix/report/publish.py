@@ -9,6 +9,7 @@ restores its history when the Actions cache has lost it (:func:`restore_history`
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from ftmatrix.cell.files import RUN_ID_RULE, is_run_id
 from ftmatrix.cell.record import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import read_text
-from ftmatrix.errors import UsageError
+from ftmatrix.errors import PathKindError, UsageError
 from ftmatrix.record_order import split_clock_ahead
 from ftmatrix.store import (
     load_cell_runs,
@@ -64,7 +65,19 @@ def write_site(out_dir: Path) -> Path:
         shutil.rmtree(building, ignore_errors=True)
         raise
     shutil.rmtree(site, ignore_errors=True)
-    building.rename(site)
+    try:
+        building.rename(site)
+    except OSError as exc:
+        shutil.rmtree(building, ignore_errors=True)
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        # What the previous site holds could not be removed (permissions): said, not a
+        # traceback; the report's own files are written, the site is as it was.
+        raise PathKindError(
+            f"{site}: the previous site cannot be removed to publish the new one (a file in "
+            "it cannot be deleted: check its permissions), so it is left as it was; "
+            "the report itself is written"
+        ) from None
     return site
 
 
