@@ -6,14 +6,19 @@ Two figures side by side (printed, never asserted):
   the time per record: linear writing keeps that column flat;
 - a cell of N trivial cases: its cases stage as the runner runs it (the supervisor, the
   results plugin, the records; a real venv of six made by ``python -m ftmatrix run``)
-  against the same cases run by plain pytest in the same venv (the cases' own time), in
-  wall seconds and in CPU seconds (on a shared machine the CPU ratio is the steadier).
+  against the same cases run by plain ``pytest -q`` in the same venv (the cases' own
+  time), in wall seconds and in CPU seconds (on a shared machine the CPU ratio is the
+  steadier); and, beside it, against the very pytest command the cell runs without
+  ftmatrix's plugin (its options: the log's verbosity, ``-ra``), which tells what
+  ftmatrix adds from what pytest's options cost. Each size is measured ``--repeat``
+  times, the three sides in turn, and the medians are shown.
   Both sides keep their bytecode as the runner has a cell's processes keep it
   (``PYTHONPYCACHEPREFIX``), warmed first; ``--no-bytecode`` runs them with the caller's
   settings instead (with ``PYTHONDONTWRITEBYTECODE`` set, both sides compile pytest anew
   each time: a constant that makes the ratio look smaller than a cell's).
 
-    python benchmarks/bench_records.py [--json out.json] [--sizes 250,1000,2000] [--no-bytecode]
+    python benchmarks/bench_records.py [--json out.json] [--sizes 250,1000,2000] [--repeat 3]
+        [--no-bytecode]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,12 +150,35 @@ def cell(
     stage_cpu = time.process_time() + children_cpu() - cpu
     started, cpu = time.perf_counter(), children_cpu()
     plain(python, folder, bytecode)
+    own, own_cpu = time.perf_counter() - started, children_cpu() - cpu
+    cpu = children_cpu()
+    subprocess.run(
+        [*without_the_plugin(command), *targets], cwd=folder, capture_output=True, check=True,
+        env=cell_env(dict(os.environ), bytecode=bytecode) if bytecode else None,
+    )  # fmt: skip
     return {
         "stage_s": stage,
         "stage_cpu_s": stage_cpu,
-        "own_s": time.perf_counter() - started,
-        "own_cpu_s": children_cpu() - cpu,
+        "own_s": own,
+        "own_cpu_s": own_cpu,
+        "options_cpu_s": children_cpu() - cpu,
     }
+
+
+def without_the_plugin(command: list[str]) -> list[str]:
+    """The cell's pytest command without ftmatrix's plugin and its two options."""
+    left, skip = [], 0
+    for at, arg in enumerate(command):
+        if skip:
+            skip -= 1
+        elif arg in ("--ftmatrix-cell", "--ftmatrix-record") or command[at : at + 2] == [
+            "-p",
+            "ftmatrix.cell.plugin",
+        ]:
+            skip = 1  # the option and its value
+        else:
+            left.append(arg)
+    return left
 
 
 def plain(python: Path, folder: Path, bytecode: Path | None) -> None:
@@ -165,6 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--sizes", default="250,1000,2000")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each size (medians)")
     parser.add_argument(
         "--bytecode",
         action=argparse.BooleanOptionalAction,
@@ -176,7 +206,7 @@ def main() -> None:
     rows = []
     print(
         f"{'records':>8} {'write s':>8} {'ms/rec':>7} {'stage s':>8} {'own s':>6} {'wall x':>7}"
-        f" {'stage cpu':>9} {'own cpu':>8} {'cpu x':>6}"
+        f" {'stage cpu':>9} {'own cpu':>8} {'cpu x':>6} {'opts cpu':>8} {'opts x':>6}"
     )
     with tempfile.TemporaryDirectory(prefix="bench-records-") as scratch:
         python, cell_file = venv(Path(scratch) / "cell")
@@ -184,7 +214,11 @@ def main() -> None:
         plain(python, Path(scratch) / "cell", bytecode)  # the bytecode written, not timed
         for count in sizes:
             write = writing(count, Path(scratch))
-            run = cell(count, Path(scratch) / "cell", python, cell_file, bytecode)
+            runs = [
+                cell(count, Path(scratch) / "cell", python, cell_file, bytecode)
+                for _ in range(args.repeat)
+            ]
+            run = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
             row = {
                 "records": count,
                 "write_s": round(write, 3),
@@ -192,12 +226,14 @@ def main() -> None:
                 **{k: round(v, 2) for k, v in run.items()},
                 "wall_ratio": round(run["stage_s"] / run["own_s"], 2),
                 "cpu_ratio": round(run["stage_cpu_s"] / run["own_cpu_s"], 2),
+                "options_ratio": round(run["stage_cpu_s"] / run["options_cpu_s"], 2),
             }
             rows.append(row)
             print(
                 f"{count:>8} {write:>8.2f} {row['ms_per_record']:>7.3f} {run['stage_s']:>8.1f}"
                 f" {run['own_s']:>6.1f} {row['wall_ratio']:>7.2f} {run['stage_cpu_s']:>9.1f}"
                 f" {run['own_cpu_s']:>8.1f} {row['cpu_ratio']:>6.2f}"
+                f" {run['options_cpu_s']:>8.1f} {row['options_ratio']:>6.2f}"
             )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +17,19 @@ from ftmatrix.cell.status import Status
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
+
+# The tests run as a user's shell does, never as part of a run: under `nox -s tests` the
+# noxfile's import of ftmatrix's sessions marks nox's environment (the run it would be,
+# uv's settings found good), and every command a test starts would inherit the marks.
+RUN_MARKS = ("FTMATRIX_RUN_ID", "FTMATRIX_IN_RUN", "FTMATRIX_UV_CHECKED")
+for _mark in RUN_MARKS:
+    os.environ.pop(_mark, None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    marked = [name for name in RUN_MARKS if name in os.environ]
+    if marked:  # a test module imported ftmatrix.sessions (nox's module) into this process
+        raise pytest.UsageError(f"collecting the tests set {', '.join(marked)}: see conftest.py")
 
 SFT = "test_sft.py::test_sft"
 

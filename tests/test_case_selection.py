@@ -15,9 +15,9 @@ import pytest
 from conftest import make_record
 
 from ftmatrix.case_selection import check_case_selection, split_pytest_args
+from ftmatrix.case_verdicts import no_verdict
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import ConfigError, ExitCode, SettingsError, UsageError
-from ftmatrix.sessions import no_verdict
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"

@@ -256,3 +256,15 @@ def _note_leftovers(files: CellFiles, leftovers: Sequence[Leftover], log: Log) -
             cell.add(replace(record, metrics={**record.metrics, "leftover_processes": shown}))
     for case, names in by_case.items():
         log(f"[ftmatrix] {case or 'before any case'} left running: {', '.join(names)} (ended)")
+
+
+def no_verdict(records: Sequence[Record]) -> str | None:
+    """Why a cell's records hold no verdict on the frameworks, or None when they do."""
+    if not records:
+        return "no case was collected (check the selection and pytest's -k/-m options)"
+    if all(
+        r.status in (Status.INSTALL_ERROR, Status.ERROR) and r.case == WHOLE_CELL for r in records
+    ):
+        first = records[0]
+        return f"{first.status.value}: {first.reason or first.message or ''}".strip()
+    return None

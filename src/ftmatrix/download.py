@@ -52,7 +52,7 @@ class NotFound(UsageError):
     """The server answered 404: nothing is published there (yet)."""
 
 
-class HttpStatusError(UsageError):
+class HttpStatus(UsageError):
     """The server answered another HTTP error status: ``status``, as urllib read it (a
     caller takes it from here, never from the message, whose reason phrase is the
     server's words)."""
@@ -170,7 +170,7 @@ def _fetch(
         said = f"{what}: cannot be read: {_one_line(f'HTTP {exc.code} {exc.reason}')}"
         if exc.code == 404:
             raise NotFound(said) from None
-        raise HttpStatusError(said, status=exc.code) from None
+        raise HttpStatus(said, status=exc.code) from None
     except urllib.error.URLError as exc:
         raise UsageError(f"{what}: cannot be read: {_one_line(exc.reason)}") from None
     except (TimeoutError, OSError) as exc:

@@ -36,7 +36,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from ftmatrix.config import InstallOptions
-from ftmatrix.download import HttpStatusError, NotFound, fetch_bytes
+from ftmatrix.download import HttpStatus, NotFound, fetch_bytes
 from ftmatrix.errors import PackageIndexError, UsageError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -191,7 +191,7 @@ def _fetch(url: str, accept: str) -> tuple[bytes | None, str]:
         return body, answered.get("Content-Type", "")
     except NotFound:
         return None, ""
-    except HttpStatusError as exc:  # the status urllib read, not one read back from words
+    except HttpStatus as exc:  # the status urllib read, not one read back from words
         raise _Unreadable(f"HTTP {exc.status} for {url}") from exc
     except UsageError as exc:  # a dropped connection, a timeout, no HTTP, a URL that is no URL
         raise _Unreadable(str(exc).removeprefix(f"{bare}: cannot be read: ")) from exc

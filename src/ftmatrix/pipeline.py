@@ -14,6 +14,9 @@ the nightly's fan-out is ``ci``.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 import subprocess
 import sys
 import time
@@ -159,11 +162,38 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
 
 
 def check_uv_once(env: Mapping[str, str]) -> None:
-    """:func:`check_uv_settings`, once a run: not again in a process the run started with
-    ``env``'s IN_RUN_VARIABLE (the nox `ftmatrix run` starts, nox's parallel children, the
-    `python -m ftmatrix` of a nox chore), whose starter checked these settings."""
-    if IN_RUN_VARIABLE not in env:
-        check_uv_settings(env)
+    """:func:`check_uv_settings`, once for the same settings: not again in this process,
+    nor in a process whose ``UV_CHECKED_VARIABLE`` says its starter found these settings
+    good (the nox `ftmatrix run` starts: :func:`uv_checked`; nox's sessions and parallel
+    children: set here in nox's environment). Settings that differ (a ``UV_*`` variable
+    or ``PATH`` set for one command) are checked again."""
+    mark = uv_settings_mark(env)
+    if env.get(UV_CHECKED_VARIABLE) == mark or mark in _FOUND_GOOD:
+        return
+    check_uv_settings(env)
+    _FOUND_GOOD.add(mark)
+    if env is os.environ:  # (nox's own) what it starts takes the settings it checked
+        os.environ[UV_CHECKED_VARIABLE] = mark
+
+
+def uv_checked(env: Mapping[str, str]) -> dict[str, str]:
+    """For a process this one starts with ``env``: the mark that its uv settings were
+    found good here, where they were."""
+    mark = uv_settings_mark(env)
+    found = mark in _FOUND_GOOD or env.get(UV_CHECKED_VARIABLE) == mark
+    return {UV_CHECKED_VARIABLE: mark} if found else {}
+
+
+# Set for a process whose starter found its environment's uv settings good.
+UV_CHECKED_VARIABLE = "FTMATRIX_UV_CHECKED"
+_FOUND_GOOD: set[str] = set()  # the marks of the settings this process found good
+
+
+def uv_settings_mark(env: Mapping[str, str]) -> str:
+    """A short digest of what in ``env`` decides whether uv starts: its ``UV_*`` variables
+    and ``PATH``."""
+    settings = sorted((k, v) for k, v in env.items() if k.startswith("UV_") or k == "PATH")
+    return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
 
 def with_selection(settings: Settings, plan: Plan, select: Sequence[str] = ()) -> Loaded:
@@ -424,6 +454,7 @@ def run_nox(
     command += ["-s", *sessions, *extra]
     child_env = {
         **env,
+        **uv_checked(env),
         "FTMATRIX_RUN_ID": settings.run_id,
         IN_RUN_VARIABLE: settings.run_id,
         "FTMATRIX_MATRIX": str(settings.matrix.resolve()),

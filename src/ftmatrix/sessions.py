@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -32,9 +31,8 @@ from typing import IO, Any, NoReturn
 import nox
 
 from ftmatrix.case_selection import check_case_selection, split_pytest_args
+from ftmatrix.case_verdicts import no_verdict
 from ftmatrix.cell.files import CellFiles
-from ftmatrix.cell.record import WHOLE_CELL, Record
-from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import worker_count
 from ftmatrix.errors import ExitCode, FatalError, os_error_line
 from ftmatrix.live_runs import IN_RUN_VARIABLE, hold_run, note_planned
@@ -371,18 +369,6 @@ def cell_context(
         reuse_days=loaded.reuse_days,
         cells_at_once=at_once,
     )
-
-
-def no_verdict(records: Sequence[Record]) -> str | None:
-    """Why a cell's records hold no verdict on the frameworks, or None when they do."""
-    if not records:
-        return "no case was collected (check the selection and pytest's -k/-m options)"
-    if all(
-        r.status in (Status.INSTALL_ERROR, Status.ERROR) and r.case == WHOLE_CELL for r in records
-    ):
-        first = records[0]
-        return f"{first.status.value}: {first.reason or first.message or ''}".strip()
-    return None
 
 
 def run_cli(session: nox.Session, command: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from ftmatrix.cell.api import not_applicable
 from ftmatrix.cell.gpu_lease import LEASE_VARIABLE, leased_devices
 from ftmatrix.cell.hardware import probe_hardware, usable_gpu_count
 
@@ -196,3 +197,20 @@ def _fingerprint(config: pytest.Config) -> dict[str, Any]:
         cached = probe_hardware(os.environ, with_torch=True)
         config._ftmatrix_fingerprint = cached  # type: ignore[attr-defined]
     return cached
+
+
+class Gatekeeper:
+    """Gates each case that asks, before it runs: n/a where the cell's packages lack its
+    feature, skip where the machine lacks its hardware."""
+
+    def __init__(self, asking: Sequence[pytest.Item]) -> None:
+        self.asking = set(asking)
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if item not in self.asking:
+            return
+        gated = gate(item)
+        if gated is not None and gated[0] == "n/a":
+            not_applicable(gated[1])
+        if gated is not None:
+            pytest.skip(gated[1])

@@ -15,7 +15,6 @@ import contextlib
 import errno
 import json
 import os
-import subprocess
 import sys
 import time
 import warnings
@@ -23,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
@@ -38,6 +37,7 @@ from ftmatrix.cell.file_writes import (
 )
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gates import (
+    Gatekeeper,
     asks,
     display_versions,
     gate,
@@ -47,7 +47,7 @@ from ftmatrix.cell.gates import (
 )
 from ftmatrix.cell.hardware import probe_hardware
 from ftmatrix.cell.outcome import Failure, case_status, text_of
-from ftmatrix.cell.processes import die_with_parent, keeper_dying
+from ftmatrix.cell.processes import die_with_parent, keeper_dying, worker_exit_status
 from ftmatrix.cell.record import Record
 from ftmatrix.cell.record_lines import CellLines
 from ftmatrix.cell.records import (
@@ -145,24 +145,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     pytest whose cases ask for neither runs no gate at all."""
     asking = [item for item in session.items if asks(item)]
     if asking:
-        session.config.pluginmanager.register(_Gatekeeper(asking), "ftmatrix-gatekeeper")
-
-
-class _Gatekeeper:
-    """Gates each case that asks, before it runs: n/a where the cell's packages lack its
-    feature, skip where the machine lacks its hardware."""
-
-    def __init__(self, asking: Sequence[pytest.Item]) -> None:
-        self.asking = set(asking)
-
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if item not in self.asking:
-            return
-        gated = gate(item)
-        if gated is not None and gated[0] == "n/a":
-            _api.not_applicable(gated[1])
-        if gated is not None:
-            pytest.skip(gated[1])
+        session.config.pluginmanager.register(Gatekeeper(asking), "ftmatrix-gatekeeper")
 
 
 class _Recorder:
@@ -257,7 +240,7 @@ class _Recorder:
         """
         if not error:
             return
-        status = _worker_exit_status(node)  # the note read after: what the worker left
+        status = worker_exit_status(node)  # the note read after: what the worker left
         if status == "running":
             return  # its channel closed under a case still running: it records it
         note_path = self.files.running_case(str(node.gateway.id))
@@ -557,21 +540,6 @@ def _note_isolated(path: Path, cases: Sequence[str]) -> None:
         known = set()
     if not set(cases) <= known:
         write_atomically(path, json.dumps(sorted(known | set(cases))))
-
-
-def _worker_exit_status(node: Any) -> int | Literal["running"] | None:
-    """The return code of a pytest-xdist worker that went down (negative: a signal), once
-    it has ended; ``"running"`` where it still runs 5 s on (a case closed its channel)."""
-    # execnet keeps the worker's Popen on its private IO object; without it, no status.
-    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
-    if popen is None:
-        return None
-    try:
-        return int(popen.wait(timeout=5))
-    except subprocess.TimeoutExpired:
-        return "running"
-    except OSError:
-        return None
 
 
 def _masked(text: str | None) -> str | None:

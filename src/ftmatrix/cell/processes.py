@@ -9,7 +9,9 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
+from typing import Any, Literal
 
 from ftmatrix.cell.file_writes import kept_open
 from ftmatrix.cell.records import KEEPER_VARIABLE
@@ -112,3 +114,18 @@ def _status_field(status: bytes, name: bytes) -> bytes:
     start = at + len(name) + 1
     end = status.find(b"\n", start)
     return status[start : None if end == -1 else end].strip()
+
+
+def worker_exit_status(node: Any) -> int | Literal["running"] | None:
+    """The return code of a pytest-xdist worker that went down (negative: a signal), once
+    it has ended; ``"running"`` where it still runs 5 s on (a case closed its channel)."""
+    # execnet keeps the worker's Popen on its private IO object; without it, no status.
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return None
+    try:
+        return int(popen.wait(timeout=5))
+    except subprocess.TimeoutExpired:
+        return "running"
+    except OSError:
+        return None
