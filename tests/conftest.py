@@ -31,6 +31,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if marked:  # a test module imported ftmatrix.sessions (nox's module) into this process
         raise pytest.UsageError(f"collecting the tests set {', '.join(marked)}: see conftest.py")
 
+
 SFT = "test_sft.py::test_sft"
 
 
