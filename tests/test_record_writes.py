@@ -175,6 +175,41 @@ def test_a_cell_s_quick_lines_are_each_record_s_own_line(
         assert lines.line(**fields) == record_line(dataclasses.replace(base, **fields))
 
 
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    passes=st.lists(
+        st.fixed_dictionaries(
+            {
+                "case": texts,
+                "operation": texts,
+                "started_at": texts,
+                "finished_at": texts,
+                "duration": st.one_of(st.floats(allow_nan=True), st.integers()),
+            }
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    secret=st.sampled_from([SECRET, "ftmatrix-case-field", "pass", "null, "]),
+    change_at=st.integers(min_value=0, max_value=4),
+)
+def test_a_pass_s_line_made_in_one_go_is_its_record_s_own_line(
+    monkeypatch: pytest.MonkeyPatch, passes: list[dict[str, Any]], secret: str, change_at: int
+) -> None:
+    """The usual case's line (a pass that recorded nothing), made in one go, is byte for
+    byte its record's line: whatever its texts and time, a secret in them, the environment
+    changed between two records."""
+    monkeypatch.setenv("WRITES_API_TOKEN", secret)
+    monkeypatch.delenv("LATER_API_TOKEN", raising=False)  # set by an earlier example
+    base = make_record()
+    lines = CellLines(base)
+    for at, fields in enumerate(passes):
+        if at == change_at:
+            monkeypatch.setenv("LATER_API_TOKEN", "py3.11-trl1.16")  # in the cell label
+        record = dataclasses.replace(base, status=Status.PASS, metrics={}, reason=None, **fields)
+        assert lines.pass_line(**fields) == record_line(record)
+
+
 # --- the supervisor's reading of the records file -------------------------------------
 
 

@@ -369,6 +369,14 @@ class _Recorder:
     def _line(self, state: _CaseState, report: pytest.TestReport) -> str:
         # A case that raised nothing passed: the usual verdict, with no working out.
         passed = state.failure is None and state.skip is None
+        if passed and self.lines is not None and not report.user_properties:
+            return self.lines.pass_line(
+                case=state.case,
+                operation=state.operation,
+                started_at=state.started_at,
+                finished_at=_now(),
+                duration=state.duration,
+            )
         status, reason, failure = (Status.PASS, None, None) if passed else state.verdict()
         fields: dict[str, Any] = {"reason": reason}
         if failure is not None and failure.crashed is not None:

@@ -14,12 +14,14 @@ Runs inside each cell's environment (the results plugin): the standard library o
 from __future__ import annotations
 
 import dataclasses
+import math
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
 from ftmatrix.cell.record import Record
 from ftmatrix.cell.records import SORTED_KEYS, field_json, record_line
 from ftmatrix.cell.redact import Redactor, current_redactor
+from ftmatrix.cell.status import Status
 
 # A case's own fields, in the order its line holds them (the keys sorted).
 CASE_FIELDS = tuple(
@@ -63,6 +65,31 @@ class CellLines:
                 parts.append(field_json(redactor, name, value))
             parts.append(pieces[at])
         return "".join(parts)
+
+    def pass_line(
+        self, *, case: str, operation: str, started_at: str, finished_at: str, duration: float
+    ) -> str:
+        """The line of a case that passed and recorded nothing (no metrics, no reason): what
+        :meth:`line` makes of those fields, in one go (the usual case's, after every case)."""
+        redactor = current_redactor()
+        if redactor is not self._made_for:
+            self._pieces = _pieces(self.base)
+            self._made_for = redactor
+        p = self._pieces
+        if not p or type(duration) is not float or not math.isfinite(duration):
+            return self.line(
+                case=case, operation=operation, status=Status.PASS, started_at=started_at,
+                finished_at=finished_at, duration=duration, metrics={}, reason=None,
+            )  # fmt: skip
+        text = redactor.text
+        passed = field_json(redactor, "status", Status.PASS)
+        # In CASE_FIELDS' order: case, duration, finished_at, metrics, operation, reason,
+        # started_at, status (a property test holds it to line's).
+        return (
+            f"{p[0]}{_json_string(text(case))}{p[1]}{duration!r}{p[2]}"
+            f"{_json_string(text(finished_at))}{p[3]}{{}}{p[4]}{_json_string(text(operation))}"
+            f"{p[5]}null{p[6]}{_json_string(text(started_at))}{p[7]}{passed}{p[8]}"
+        )
 
 
 def _pieces(base: Record) -> tuple[str, ...]:
