@@ -207,6 +207,29 @@ def test_a_path_of_the_wrong_kind_is_one_line_and_nothing_recorded_is_touched(
     assert contents(folder) == before  # nothing written over, nothing recorded lost
 
 
+@pytest.mark.parametrize(
+    "stray",
+    [
+        "records/.gitkeep",
+        "records/README.md",
+        "work/.gitkeep",
+        "work/notes",
+        "bisect/.DS_Store",
+        "proofs/.gitkeep",
+        f"records/{RUN}/.DS_Store",
+        "badges/.gitkeep",
+    ],
+)
+def test_a_users_stray_file_among_the_reports_is_no_wrong_kind(tmp_path: Path, stray: str) -> None:
+    # A .gitkeep or a README among the runs is the user's: only what ftmatrix would write
+    # there (a run's folder, by its name) must be of its kind.
+    folder = project(tmp_path)
+    (folder / "out" / stray).parent.mkdir(parents=True, exist_ok=True)
+    (folder / "out" / stray).write_text("the user's\n")
+    code, _, err = call(["report"], folder)
+    assert code == ExitCode.OK, err
+
+
 @pytest.mark.parametrize("wrong", WRONG)
 def test_an_output_folder_of_the_wrong_kind_is_the_settings_error(
     tmp_path: Path, wrong: str

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from ftmatrix.cell.files import RECORDS_SUFFIX
-from ftmatrix.errors import PATH_ADVICE, PathKindError
+from ftmatrix.errors import PATH_ADVICE, PathKindError, path_problem
 
 Kind = Literal["file", "folder"]
 
@@ -93,7 +93,8 @@ def check_output_folder(out: Path, run_id: str) -> None:
     check_kinds(_records_tree(out / "records", run_id))
     for folder in ("badges", "constraints"):  # the report's files, rewritten each time
         check_kinds(_unplain(_entries(out / folder), "file", f"a file of {folder}/"))
-    for run in _entries(out / "work"):  # a folder per run, in it a working folder per cell
+    check_kinds([(out / "work" / run_id, "folder", "a run's working folder")])
+    for run in _entries(out / "work", runs=True):  # a folder per run, one per cell in it
         check_kinds(_unplain([run], "folder", "a run's working folder"))
         check_kinds(_unplain(_entries(Path(run.path)), "folder", "a cell's working folder"))
     for folder, file in (("bisect", "finding.json"), ("proofs", "proof.json")):
@@ -102,12 +103,23 @@ def check_output_folder(out: Path, run_id: str) -> None:
             check_kinds([(Path(kept.path) / file, "file", f"a {file}")])
 
 
-def _entries(folder: Path) -> list[os.DirEntry[str]]:
-    """What ``folder`` holds (nothing where it is no folder), by name."""
+def _entries(folder: Path, *, runs: bool = False) -> list[os.DirEntry[str]]:
+    """What of ``folder`` is ftmatrix's (nothing where it is no folder), by name: not a
+    hidden entry (a .gitkeep, a .DS_Store), and with ``runs`` no plain file (a README
+    beside the runs is the user's: the readers of runs take folders alone; this run's own
+    folder is checked by its name). A folder that cannot be read is one line."""
     if kind_of(folder) != "a folder":
         return []
-    with os.scandir(folder) as entries:
-        return sorted(entries, key=lambda entry: entry.name)
+    try:
+        with os.scandir(folder) as entries:
+            found = sorted(entries, key=lambda entry: entry.name)
+    except OSError as exc:
+        raise path_problem(exc) or exc from None
+    return [
+        entry
+        for entry in found
+        if not entry.name.startswith(".") and not (runs and entry.is_file(follow_symlinks=False))
+    ]
 
 
 def _unplain(
@@ -122,7 +134,8 @@ def _unplain(
 
 
 def _records_tree(records: Path, run_id: str) -> Iterator[tuple[Path, Kind, str]]:
-    for run in _entries(records):
+    yield (records / run_id, "folder", "this run's folder of records")
+    for run in _entries(records, runs=True):
         yield from _unplain([run], "folder", "a run's folder of records")
         checked = (
             entry
