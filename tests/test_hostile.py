@@ -289,3 +289,26 @@ def test_a_broken_interpreter_first_on_path_is_named_not_called_absent(tmp_path:
     assert found.missing is not None
     assert found.missing.startswith("no usable Python 3.9 on this machine (")
     assert str(broken) in found.missing and "cannot open shared object" in found.missing
+
+
+@pytest.mark.parametrize("mark", ["FTMATRIX_IN_RUN", "FTMATRIX_UV_CHECKED"])
+def test_settings_checked_good_once_are_checked_again_where_they_differ(
+    tmp_path: Path, mark: str
+) -> None:
+    # A command started inside a run (a run's marks in its environment) with a UV_*
+    # setting of its own: the run's check was of other settings.
+    from ftmatrix.pipeline import uv_settings_mark
+
+    env = {
+        **os.environ,
+        mark: uv_settings_mark(os.environ),  # what a run's nox hands down for good settings
+        "UV_VENV_SEED": "maybe",  # uv refuses it
+        "FTMATRIX_MATRIX": str(OK),
+        "FTMATRIX_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "plan"],  # (the check comes before the index)
+        env=env, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert "uv refuses this environment's settings" in ran.stderr, ran.stderr[-2000:]
+    assert ran.returncode == 7

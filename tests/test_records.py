@@ -29,12 +29,12 @@ def test_a_bad_version_is_refused_after_good_records_of_the_same_packages(field:
     # The versions of a cell's records are checked once while they stay the same: a
     # record whose versions differ in kind alone is checked anew.
     good = json.loads(json.dumps(make_record(status=Status.PASS).to_dict()))
-    good[field] = {"torch": "2.5.1", "trl": "0.19.1"}
+    good[field] = {"torch": "2.5.1", "trl": "0.19"}
     Record.from_mapping(good)
-    bad = {**good, field: {"torch": "2.5.1", "trl": 0.19}}
+    bad = {**good, field: {"torch": "2.5.1", "trl": 0.19}}  # the same but for its kind
     with pytest.raises(ValueError, match=rf"{field}\.trl: 0\.19 is not a version"):
         Record.from_mapping(bad)
-    assert Record.from_mapping(good).packages is not None  # the good one still reads
+    assert getattr(Record.from_mapping(good), field) == good[field]  # the good one still reads
 
 
 def test_schema_lists_every_status_and_required_field():

@@ -184,15 +184,16 @@ def uv_checked(env: Mapping[str, str]) -> dict[str, str]:
     return {UV_CHECKED_VARIABLE: mark} if found else {}
 
 
+_UV_READS = frozenset({"PATH", "HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"})
 # Set for a process whose starter found its environment's uv settings good.
 UV_CHECKED_VARIABLE = "FTMATRIX_UV_CHECKED"
 _FOUND_GOOD: set[str] = set()  # the marks of the settings this process found good
 
 
 def uv_settings_mark(env: Mapping[str, str]) -> str:
-    """A short digest of what in ``env`` decides whether uv starts: its ``UV_*`` variables
-    and ``PATH``."""
-    settings = sorted((k, v) for k, v in env.items() if k.startswith("UV_") or k == "PATH")
+    """A short digest of what in ``env`` decides whether uv starts: its ``UV_*`` variables,
+    ``PATH``, and where its cache and settings are by default."""
+    settings = sorted((k, v) for k, v in env.items() if k.startswith("UV_") or k in _UV_READS)
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
 
