@@ -161,6 +161,31 @@ def test_plain():
     }
 
 
+def test_a_marker_a_conftest_adds_last_among_the_collection_hooks_still_gates(
+    pytester: pytest.Pytester, tmp_path: Path
+):
+    # The markers are looked up once per case, after every collection hook: a conftest's
+    # hook that runs after the recorder's (trylast, registered before it) still counts.
+    pytester.makeconftest(
+        """
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.name == "test_later":
+            item.add_marker(pytest.mark.requires_packages(packaging=">=999"))
+            item.add_marker(pytest.mark.operation("marked-late"))
+"""
+    )
+    pytester.makepyfile(test_late="def test_later():\n    pass\n\ndef test_other():\n    pass\n")
+    records = run_plugin(pytester, tmp_path)
+    assert {name: (r["status"], r["operation"]) for name, r in records.items()} == {
+        "test_later": ("n/a", "marked-late"),
+        "test_other": ("pass", "late"),
+    }
+
+
 def test_each_outcome_gets_its_one_status(pytester: pytest.Pytester, tmp_path: Path):
     records = run_cases(pytester, tmp_path)
     statuses = {name: r["status"] for name, r in records.items()}
@@ -290,6 +315,9 @@ def test_the_cell_s_versions_are_importlib_metadata_s(tmp_path: Path):
 
     from ftmatrix.cell.gates import _name_and_version
 
+    (tmp_path / "legacy_pkg-1.2.egg-info").write_text(  # distutils's: one file
+        "Metadata-Version: 1.1\nname: legacy-pkg\nversion: 1.2\n"
+    )
     info = tmp_path / "odd_pkg-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
@@ -301,6 +329,8 @@ def test_the_cell_s_versions_are_importlib_metadata_s(tmp_path: Path):
     for dist in distributions:
         assert _name_and_version(dist) == (dist.metadata["Name"], dist.version)
     assert _name_and_version(metadata.Distribution.at(info)) == ("Odd_Pkg", "1.0")
+    legacy = metadata.Distribution.at(tmp_path / "legacy_pkg-1.2.egg-info")
+    assert _name_and_version(legacy) == ("legacy-pkg", "1.2")
 
 
 def test_hardware_gap_messages():

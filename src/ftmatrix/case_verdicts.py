@@ -32,7 +32,7 @@ from ftmatrix.cell.records import (
     redact,
 )
 from ftmatrix.cell.status import Status
-from ftmatrix.errors import DISK_FULL_ERRNOS, PathKindError, path_problem
+from ftmatrix.errors import PathKindError, path_problem
 from ftmatrix.process_tree import Leftover, starter_of
 
 Log = Callable[[str], None]
@@ -209,7 +209,7 @@ def write_or_keep(record_file: Path, records: Sequence[Record]) -> list[Record]:
         try:
             CellRecordFile(record_file).add(record)
         except OSError as exc:
-            problem = None if exc.errno in DISK_FULL_ERRNOS else path_problem(exc)
+            problem = path_problem(exc)  # (None for a full disk)
             if problem is not None:
                 cases = ", ".join(r.case for r in records[index:])
                 raise PathKindError(

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
+from ftmatrix.cell.file_writes import DISK_FULL_ERRNOS
 from ftmatrix.cell.redact import redact_text
 
 
@@ -164,10 +165,6 @@ class PathKindError(FatalError):
 
 # What to do about a path of the wrong kind, said with every one.
 PATH_ADVICE = "move it away (nothing was written over it), then run the command again"
-
-
-# What a full disk (or a spent quota, or a file size limit) raises, wherever it is met.
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def disk_full(exc: OSError) -> OutputFullError | None:

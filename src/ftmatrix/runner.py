@@ -34,7 +34,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ftmatrix.cell.file_writes import read_json, write_atomically
+from ftmatrix.cell.file_writes import DISK_FULL_ERRNOS, read_json, write_atomically
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import lease_env
 from ftmatrix.cell.hardware import probe_hardware
@@ -49,7 +49,7 @@ from ftmatrix.cell_launch import (
     worker_count,
 )
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
-from ftmatrix.errors import DISK_FULL_ERRNOS, OutputFullError, RunBusyError
+from ftmatrix.errors import OutputFullError, RunBusyError
 from ftmatrix.gpu_pool import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
 from ftmatrix.progress import Progress

@@ -12,6 +12,7 @@ This module runs inside each cell's environment too, so it imports the standard 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -27,6 +28,9 @@ try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
+
+# What a full disk (or a spent quota, or a file size limit) raises, wherever it is met.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 # A record is on disk (fsync) at most this long after it was written: every record's own
 # fsync cost a trivial case several times its run. A process killed (kill -9) loses nothing

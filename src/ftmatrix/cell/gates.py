@@ -56,6 +56,12 @@ def marker_names(item: pytest.Item) -> frozenset[str]:
 _MARKER_NAMES: dict[pytest.Item, frozenset[str]] = {}  # this pytest's cases'
 
 
+def forget_marker_names() -> None:
+    """Look the markers up again: once every collection hook has run (a conftest's may add
+    markers after the recorder's looked)."""
+    _MARKER_NAMES.clear()
+
+
 def asks(item: pytest.Item) -> bool:
     """Does ``item`` ask for package versions or hardware (:func:`gate` has a question)?"""
     return not _GATE_MARKERS.isdisjoint(marker_names(item))
@@ -171,15 +177,17 @@ def _name_and_version(dist: metadata.Distribution) -> tuple[str | None, str]:
     read from its metadata's headers alone: each of those parses the whole file as an
     e-mail, long description and all (a cell of torch and transformers paid 0.1 s in
     every pytest process). The first of each header, as ``dist.metadata[...]`` gives."""
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    # As importlib.metadata finds the file: a single-file .egg-info (distutils) is read("").
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
     found: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip():
             break  # the headers end at the first empty line
         name, colon, value = line.partition(":")
-        if colon and name in ("Name", "Version") and name not in found:
-            found[name] = value.strip()
-    return found.get("Name") or None, found.get("Version", "")
+        header = name.strip().lower()  # header names in any letter case, as e-mail's
+        if colon and header in ("name", "version") and header not in found:
+            found[header] = value.strip()
+    return found.get("name") or None, found.get("version", "")
 
 
 def canonicalize_name(name: str) -> str:

@@ -29,6 +29,7 @@ import pytest
 from ftmatrix.cell import api as _api
 from ftmatrix.cell.api import gpu_lease
 from ftmatrix.cell.file_writes import (
+    DISK_FULL_ERRNOS,
     LineAppender,
     NoteFile,
     note_text,
@@ -40,6 +41,7 @@ from ftmatrix.cell.gates import (
     Gatekeeper,
     asks,
     display_versions,
+    forget_marker_names,
     gate,
     is_exclusive,
     is_isolated,
@@ -203,6 +205,7 @@ class _Recorder:
             _leave_out(config, items, lambda i: is_exclusive(i) and gate(i) is None)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        forget_marker_names()  # every hook that adds markers has run now
         # The supervisor needs the whole list to finish a cell whose process died.
         if not self.files.collected.exists():
             write_atomically(self.files.collected, json.dumps(self.selected))
@@ -339,7 +342,7 @@ class _Recorder:
                 if not self.refused:
                     self.refused = True
                     case = json.loads(each)["case"]
-                    full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # frees up
+                    full = exc.errno in DISK_FULL_ERRNOS  # frees up
                     sys.stderr.write(
                         f"ftmatrix: the record of {case} cannot be written ({exc}); it is kept "
                         f"and written {'once the disk takes it' if full else 'if it can be'}\n"
@@ -463,7 +466,9 @@ class _ChannelGuard:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
         outcome = yield
         excinfo = outcome.excinfo
-        if excinfo is None or not isinstance(excinfo[1], OSError):
+        # execnet's failed send: an OSError with no errno ("cannot send"); a real I/O
+        # error of a hook (one with an errno) is not this and goes on as it was.
+        if excinfo is None or not isinstance(excinfo[1], OSError) or excinfo[1].errno is not None:
             return
         outcome.force_result([])
         self.recorder.cut_off = True
@@ -487,12 +492,11 @@ class _CaseState:
         self.descriptors_lost = False  # a phase met a descriptor closed under it
 
     def observe(
-        self, report: pytest.TestReport, raised: pytest.ExceptionInfo[BaseException] | None
+        self, report: pytest.TestReport, raised: pytest.ExceptionInfo[BaseException]
     ) -> None:
-        """One phase's report, and the exception it raised (None where none)."""
+        """One phase's report that raised ``raised`` (one that raised nothing adds only
+        its time: the recorder's)."""
         self.duration += report.duration
-        if raised is None:
-            return
         if isinstance(raised.value, OSError) and raised.value.errno == errno.EBADF:
             self.descriptors_lost = True
         if self.failure is not None:
