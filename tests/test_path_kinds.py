@@ -341,6 +341,43 @@ def test_an_oserror_met_mid_run_on_a_wrong_path_is_one_line(tmp_path: Path) -> N
     assert os_error_line(other) is None  # any other error keeps its traceback
 
 
+def immutable(path: Path, on: bool) -> None:
+    """``chattr +i``: a file even root cannot delete, or a folder it cannot rename."""
+    subprocess.run(["chattr", "+i" if on else "-i", str(path)], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("kept", ["a file in it", "the site itself"])
+def test_a_site_that_cannot_be_removed_is_replaced_or_left_whole(tmp_path: Path, kept: str) -> None:
+    # A file of the old site that cannot be deleted: the site is moved aside whole and the
+    # new one published (it deleted what it could, then said "left as it was"). A site
+    # that cannot be moved: one line, and the old site whole.
+    folder = project(tmp_path)
+    assert call(["report"], folder)[0] == ExitCode.OK
+    site = folder / "out" / "site"
+    (site / "assets").mkdir(exist_ok=True)
+    (site / "assets" / "kept.txt").write_text("cannot be deleted\n")
+    (site / "index.html").write_text("the old site\n")
+    target = site / "assets" / "kept.txt" if kept == "a file in it" else site
+    try:
+        immutable(target, on=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("chattr +i is not available on this filesystem")
+    try:
+        code, _, err = call(["report"], folder)
+    finally:  # wherever the kept file is now (moved aside with its site, or not)
+        for held in [target, *(folder / "out").glob(".site.old.*/assets/kept.txt")]:
+            if held.exists():
+                immutable(held, on=False)
+    if kept == "a file in it":
+        assert code == ExitCode.OK, err
+        assert (site / "index.html").read_text() != "the old site\n"  # the new site
+    else:
+        assert code == ExitCode.PATH_KIND, err
+        assert f"{site}: the previous site cannot be moved aside" in err
+        assert (site / "index.html").read_text() == "the old site\n"  # whole, as it was
+        assert (site / "assets" / "kept.txt").exists()
+
+
 NOBODY = 65534
 
 
@@ -378,7 +415,6 @@ def open_folder() -> Iterator[Path]:
         ("known_issues.yaml", ["report"], ExitCode.CONFIG),
         ("cache", ["plan", "--no-resolve"], ExitCode.PATH_KIND),
         (f"out/records/{RUN}", ["report"], ExitCode.PATH_KIND),
-        ("out/site", ["report"], ExitCode.PATH_KIND),
         ("out/history.sqlite", ["report"], ExitCode.HISTORY),
     ],
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,20 +65,25 @@ def write_site(out_dir: Path) -> Path:
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
-    shutil.rmtree(site, ignore_errors=True)
+    # The old site is moved aside whole, the new one takes its place, then the old one is
+    # removed: a site that cannot be moved is left as it was, and one holding a file that
+    # cannot be deleted is replaced all the same (that file stays apart, hidden).
+    old = Path(tempfile.mkdtemp(prefix=f".{SITE}.old.", dir=out_dir))
     try:
-        building.rename(site)
+        if site.exists() or site.is_symlink():
+            site.rename(old)
     except OSError as exc:
+        old.rmdir()
         shutil.rmtree(building, ignore_errors=True)
-        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.ENOTEMPTY, errno.EEXIST):
             raise
-        # What the previous site holds could not be removed (permissions): said, not a
-        # traceback; the report's own files are written, the site is as it was.
+        # Said, not a traceback; the report's own files are written, the site as it was.
         raise PathKindError(
-            f"{site}: the previous site cannot be removed to publish the new one (a file in "
-            "it cannot be deleted: check its permissions), so it is left as it was; "
-            "the report itself is written"
+            f"{site}: the previous site cannot be moved aside to publish the new one (check "
+            "its folder's permissions), so it is left as it was; the report itself is written"
         ) from None
+    building.rename(site)
+    shutil.rmtree(old, ignore_errors=True)
     return site
 
 
