@@ -24,8 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import make_record
+from conftest import ROOT, make_record
 from test_unlucky_run import run as run_entry
+from uv import find_uv_bin
 
 from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell_launch import bytecode_cache
@@ -381,7 +382,44 @@ def test_a_site_that_cannot_be_removed_is_replaced_or_left_whole(tmp_path: Path,
 NOBODY = 65534
 
 
-def as_a_user_without_access(argv: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def python_for_anyone() -> Iterator[str]:
+    """An interpreter with ftmatrix that another user can run. Under root this one may be
+    in root's own folder (pyenv's), which nobody else may enter: then a venv of the
+    system's Python is made in a folder every user reaches, ftmatrix installed in it."""
+    if os.geteuid() != 0 or _runs_as_nobody(sys.executable):
+        yield sys.executable
+        return
+    base = shutil.which("python3", path="/usr/bin:/usr/local/bin")
+    if base is None:
+        pytest.skip("no system Python another user can run (this one is in root's folder)")
+    folder = Path(tempfile.mkdtemp(prefix="ftmatrix-anyone-"))
+    folder.chmod(0o755)
+    try:
+        venv = folder / "venv"
+        subprocess.run([find_uv_bin(), "venv", "--python", base, str(venv)], check=True,
+                       capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run([find_uv_bin(), "pip", "install", "--python", str(venv / "bin" / "python"),
+                        str(ROOT)], check=True, capture_output=True, timeout=600)  # fmt: skip
+        yield str(venv / "bin" / "python")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _runs_as_nobody(python: str) -> bool:
+    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    probe = [*drop, python, "-c", "import ftmatrix.cli"]
+    ran = subprocess.run(probe, env=_without_pythonpath(), capture_output=True, check=False)
+    return ran.returncode == 0
+
+
+def _without_pythonpath() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def as_a_user_without_access(
+    argv: list[str], folder: Path, python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
     """``python -m ftmatrix`` as a user chmod 000 stops: root reads any file, so under root
     the command runs as nobody through util-linux's setpriv (a real EACCES, as a CI
     runner's user meets it)."""
@@ -389,8 +427,9 @@ def as_a_user_without_access(argv: list[str], folder: Path) -> subprocess.Comple
     if os.geteuid() == 0:
         drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     return subprocess.run(
-        [*drop, sys.executable, "-m", "ftmatrix", *argv],
-        env={**os.environ, **env_of(folder), "HOME": str(folder)},
+        [*drop, python, "-m", "ftmatrix", *argv],
+        # (the interpreter's own ftmatrix: a caller's PYTHONPATH would shadow it)
+        env={**_without_pythonpath(), **env_of(folder), "HOME": str(folder)},
         cwd=folder,
         capture_output=True,
         text=True,
@@ -418,19 +457,20 @@ def open_folder() -> Iterator[Path]:
         ("out/history.sqlite", ["report"], ExitCode.HISTORY),
     ],
 )
+@pytest.mark.slow  # (a venv with ftmatrix that nobody can run, made once)
 def test_a_path_the_user_cannot_read_is_one_line(
-    open_folder: Path, where: str, argv: list[str], code: ExitCode
+    open_folder: Path, python_for_anyone: str, where: str, argv: list[str], code: ExitCode
 ) -> None:
     folder = project(open_folder / "p")
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o777 if path.is_dir() else 0o666)
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         pytest.skip("root reads a chmod 000 file, and setpriv (to run as nobody) is missing")
-    probe = as_a_user_without_access(["--version"], folder)
+    probe = as_a_user_without_access(["--version"], folder, python_for_anyone)
     if probe.returncode != 0:
         pytest.skip(f"ftmatrix cannot run as another user here: {probe.stderr[-200:]}")
     (folder / where).chmod(0)
-    ended = as_a_user_without_access(argv, folder)
+    ended = as_a_user_without_access(argv, folder, python_for_anyone)
     assert "Traceback" not in ended.stderr, ended.stderr
     assert ended.returncode == code, ended.stderr
     assert str(folder / where) in ended.stderr, ended.stderr
