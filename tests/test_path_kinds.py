@@ -212,6 +212,22 @@ def test_a_path_of_the_wrong_kind_is_one_line_and_nothing_recorded_is_touched(
     assert contents(folder) == before  # nothing written over, nothing recorded lost
 
 
+def test_what_is_never_read_blocks_nothing(tmp_path: Path) -> None:
+    # A known_issues.yaml beside the matrix that FTMATRIX_KNOWN_ISSUES puts aside, and a
+    # FIFO in a hidden folder of the cases (a .venv), which pytest never collects.
+    folder = project(tmp_path)
+    shared = tmp_path / "shared_known_issues.yaml"
+    (folder / "known_issues.yaml").rename(shared)
+    (folder / "known_issues.yaml").mkdir()
+    (folder / "cases" / ".venv").mkdir()
+    os.mkfifo(folder / "cases" / ".venv" / "hook.py")
+    env = {**env_of(folder), "FTMATRIX_KNOWN_ISSUES": str(shared)}
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", "--no-resolve"], env, root=folder)
+    assert code == ExitCode.OK, err.getvalue()
+
+
 @pytest.mark.parametrize(
     "stray",
     [
@@ -444,6 +460,9 @@ def open_folder() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="ftmatrix-access-"))
     folder.chmod(0o755)
     yield folder
+    for path in [folder, *folder.rglob("*")]:  # (a folder made unreadable, made readable)
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o700)
     shutil.rmtree(folder, ignore_errors=True)
 
 

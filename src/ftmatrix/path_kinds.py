@@ -155,7 +155,9 @@ def check_cases_folder(cases: Path) -> None:
     check_kinds([(cases, "folder", "the cases folder (FTMATRIX_CASES)")])
     if kind_of(cases) != "a folder":
         return
-    for folder, _, names in os.walk(cases):
+    for folder, folders, names in os.walk(cases):
+        # Where pytest collects: not a hidden folder (a venv's .venv), nor bytecode.
+        folders[:] = [f for f in folders if not f.startswith(".") and f != "__pycache__"]
         opened = (Path(folder) / name for name in names if name.endswith(_CASE_SUFFIXES))
         check_kinds((path, "file", "a case file pytest opens") for path in opened)
 

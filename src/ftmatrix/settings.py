@@ -107,12 +107,9 @@ class Settings:
         cases = root / env.get("FTMATRIX_CASES", "cases")
         # Before anything reads or writes them: a FIFO read blocks, a folder written over
         # loses what it holds.
-        check_kinds(
-            [
-                (matrix, "file", "the matrix file (FTMATRIX_MATRIX)"),
-                (matrix.parent / "known_issues.yaml", "file", "the known issues file"),
-            ]
-        )
+        check_kinds([(matrix, "file", "the matrix file (FTMATRIX_MATRIX)")])
+        if not known_issues:  # the one beside the matrix is read (FTMATRIX_KNOWN_ISSUES's: above)
+            check_kinds([(matrix.parent / "known_issues.yaml", "file", "the known issues file")])
         check_cases_folder(cases)
         check_output_folder(out, run_id)
         return cls(
