@@ -443,6 +443,28 @@ def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
     assert sorted(r["case"].split("::")[-1] for r in newest) == sorted(found)
 
 
+def test_a_full_disk_loses_no_record_of_a_pytest_xdist_worker(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    # A worker's standard output goes nowhere (execnet points it at /dev/null): the
+    # records the disk refused are handed to the supervisor on its standard error.
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_disk.py").write_text(FILLS_THE_DISK)
+    write_matrix(tmp_path, [current_python()])
+    with (tmp_path / "matrix.yaml").open("a") as matrix:
+        matrix.write("limits: {workers: 2}\n")
+    ran = run("cli", tmp_path, FTMATRIX_RUN_ID="20261127T050000Z")
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-4000:]
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(small_disk)}
+    assert found == {
+        "test_a_healthy": "pass",
+        "test_b_fills_the_disk_where_it_runs": "fail",
+        "test_c_healthy": "pass",
+    }, output[-4000:]
+    assert ran.returncode == 0, output[-4000:]
+
+
 HALF_BUILT = """
 import sys
 from setuptools import setup

@@ -324,10 +324,12 @@ class NoteFile:
         closed by the case that ran since it was written, or taken for a file of its own."""
         if self._kept is None:
             return True  # no note written: nothing to say
-        if _still(self._kept) is not None:
+        status = _still(self._kept)
+        if status is None:
+            return False
+        if status.st_size:  # (an empty one, which a full disk refused, says nothing)
             os.pwrite(self._kept[0], b"-", 0)
-            return True
-        return False
+        return True
 
     def close(self) -> None:
         """Close the note and remove its file, if this wrote it."""

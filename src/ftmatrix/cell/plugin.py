@@ -229,10 +229,16 @@ class _Recorder:
             f'{{"case": {quoted}, "operation": {_json_string(operation)}, '
             f'"started": {started!r}, "pid": {self.pid}, "worker": {self.worker_json}}}'
         )
-        self.note.write(note)
         os.environ[RUNNING_CASE_VARIABLE] = case
-        # One short line per case, appended whole by one write: workers share the file.
-        self.starts.append(f'{{"case": {quoted}, "started": {started!r}}}\n'.encode())
+        try:
+            self.note.write(note)
+            # One short line per case, appended whole by one write: workers share the file.
+            self.starts.append(f'{{"case": {quoted}, "started": {started!r}}}\n'.encode())
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            # A full disk: the case runs unnoted (a death in it is blamed on no case, and
+            # the case runs again alone); its record waits for space as any other.
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
