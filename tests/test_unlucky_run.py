@@ -382,6 +382,15 @@ def test_c_healthy():
 """
 
 
+def disk_filling_cell(folder: Path, workers: int = 1) -> None:
+    """A matrix of one cell whose middle case fills the disk, in ``folder``."""
+    (folder / "cases").mkdir()
+    (folder / "cases" / "test_disk.py").write_text(FILLS_THE_DISK)
+    write_matrix(folder, [current_python()])
+    with (folder / "matrix.yaml").open("a") as matrix:
+        matrix.write(f"limits: {{workers: {workers}}}\n")
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path):
     out = tmp_path / "out"
@@ -396,9 +405,7 @@ def small_disk(tmp_path: Path):
 def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
     tmp_path: Path, entry: str, small_disk: Path
 ) -> None:
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "test_disk.py").write_text(FILLS_THE_DISK)
-    write_matrix(tmp_path, [current_python()])
+    disk_filling_cell(tmp_path)
     run_id = {"FTMATRIX_RUN_ID": "20261127T030000Z"}
 
     # The case fills the disk in its own working folder: every record is kept all the same.
@@ -446,13 +453,9 @@ def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
 def test_a_full_disk_loses_no_record_of_a_pytest_xdist_worker(
     tmp_path: Path, small_disk: Path
 ) -> None:
-    # A worker's standard output goes nowhere (execnet points it at /dev/null): the
-    # records the disk refused are handed to the supervisor on its standard error.
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "test_disk.py").write_text(FILLS_THE_DISK)
-    write_matrix(tmp_path, [current_python()])
-    with (tmp_path / "matrix.yaml").open("a") as matrix:
-        matrix.write("limits: {workers: 2}\n")
+    # A worker's running-case note is a file of its own, made when it starts its first
+    # case: one the full disk refused ended the worker's pytest (an INTERNALERROR).
+    disk_filling_cell(tmp_path, workers=2)
     ran = run("cli", tmp_path, FTMATRIX_RUN_ID="20261127T050000Z")
     output = ran.stdout + ran.stderr
     assert "Traceback" not in output, output[-4000:]
