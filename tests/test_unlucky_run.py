@@ -459,6 +459,10 @@ def test_a_full_disk_loses_no_record_of_a_pytest_xdist_worker(
     ran = run("cli", tmp_path, FTMATRIX_RUN_ID="20261127T050000Z")
     output = ran.stdout + ran.stderr
     assert "Traceback" not in output, output[-4000:]
+    # The worker handed the record the disk refused to the supervisor, which wrote it
+    # once it had freed the case's working folder: the case ran once.
+    assert "the record of test_disk.py::test_b_fills_the_disk_where_it_runs waits" in output
+    assert all(not r["attempts"] for r in records_of(small_disk))
     found = {r["case"].split("::")[-1]: r["status"] for r in records_of(small_disk)}
     assert found == {
         "test_a_healthy": "pass",
