@@ -355,24 +355,24 @@ class _Recorder:
                     )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._finish()
+
+    def _finish(self) -> None:
+        """Close the files; the records a full disk still refuses handed to the supervisor
+        on the cell's output, to write once it can."""
         self.note.close()
         self.starts.close()
-        if not self.unwritten:
-            self.file.close()
-            return
-        self._keep(self.unwritten.pop())  # a last try, of all of them in order
-        # Still refused: handed to the supervisor on the cell's output, to write once it can.
-        for line in self.unwritten:  # each on a line of its own, after pytest's dots
-            sys.stdout.write("\n" + UNWRITTEN_RECORD + line)
-        sys.stdout.flush()
+        if self.unwritten:
+            self._keep(self.unwritten.pop())  # a last try, of all of them in order
+            for line in self.unwritten:  # each on a line of its own, after pytest's dots
+                sys.stdout.write("\n" + UNWRITTEN_RECORD + line)
+            sys.stdout.flush()
         self.file.close()
 
     def _end_early(self) -> None:
         """End this pytest between two cases, as a finished one (the note gone: a
         pytest-xdist controller that sees this worker end blames no case)."""
-        self.note.close()
-        self.starts.close()
-        self.file.close()
+        self._finish()
         os._exit(0)
 
     def _line(self, state: _CaseState, report: pytest.TestReport) -> str:
