@@ -234,11 +234,9 @@ class _Recorder:
             self.note.write(note)
             # One short line per case, appended whole by one write: workers share the file.
             self.starts.append(f'{{"case": {quoted}, "started": {started!r}}}\n'.encode())
-        except OSError as exc:
+        except OSError as exc:  # a full disk: the case runs unnoted, blamed for no death
             if exc.errno not in DISK_FULL_ERRNOS:
                 raise
-            # A full disk: the case runs unnoted (a death in it is blamed on no case, and
-            # the case runs again alone); its record waits for space as any other.
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -358,8 +356,7 @@ class _Recorder:
         self._finish()
 
     def _finish(self) -> None:
-        """Close the files; the records a full disk still refuses handed to the supervisor
-        on the cell's output, to write once it can."""
+        """Close the files; hand the records a full disk still refuses to the supervisor."""
         self.note.close()
         self.starts.close()
         if self.unwritten:
