@@ -174,8 +174,8 @@ def test_d_healthy(n):
     print("shown", n)
 
 
-def test_e_fails():
-    assert 1 == 2
+def test_e_fails(tmp_path):
+    assert not tmp_path.exists()  # pytest made it: a failing check of something real
 """
 CLOSERS = (
     "test_a_closes_every_descriptor",

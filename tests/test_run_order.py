@@ -105,11 +105,7 @@ def test_restore_history_refuses_a_bad_run_id_in_one_line(tmp_path: Path) -> Non
     published.write_text(
         json.dumps({"ftmatrix-history": 1}) + "\n" + json.dumps({"record": record}) + "\n"
     )
-    ran = subprocess.run(
-        [sys.executable, "-m", "ftmatrix", "restore-history", str(published)],
-        env={**os.environ, "FTMATRIX_OUT": str(tmp_path / "reports")},
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    ran = restore_history(published, tmp_path / "reports")
     assert ran.returncode == 2, ran.stderr
     assert "Traceback" not in ran.stderr and len(ran.stderr.strip().splitlines()) == 1
     assert "line 2: field 'run_id': 'nightly; rm -rf ~' is not a folder name" in ran.stderr
@@ -166,14 +162,19 @@ def test_restore_history_keeps_out_a_record_from_a_clock_ahead(tmp_path: Path) -
         + "".join("\n" + json.dumps({"record": r.to_dict()}) for r in (ahead, tonight))
         + "\n"
     )
-    ran = subprocess.run(
-        [sys.executable, "-m", "ftmatrix", "restore-history", str(published)],
-        env={**os.environ, "FTMATRIX_OUT": str(tmp_path / "reports")},
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    ran = restore_history(published, tmp_path / "reports")
     assert ran.returncode == 0, ran.stderr
     assert "restore-history: 1 records" in ran.stdout
     said = f"run clock-ahead, cell cpu-py3.11-trl1.16.0: 1 record(s) finished at {AHEAD_FINISHED}"
     assert said in ran.stderr
     newest = newest_records(tmp_path / "reports" / "history.sqlite")
     assert [(r.run_id, r.status) for r in newest] == [("20261125T030000Z-abcdef", Status.FAIL)]
+
+
+def restore_history(published: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m ftmatrix restore-history PUBLISHED`` into the reports folder ``out``."""
+    return subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "restore-history", str(published)],
+        env={**os.environ, "FTMATRIX_OUT": str(out)},
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip

@@ -160,9 +160,7 @@ def test_c_healthy():
 def test_a_case_that_kills_its_parent_is_a_crash_and_the_run_goes_on(
     tmp_path: Path, entry: str
 ) -> None:
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "test_parents.py").write_text(PARENT_KILLERS)
-    write_matrix(tmp_path, [current_python()])
+    one_cell(tmp_path, "test_parents.py", PARENT_KILLERS)
     run_id = {"FTMATRIX_RUN_ID": "20261127T000000Z"}
 
     ran = run(entry, tmp_path, **run_id)
@@ -220,9 +218,7 @@ def report_now(folder: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
 def test_a_report_built_while_the_run_goes_on_says_it_is_in_progress(
     tmp_path: Path, entry: str
 ) -> None:
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "test_wait.py").write_text(WAITS_FOR_THE_TEST)
-    write_matrix(tmp_path, [current_python()])
+    one_cell(tmp_path, "test_wait.py", WAITS_FOR_THE_TEST)
     state = tmp_path / "state"
     state.mkdir()
     run_id = "20261127T010000Z"
@@ -277,11 +273,10 @@ def test_a_report_built_while_the_run_goes_on_says_it_is_in_progress(
 def test_a_torn_record_is_quarantined_on_resume_and_its_case_runs_again(
     tmp_path: Path, entry: str
 ) -> None:
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "test_two.py").write_text(
-        "import sys\n\n\ndef test_a():\n    assert sys.version_info >= (3, 9)\n\n\ndef test_b():\n    assert sys.version_info >= (3, 9)\n"
+    two = "import sys\n\n\ndef test_a():\n    assert sys.version_info >= (3, 9)\n\n\n"
+    one_cell(
+        tmp_path, "test_two.py", two + "def test_b():\n    assert sys.version_info >= (3, 9)\n"
     )
-    write_matrix(tmp_path, [current_python()])
     run_id = {"FTMATRIX_RUN_ID": "20261127T020000Z"}
     first = run(entry, tmp_path, **run_id)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
@@ -311,11 +306,7 @@ def test_a_resume_whose_cell_lists_are_damaged_collects_again_and_runs_what_has_
 ) -> None:
     """The plugin's lists beside the records (the collected cases, the isolated ones, the
     case starts), damaged: a half-written list, a list of numbers, bytes not UTF-8."""
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "test_two.py").write_text(
-        "def test_a():\n    pass\n\n\ndef test_b():\n    pass\n"
-    )
-    write_matrix(tmp_path, [current_python()])
+    one_cell(tmp_path, "test_two.py", "def test_a():\n    pass\n\n\ndef test_b():\n    pass\n")
     run_id = {"FTMATRIX_RUN_ID": "20261127T030000Z"}
     first = run(entry, tmp_path, **run_id)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
@@ -382,13 +373,27 @@ def test_c_healthy():
 """
 
 
-def disk_filling_cell(folder: Path, workers: int = 1) -> None:
-    """A matrix of one cell whose middle case fills the disk, in ``folder``."""
+# The verdicts of FILLS_THE_DISK's cases, whatever the disk did to their records.
+DISK_VERDICTS = {
+    "test_a_healthy": "pass",
+    "test_b_fills_the_disk_where_it_runs": "fail",
+    "test_c_healthy": "pass",
+}
+
+
+def one_cell(folder: Path, name: str, cases: str, workers: int = 1) -> None:
+    """In ``folder``: ``cases/NAME`` holding ``cases``, and a matrix of one cell of this
+    Python with ``workers`` pytest-xdist workers."""
     (folder / "cases").mkdir()
-    (folder / "cases" / "test_disk.py").write_text(FILLS_THE_DISK)
+    (folder / "cases" / name).write_text(cases)
     write_matrix(folder, [current_python()])
     with (folder / "matrix.yaml").open("a") as matrix:
         matrix.write(f"limits: {{workers: {workers}}}\n")
+
+
+def disk_filling_cell(folder: Path, workers: int = 1) -> None:
+    """A matrix of one cell whose middle case fills the disk, in ``folder``."""
+    one_cell(folder, "test_disk.py", FILLS_THE_DISK, workers)
 
 
 @pytest.fixture
@@ -414,11 +419,7 @@ def test_a_full_disk_loses_no_record_and_says_so_in_one_line(
     assert "Traceback" not in output, output[-4000:]
     assert "cannot be written" in output  # the plugin said so once
     found = {r["case"].split("::")[-1]: r["status"] for r in records_of(small_disk)}
-    assert found == {
-        "test_a_healthy": "pass",
-        "test_b_fills_the_disk_where_it_runs": "fail",
-        "test_c_healthy": "pass",
-    }, output[-4000:]
+    assert found == DISK_VERDICTS, output[-4000:]
     assert ran.returncode == 0, output[-4000:]
 
     # A disk that stays full: one line, no traceback, what was written is whole; once
@@ -464,11 +465,7 @@ def test_a_full_disk_loses_no_record_of_a_pytest_xdist_worker(
     assert "the record of test_disk.py::test_b_fills_the_disk_where_it_runs waits" in output
     assert all(not r["attempts"] for r in records_of(small_disk))
     found = {r["case"].split("::")[-1]: r["status"] for r in records_of(small_disk)}
-    assert found == {
-        "test_a_healthy": "pass",
-        "test_b_fills_the_disk_where_it_runs": "fail",
-        "test_c_healthy": "pass",
-    }, output[-4000:]
+    assert found == DISK_VERDICTS, output[-4000:]
     assert ran.returncode == 0, output[-4000:]
 
 
@@ -533,9 +530,7 @@ def test_a_run_whose_only_cell_has_no_verdict_still_writes_its_report(
 def test_a_cell_nox_would_skip_or_run_without_its_venv_is_counted(
     tmp_path: Path, options: list[str], says: str, recorded: bool
 ) -> None:
-    (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "test_a.py").write_text("def test_ok():\n    pass\n")
-    write_matrix(tmp_path, [current_python()])
+    one_cell(tmp_path, "test_a.py", "def test_ok():\n    pass\n")
     ran = run("nox", tmp_path, *options)
     output = ran.stdout + ran.stderr
     assert ran.returncode == 1, output[-4000:]
