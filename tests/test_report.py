@@ -21,7 +21,7 @@ from ftmatrix.cell.status import Status
 from ftmatrix.errors import ConfigError, ExitCode
 from ftmatrix.known_issues import KnownIssue, parse_known_issues
 from ftmatrix.report.causes import causes_of
-from ftmatrix.report.changes import changes_since_previous, pass_rates
+from ftmatrix.report.changes import NO_EARLIER_RUN, changes_since_previous, pass_rates
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import (
     GridEntry,
@@ -555,7 +555,9 @@ def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_ca
         reason="No solution found",
     )
     causes = causes_of(failure_groups([after]))
-    html = render_headline([after, down], changes_since_previous([before, after]), causes)
+    html = render_headline(
+        [after, down], changes_since_previous([before, after]), causes, compared=1
+    )
     assert "<strong>1</strong> cell ran 1 case; <strong>1</strong> could not install." in html
     assert (
         "<strong>broke</strong>: 1 result (sft) in 1 cell when transformers 5.22.0 \u2192 "
@@ -567,7 +569,30 @@ def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_ca
     )
     assert "<strong class=new>unexplained</strong>" in html
     assert "reused" not in html  # the records say nothing of reuse
-    assert "Nothing broke" in render_headline([before], [], [])
+    assert "Nothing broke and nothing was fixed since the previous run (1 result compared)" in (
+        render_headline([before], [], [], compared=1)
+    )
+
+
+def test_a_first_run_is_not_said_to_have_changed_nothing(tmp_path: Path):
+    """The GPU host's first report said "Nothing broke and nothing was fixed since the
+    previous run" of a history holding one run: there was no previous run to compare."""
+    files = CellFiles.of(tmp_path, "r1", "c1")
+    CellRecordFile(files.records).add(make_record(run_id="r1", status=Status.FAIL, message="x"))
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=NOW)
+    page = (tmp_path / "index.html").read_text()
+    assert "Nothing broke" not in page and "Nothing changed" not in page
+    assert page.count(NO_EARLIER_RUN) == 2  # the headline and the changes section
+    # A second run of the same cell is compared with the first, and says how much.
+    CellRecordFile(CellFiles.of(tmp_path, "r2", "c1").records).add(
+        make_record(run_id="r2", status=Status.FAIL, message="x")
+    )
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=NOW)
+    page = (tmp_path / "index.html").read_text()
+    assert NO_EARLIER_RUN not in page
+    assert "nothing was fixed since the previous run (1 result compared)" in page
 
 
 def test_a_square_of_two_versions_is_judged_by_the_cells_that_installed():

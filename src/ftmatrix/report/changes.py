@@ -34,13 +34,28 @@ class StatusChange:
         }
 
 
-def changes_since_previous(records: Iterable[Record]) -> list[StatusChange]:
-    """Regressions and fixes between each (cell label, case)'s two newest runs."""
+# Said instead of "nothing changed" where no result has an earlier run (a first run).
+NO_EARLIER_RUN = "No earlier run of these cells to compare with: nothing is called broken or fixed yet."
+
+
+def _runs_of_each_result(records: Iterable[Record]) -> dict[tuple[str, str], dict[str, Record]]:
+    """(cell label, case) -> run id -> its record."""
     history: dict[tuple[str, str], dict[str, Record]] = {}
     for record in records:
         history.setdefault((record.cell_label, record.case), {})[record.run_id] = record
+    return history
+
+
+def compared_results(records: Iterable[Record]) -> int:
+    """How many (cell label, case) have an earlier run to compare with: with none, "nothing
+    changed" would be said of a first run."""
+    return sum(len(runs) >= 2 for runs in _runs_of_each_result(records).values())
+
+
+def changes_since_previous(records: Iterable[Record]) -> list[StatusChange]:
+    """Regressions and fixes between each (cell label, case)'s two newest runs."""
     changes = []
-    for _, runs in sorted(history.items()):
+    for _, runs in sorted(_runs_of_each_result(records).items()):
         if len(runs) < 2:
             continue
         # By when each ran, never by the run ids' text.
