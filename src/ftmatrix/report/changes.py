@@ -35,7 +35,9 @@ class StatusChange:
 
 
 # Said instead of "nothing changed" where no result has an earlier run (a first run).
-NO_EARLIER_RUN = "No earlier run of these cells to compare with: nothing is called broken or fixed yet."
+NO_EARLIER_RUN = (
+    "No earlier run of these cells to compare with: nothing is called broken or fixed yet."
+)
 
 
 def _runs_of_each_result(records: Iterable[Record]) -> dict[tuple[str, str], dict[str, Record]]:
