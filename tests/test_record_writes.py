@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import io
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ from ftmatrix.cell.records import (
 from ftmatrix.cell.redact import current_redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import cell_env, pytest_command
+from ftmatrix.progress import Progress
 from ftmatrix.supervise import CaseLimits, run_cases
 
 SECRET = "hunter2-secret-value"
@@ -247,12 +249,15 @@ def test_reading_only_what_was_added_finds_what_reading_it_all_finds(steps: list
             assert scanner.scan() == scan_records(path)
 
 
+@pytest.mark.parametrize("shown", [False, True], ids=["quiet", "with-progress"])
 def test_the_supervisor_reads_each_record_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shown: bool
 ) -> None:
     """Which cases have a record was asked after each pass, and the file compacted at the
     end, each reading the whole file: three reads of every record of a cell. Now each
-    record is read once, however many times the supervisor asks."""
+    record is read once, however many times the supervisor asks; with the run's progress
+    shown (as nox runs cells), the progress reads the same parse (it decoded every line
+    a second time)."""
     count = 40
     cases = tmp_path / "cases"
     cases.mkdir()
@@ -271,6 +276,23 @@ def test_the_supervisor_reads_each_record_once(
         return real(cls, data)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(Record, "from_mapping", classmethod(counted))
+    decoded = []  # every JSON decoding of a record line, whoever asks for it
+    for owner, name in ((json, "loads"), (json.JSONDecoder, "decode")):
+        real_decode = getattr(owner, name)
+
+        def counting(
+            *args: Any, _real: Any = real_decode, _method: bool = owner is not json, **kwargs: Any
+        ) -> Any:
+            text = args[1] if _method else args[0]
+            if b'"schema"' in (text if isinstance(text, bytes) else text.encode()):
+                decoded.append(1)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counting)
+    stream = io.StringIO()
+    progress = Progress(1, stream, live=False) if shown else None
+    if progress is not None:
+        progress.cell_started("cell1")
     records = run_cases(
         command,
         targets,
@@ -281,9 +303,17 @@ def test_the_supervisor_reads_each_record_once(
         make_record=make_record,
         log=lambda line: None,
         cwd=tmp_path,
+        progress=progress,
     )
     assert [r.status for r in records] == [Status.PASS] * count
     assert len(parsed) == count, sorted(parsed)
+    assert len(decoded) == count
+    if progress is not None:  # every case shown once, in one line each
+        assert progress.counts == {Status.PASS: count}
+        lines = [x for x in stream.getvalue().splitlines() if x.startswith("[ftmatrix] [")]
+        assert sorted(line.rsplit(" | ", 1)[1] for line in lines) == sorted(
+            f"test_many.py::test_one[{n}]: pass" for n in range(count)
+        )
 
 
 def test_compaction_with_the_supervisor_s_scanner_reads_only_the_rest(tmp_path: Path) -> None:

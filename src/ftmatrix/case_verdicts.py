@@ -59,6 +59,7 @@ class CaseVerdicts:
         on_concluded: Concluded,
         *,
         resumed: bool,
+        scanner: RecordScanner | None = None,
     ) -> None:
         self.files = files
         self.make_record = make_record
@@ -67,7 +68,7 @@ class CaseVerdicts:
         self.on_concluded = on_concluded
         self.first_tries: dict[str, Record] = {}
         # The cell's records as they grow: each look reads only what was added since.
-        self.scanner = RecordScanner(files.records)
+        self.scanner = scanner or RecordScanner(files.records)
         if not resumed:
             files.first_tries.unlink(missing_ok=True)  # from an earlier run of the cell
         elif files.first_tries.exists():

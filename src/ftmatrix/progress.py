@@ -14,7 +14,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -92,14 +92,28 @@ class Progress:
             self._show()
 
     def case_finished(self, case: str, status: Status) -> None:
+        self.cases_finished([(case, status)])
+
+    def cases_finished(self, finished: Sequence[tuple[str, Status]]) -> None:
+        """Cases that ended since the last look, in order: one event (and log line) each,
+        written together (a poll finds dozens of quick cases at once)."""
+        if not finished:
+            return
         with self._lock:
-            self.counts[status] += 1
-            self.running.discard(case)
-            self._emit("case-finished", case=case, status=status.value)
+            events, lines = [], []
+            for case, status in finished:
+                self.counts[status] += 1
+                self.running.discard(case)
+                events.append(("case-finished", {"case": case, "status": status.value}))
+                if not self.live and (self.feed is None or not self.feed.printed):
+                    lines.append(f"[ftmatrix] {self.status_line()} | {case}: {status.value}\n")
+            if self.feed is not None and self.cell is not None:
+                self.feed.emit_all(events, cell=self.cell)
             if self.live:
                 self._show()
-            elif self.feed is None or not self.feed.printed:
-                self._log(f"{case}: {status.value}")
+            elif lines:
+                self.stream.write("".join(lines))
+                self.stream.flush()
 
     def cell_finished(self) -> None:
         with self._lock:

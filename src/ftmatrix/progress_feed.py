@@ -59,13 +59,22 @@ class FeedWriter:
         self.printed = printed
 
     def emit(self, kind: str, **fields: str) -> None:
-        line = json.dumps({"kind": kind, "pid": os.getpid(), **fields}) + "\n"
+        self.emit_all([(kind, fields)])
+
+    def emit_all(self, events: Sequence[tuple[str, Mapping[str, str]]], **shared: str) -> None:
+        """Each (kind, fields) as its line, with ``shared`` fields, in one write: whole
+        lines only, so the lines of cells side by side never interleave."""
+        pid = os.getpid()
+        text = "".join(
+            json.dumps({"kind": kind, "pid": pid, **shared, **fields}) + "\n"
+            for kind, fields in events
+        )
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError:
             return  # progress is a courtesy: a feed that cannot be written costs no verdict
         try:
-            os.write(fd, line.encode("utf-8"))
+            os.write(fd, text.encode("utf-8"))
         finally:
             os.close(fd)
 
@@ -207,17 +216,21 @@ class FeedTail:
         """Read what the feed gained; write its lines (and a heartbeat when due)."""
         with self._lock:
             now = self.clock()
+            lines = []
             for event in self._new_events():
                 self._seen = True
                 line = self.tally.apply(event, now, own_pid=os.getpid())
                 if line is not None:
-                    self._write(line, now)
+                    lines.append(line)
             if (
                 self._seen
                 and self.tally.running
+                and not lines
                 and now - self._last_line >= self.heartbeat_seconds
             ):
-                self._write(self.tally.heartbeat(now), now)
+                lines.append(self.tally.heartbeat(now))
+            if lines:  # one write a look, not one a case
+                self._write(lines, now)
 
     def stop(self) -> None:
         """Stop tailing, take in the last events, print the summary, remove the feed."""
@@ -233,10 +246,10 @@ class FeedTail:
                 self._print(lines)
         self.path.unlink(missing_ok=True)
 
-    def _write(self, line: str, now: float) -> None:
+    def _write(self, lines: Sequence[str], now: float) -> None:
         self._last_line = now
         if self.lines:
-            self._print([line])
+            self._print(lines)
 
     def _print(self, lines: Sequence[str]) -> None:
         try:

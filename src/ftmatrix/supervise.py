@@ -17,7 +17,6 @@ killed, is ftmatrix.process_tree's. This module starts each pass and watches it.
 from __future__ import annotations
 
 import collections
-import contextlib
 import io
 import json
 import os
@@ -36,7 +35,7 @@ from ftmatrix.cell.file_writes import read_note
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.processes import become_subreaper, die_with_parent
 from ftmatrix.cell.record import Record
-from ftmatrix.cell.records import UNWRITTEN_RECORD, CellRecordFile
+from ftmatrix.cell.records import UNWRITTEN_RECORD, RecordScanner
 from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.keeper import kept
@@ -128,9 +127,16 @@ def run_cases(
     """
     files = CellFiles(record_file)
     cell_deadline = time.monotonic() + limits.cell_seconds
-    watcher = _RecordWatcher(record_file, progress)
+    scanner = RecordScanner(record_file)
+    watcher = _RecordWatcher(scanner, progress)
     verdicts = CaseVerdicts(
-        files, make_record, env, log, watcher.concluded, resumed=files.collected.exists()
+        files,
+        make_record,
+        env,
+        log,
+        watcher.concluded,
+        resumed=files.collected.exists(),
+        scanner=scanner,
     )
     passes = Passes(sharing=bool(parallel))
     ended: list[Leftover] = []
@@ -438,16 +444,16 @@ def _isolated_cases(files: CellFiles) -> set[str]:
 class _RecordWatcher:
     """Turns the plugin's files into progress events: case started, case finished.
 
-    Reads only what was appended to the records since its last look: a poll costs the new
-    records, not the whole file (four polls a second over a cell of thousands of cases).
+    Reads the records through the verdicts' scanner: a poll costs the records added since
+    the last look, each line read once for the progress and the verdicts alike (four polls
+    a second over a cell of thousands of cases).
     """
 
-    def __init__(self, record_file: Path, progress: Progress | None) -> None:
-        self.record_file = record_file
+    def __init__(self, scanner: RecordScanner, progress: Progress | None) -> None:
+        self.scanner = scanner
         self.progress = progress
-        self.seen = {r.case for r in CellRecordFile(record_file).records}
+        self.seen = {r.case for r in scanner.scan().records}
         self.running: set[str] = set()
-        self.offset = 0
 
     def concluded(self, case: str, status: Status) -> None:
         """``case`` got its record from the supervisor: reported now, not again when read."""
@@ -463,29 +469,12 @@ class _RecordWatcher:
         for case in sorted(cases - self.running):
             self.progress.case_started(case)
         self.running = cases
-        for case, status in self._appended():
-            if case not in self.seen:
-                self.seen.add(case)
-                self.progress.case_finished(case, status)
-
-    def _appended(self) -> list[tuple[str, Status]]:
-        """(case, status) of each whole line added since the last call."""
-        try:
-            with self.record_file.open("rb") as handle:
-                if handle.seek(0, os.SEEK_END) < self.offset:
-                    self.offset = 0  # rewritten shorter: read it again (seen filters)
-                handle.seek(self.offset)
-                chunk = handle.read()
-        except OSError:
-            return []
-        whole = chunk[: chunk.rfind(b"\n") + 1]
-        self.offset += len(whole)
-        found = []
-        for line in whole.splitlines():
-            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
-                data = json.loads(line)
-                found.append((str(data["case"]), Status.parse(str(data["status"]))))
-        return found
+        finished = []
+        for record in self.scanner.new_records():
+            if record.case not in self.seen:
+                self.seen.add(record.case)
+                finished.append((record.case, record.status))
+        self.progress.cases_finished(finished)
 
 
 def _ended_within(process: subprocess.Popen[bytes], seconds: float) -> bool:

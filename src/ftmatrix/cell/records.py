@@ -104,6 +104,8 @@ class RecordScanner:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Records read and not yet taken by :meth:`new_records` (None: nobody takes them).
+        self._unclaimed: list[Record] | None = None
         self._start(None)
 
     def _start(self, identity: tuple[int, int] | None) -> None:
@@ -115,8 +117,42 @@ class RecordScanner:
         self._problems: list[str] = []
         self._damaged: list[bytes] = []
 
+    def new_records(self) -> list[Record]:
+        """The records read since the last call, by this look or any scan between (the
+        supervisor's progress: each line is read once, for it and for the verdicts)."""
+        if self._unclaimed is None:
+            self._unclaimed = list(self._latest_records())
+        self._read_more()
+        taken, self._unclaimed = self._unclaimed, []
+        return taken
+
+    def _latest_records(self) -> list[Record]:
+        return [record for record, _ in self._latest.values()]
+
     def scan(self) -> Scan:
         """The file as it is now: each case's last record, and its unreadable lines."""
+        data = self._read_more()
+        if data is None:
+            return Scan(records=(), problems=(), damaged=())
+        if isinstance(data, str):
+            return Scan(records=(), problems=(data,), damaged=())
+        problems, damaged = list(self._problems), list(self._damaged)
+        torn = data[data.rfind(b"\n") + 1 :]
+        if torn.strip():  # no newline after it: a write that never finished (or not yet)
+            why = "a torn line (the file ends in the middle of it)"
+            problems.append(f"{self.path}:{self._lines + 1}: skipped: {why}")
+            damaged.append(torn)
+        return Scan(
+            records=tuple(self._latest_records()),
+            problems=tuple(problems),
+            damaged=tuple(damaged),
+            lines=tuple(line for _, line in self._latest.values()),
+            superseded=self._superseded,
+        )
+
+    def _read_more(self) -> bytes | str | None:
+        """Read the lines added since the last look; what was read (its torn end after the
+        last newline), or None where the file is gone, or a problem where it cannot be read."""
         try:
             # Non-blocking: a pipe in the file's place would hold its reader for ever.
             with os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
@@ -130,28 +166,15 @@ class RecordScanner:
                 data = handle.read()
         except FileNotFoundError:
             self._start(None)
-            return Scan(records=(), problems=(), damaged=())
+            return None
         except OSError as exc:  # a folder, a file no one may read: nothing of it is a record
             self._start(None)
-            problem = f"{self.path}: skipped: cannot be read: {exc.strerror or exc}"
-            return Scan(records=(), problems=(problem,), damaged=())
+            return f"{self.path}: skipped: cannot be read: {exc.strerror or exc}"
         whole = data[: data.rfind(b"\n") + 1]
         for raw in whole.split(b"\n")[:-1]:
             self._read_line(raw)
         self._offset += len(whole)
-        problems, damaged = list(self._problems), list(self._damaged)
-        torn = data[len(whole) :]
-        if torn.strip():  # no newline after it: a write that never finished (or not yet)
-            why = "a torn line (the file ends in the middle of it)"
-            problems.append(f"{self.path}:{self._lines + 1}: skipped: {why}")
-            damaged.append(torn)
-        return Scan(
-            records=tuple(record for record, _ in self._latest.values()),
-            problems=tuple(problems),
-            damaged=tuple(damaged),
-            lines=tuple(line for _, line in self._latest.values()),
-            superseded=self._superseded,
-        )
+        return data
 
     def _read_line(self, raw: bytes) -> None:
         self._lines += 1
@@ -168,6 +191,8 @@ class RecordScanner:
             return
         self._superseded += self._latest.pop(record.case, None) is not None
         self._latest[record.case] = (record, raw)
+        if self._unclaimed is not None:
+            self._unclaimed.append(record)
 
 
 def compact_records(record_file: Path, scanner: RecordScanner | None = None) -> Scan:
