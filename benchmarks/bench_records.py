@@ -5,7 +5,9 @@ Two figures side by side (printed, never asserted):
 - writing N records to a cell's file (``CellRecordFile.add``, as the plugin does), with
   the time per record: linear writing keeps that column flat;
 - a cell of N trivial cases: its cases stage as the runner runs it (the supervisor, the
-  results plugin, the records; a real venv of six made by ``python -m ftmatrix run``)
+  results plugin, the records, and the run's progress as ``nox -s matrix`` prints it in a
+  log: a line a case; ``--no-progress`` leaves it out; a real venv of six made by
+  ``python -m ftmatrix run``)
   against the same cases run by plain ``pytest -q`` in the same venv (the cases' own
   time), in wall seconds and in CPU seconds (on a shared machine the CPU ratio is the
   steadier); and, beside it, against the very pytest command the cell runs without
@@ -18,7 +20,7 @@ Two figures side by side (printed, never asserted):
   each time: a constant that makes the ratio look smaller than a cell's).
 
     python benchmarks/bench_records.py [--json out.json] [--sizes 250,1000,2000] [--repeat 3]
-        [--no-bytecode]
+        [--no-bytecode] [--no-progress]
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from ftmatrix.cell.records import CellRecordFile  # noqa: E402 -- after the path
 from ftmatrix.cell.status import Status  # noqa: E402
 from ftmatrix.cell_launch import cell_env, pytest_command  # noqa: E402
 from ftmatrix.config import HardwareClass, InstallOptions  # noqa: E402
+from ftmatrix.progress import Progress  # noqa: E402
+from ftmatrix.progress_feed import FeedTail, FeedWriter, Tally  # noqa: E402
 from ftmatrix.runner import CellContext  # noqa: E402
 from ftmatrix.supervise import CaseLimits, run_cases  # noqa: E402
 
@@ -113,13 +117,36 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def shown(folder: Path) -> tuple[Progress, FeedTail]:
+    """The run's progress as ``nox -s matrix`` shows it in a log (CI's, no terminal): the
+    cell tells a feed of each case, nox's tail prints a line for each, and the cell's
+    output goes to its log file."""
+    feed = folder / "progress.jsonl"
+    feed.write_bytes(b"")
+    tail = FeedTail(
+        feed, Tally(total=1, started=time.monotonic()), io.StringIO(), lines=True, report=None
+    )
+    tail.start()
+    progress = Progress(1, io.StringIO(), live=False, feed=FeedWriter(feed, printed=True))
+    progress.log_to(folder / "cell.log")
+    progress.cell_started("cpu-py3.11-six1.17.0")
+    return progress, tail
+
+
 def cell(
-    count: int, folder: Path, python: Path, cell_file: Path, bytecode: Path | None
+    count: int,
+    folder: Path,
+    python: Path,
+    cell_file: Path,
+    bytecode: Path | None,
+    *,
+    progress: bool = True,
 ) -> dict[str, float]:
     """The cases stage of a cell of ``count`` trivial cases, as the runner runs it (the
-    supervisor, the plugin, the records), against the same cases in plain pytest in the
-    same venv: wall seconds and CPU seconds (this process and its children) of each.
-    ``bytecode``: where both keep their bytecode (None: as the caller's environment says)."""
+    supervisor, the plugin, the records, and with ``progress`` the run's progress lines as
+    nox prints them), against the same cases in plain pytest in the same venv: wall seconds
+    and CPU seconds (this process and its children) of each. ``bytecode``: where both keep
+    their bytecode (None: as the caller's environment says)."""
     (folder / "cases" / "test_many.py").write_text(CASES.format(count=count))
     shutil.rmtree(folder / "bench-out", ignore_errors=True)  # a size measured again starts anew
     ctx = CellContext(
@@ -133,8 +160,10 @@ def cell(
     )
     records = folder / "bench-out" / f"{count}.jsonl"
     command, targets = pytest_command(python, cell_file, records, ctx)
+    (folder / "bench-out").mkdir(parents=True)
     started, cpu = time.perf_counter(), time.process_time() + children_cpu()
     with contextlib.redirect_stdout(io.StringIO()):
+        watching = shown(folder / "bench-out") if progress else None
         run_cases(
             command,
             targets,
@@ -145,7 +174,12 @@ def cell(
             make_record=lambda **fields: record(fields["case"]),
             log=lambda line: None,
             cwd=folder,
+            progress=watching[0] if watching else None,
         )
+        if watching:
+            watching[0].cell_finished()
+            watching[0].close()
+            watching[1].stop()
     stage = time.perf_counter() - started
     stage_cpu = time.process_time() + children_cpu() - cpu
     started, cpu = time.perf_counter(), children_cpu()
@@ -201,6 +235,13 @@ def main() -> None:
         default=True,
         help="keep both sides' bytecode as the runner does (default)",
     )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show the run's progress as nox does in a log (default); --no-progress: the "
+        "records alone",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
@@ -212,10 +253,11 @@ def main() -> None:
         python, cell_file = venv(Path(scratch) / "cell")
         bytecode = Path(scratch) / "bytecode" if args.bytecode else None
         plain(python, Path(scratch) / "cell", bytecode)  # the bytecode written, not timed
+        scratch_cell = Path(scratch) / "cell"
         for count in sizes:
             write = writing(count, Path(scratch))
             runs = [
-                cell(count, Path(scratch) / "cell", python, cell_file, bytecode)
+                cell(count, scratch_cell, python, cell_file, bytecode, progress=args.progress)
                 for _ in range(args.repeat)
             ]
             run = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
