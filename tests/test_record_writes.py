@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from ftmatrix.case_verdicts import CaseVerdicts
 from ftmatrix.cell.file_writes import LineAppender, NoteFile, note_text, read_note, write_atomically
+from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import FIELDS, Record
 from ftmatrix.cell.record_lines import CellLines
 from ftmatrix.cell.records import (
@@ -314,6 +316,42 @@ def test_the_supervisor_reads_each_record_once(
         assert sorted(line.rsplit(" | ", 1)[1] for line in lines) == sorted(
             f"test_many.py::test_one[{n}]: pass" for n in range(count)
         )
+
+
+def test_a_secret_that_matches_a_time_or_status_loses_no_result(tmp_path: Path) -> None:
+    """A secret whose value a record's own text happened to hold (today's date in every
+    record's times, a status word) was masked there too: every record became unreadable,
+    moved to quarantine, and the cell ended with "no case was collected". The times, ids
+    and status this code writes are never masked; the case's own texts still are."""
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "test_told.py").write_text(
+        "import os, pytest\n\n\n@pytest.mark.parametrize('n', range(3))\n"
+        "def test_one(n):\n    assert n < 2, os.environ['DEPLOY_API_TOKEN']\n"
+    )
+    cell_file, ctx = bare_cell(tmp_path, cases)
+    record_file = tmp_path / "out" / "cell1.jsonl"
+    command, targets = pytest_command(Path(sys.executable), cell_file, record_file, ctx)
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    env = {**cell_env(ctx.env), "DEPLOY_API_TOKEN": today, "RELEASE_PASSWORD": "timeout"}
+    records = run_cases(
+        command,
+        targets,
+        record_file=record_file,
+        cases_dir=cases.resolve(),
+        env=env,
+        limits=CaseLimits(case_seconds=60, cell_seconds=600, memory_bytes=None),
+        make_record=make_record,
+        log=lambda line: None,
+        cwd=tmp_path,
+    )
+    assert sorted(r.status.value for r in records) == ["fail", "pass", "pass"]
+    assert not CellFiles(record_file).quarantine.exists()
+    (failed,) = [r for r in records if r.status is Status.FAIL]
+    assert failed.started_at.startswith(time.strftime("%Y-", time.gmtime()))
+    assert today not in (failed.message or "") and "<redacted:DEPLOY_API_TOKEN>" in (
+        failed.message or ""
+    )
 
 
 def test_compaction_with_the_supervisor_s_scanner_reads_only_the_rest(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
 from ftmatrix.cell.record import Record
-from ftmatrix.cell.records import SORTED_KEYS, field_json, record_line
+from ftmatrix.cell.records import OWN_FORMAT_FIELDS, SORTED_KEYS, field_json, record_line
 from ftmatrix.cell.redact import Redactor, current_redactor
 from ftmatrix.cell.status import Status
 
@@ -59,7 +59,9 @@ class CellLines:
             value = fields[name] if name in fields else own[name]
             if value is None:
                 parts.append("null")
-            elif type(value) is str:  # the case's id, its times (as field_json writes them)
+            elif name in OWN_FORMAT_FIELDS:  # its times, its status: never masked
+                parts.append(field_json(redactor, name, value))
+            elif type(value) is str:  # the case's id (as field_json writes it)
                 parts.append(_json_string(redactor.text(value)))
             else:
                 parts.append(field_json(redactor, name, value))
@@ -82,13 +84,13 @@ class CellLines:
                 finished_at=finished_at, duration=duration, metrics={}, reason=None,
             )  # fmt: skip
         text = redactor.text
-        passed = field_json(redactor, "status", Status.PASS)
         # In CASE_FIELDS' order: case, duration, finished_at, metrics, operation, reason,
-        # started_at, status (a property test holds it to line's).
+        # started_at, status (a property test holds it to line's); the times and the status
+        # are never masked (OWN_FORMAT_FIELDS).
         return (
             f"{p[0]}{_json_string(text(case))}{p[1]}{duration!r}{p[2]}"
-            f"{_json_string(text(finished_at))}{p[3]}{{}}{p[4]}{_json_string(text(operation))}"
-            f"{p[5]}null{p[6]}{_json_string(text(started_at))}{p[7]}{passed}{p[8]}"
+            f"{_json_string(finished_at)}{p[3]}{{}}{p[4]}{_json_string(text(operation))}"
+            f'{p[5]}null{p[6]}{_json_string(started_at)}{p[7]}"pass"{p[8]}'
         )
 
 

@@ -310,11 +310,22 @@ def _line(record: Record) -> str:
     return "{" + fields + "}\n"
 
 
+# Fields whose text this code makes in a format the record's reading checks (an ISO time,
+# a run id, a hash, a status): no secret is in them, and masking one that a secret's value
+# happened to match (a date, "timeout") made the record unreadable, so the case's result
+# was lost. Never masked.
+OWN_FORMAT_FIELDS = frozenset(
+    {"run_id", "cell_id", "lock_id", "status", "started_at", "finished_at"}
+)
+
+
 def field_json(redactor: Redactor, name: str, value: Any) -> str:  # noqa: PLR0911 -- a return per kind
     """The JSON text of the record's field ``name`` holding ``value``, redacted."""
     kind = type(value)
     if value is None:
         return "null"
+    if name in OWN_FORMAT_FIELDS:
+        return _json_string(value.value if isinstance(value, Status) else str(value))
     if kind is str:
         return _json_string(redactor.text(value))
     if name in _REPEATED_FIELDS:
