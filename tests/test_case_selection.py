@@ -82,6 +82,20 @@ def test_a_cell_without_a_verdict_says_why() -> None:
     assert no_verdict([broken, make_record()]) is None
 
 
+def test_a_cell_whose_records_were_all_unreadable_is_not_said_to_have_collected_nothing(
+    tmp_path: Path,
+) -> None:
+    """Its cases ran, their records went to quarantine: "no case was collected (check
+    the selection)" sent the user to the wrong place."""
+    quarantine = tmp_path / "cell.jsonl.quarantine"
+    assert "no case was collected" in (no_verdict([], quarantine) or "")  # none there
+    quarantine.write_bytes(b'{"case": "torn\n{"case": "t.py::b", "started_at": "<redacted>"}\n')
+    assert no_verdict([], quarantine) == (
+        f"no record of the cell could be read: 2 unreadable line(s) moved to {quarantine}"
+    )
+    assert no_verdict([make_record()], quarantine) is None
+
+
 def nox_matrix(
     tmp_path: Path, matrix: Path, cases: Path, *args: str
 ) -> subprocess.CompletedProcess:

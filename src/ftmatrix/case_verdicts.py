@@ -191,6 +191,14 @@ class CaseVerdicts:
         return list(scan.records)
 
 
+def _lines_in(path: Path) -> int:
+    try:
+        with path.open("rb") as handle:
+            return sum(1 for line in handle if line.strip())
+    except OSError:
+        return 0
+
+
 def case_list(path: Path) -> list[str] | None:
     """The case ids the plugin listed in ``path`` (the collected or isolated cases); None
     where there is no such list or it is damaged (not a JSON list of strings): a first pass
@@ -259,9 +267,16 @@ def _note_leftovers(files: CellFiles, leftovers: Sequence[Leftover], log: Log) -
         log(f"[ftmatrix] {case or 'before any case'} left running: {', '.join(names)} (ended)")
 
 
-def no_verdict(records: Sequence[Record]) -> str | None:
-    """Why a cell's records hold no verdict on the frameworks, or None when they do."""
+def no_verdict(records: Sequence[Record], quarantine: Path | None = None) -> str | None:
+    """Why a cell's records hold no verdict on the frameworks, or None when they do.
+    ``quarantine``: the cell's file of unreadable record lines, where it may have one."""
     if not records:
+        lines = _lines_in(quarantine) if quarantine is not None else 0
+        if lines:  # the cases ran: their records could not be read back
+            return (
+                f"no record of the cell could be read: {lines} unreadable line(s) moved "
+                f"to {quarantine}"
+            )
         return "no case was collected (check the selection and pytest's -k/-m options)"
     if all(
         r.status in (Status.INSTALL_ERROR, Status.ERROR) and r.case == WHOLE_CELL for r in records

@@ -335,7 +335,7 @@ def run_matrix_cell(
         # Queued before the verdict check ends the session: a run whose only cells had no
         # verdict (an install-error) still gets its report, never the last run's left as is.
         session.notify("report", posargs=[])  # the cell's pytest arguments are not the report's
-    problem = no_verdict(records)
+    problem = no_verdict(records, files.quarantine)
     if problem:
         session.error(f"{cell.label}: no verdict: {problem}")
 
