@@ -13,7 +13,8 @@ Two figures side by side (printed, never asserted):
   steadier); and, beside it, against the very pytest command the cell runs without
   ftmatrix's plugin (its options: the log's verbosity, ``-ra``), which tells what
   ftmatrix adds from what pytest's options cost. Each size is measured ``--repeat``
-  times, the three sides in turn, and the medians are shown.
+  times, the three sides in turn: the times shown are medians, each ratio the median of
+  the ratios within a repeat.
   Both sides keep their bytecode as the runner has a cell's processes keep it
   (``PYTHONPYCACHEPREFIX``), warmed first; ``--no-bytecode`` runs them with the caller's
   settings instead (with ``PYTHONDONTWRITEBYTECODE`` set, both sides compile pytest anew
@@ -224,11 +225,16 @@ def plain(python: Path, folder: Path, bytecode: Path | None) -> None:
     )  # fmt: skip
 
 
+def paired(runs: list[dict[str, float]], side: str, base: str) -> float:
+    """The median of ``side / base`` over the runs, each taken within one run."""
+    return round(statistics.median(r[side] / r[base] for r in runs), 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--sizes", default="250,1000,2000")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each size (medians)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each size (medians)")
     parser.add_argument(
         "--bytecode",
         action=argparse.BooleanOptionalAction,
@@ -266,9 +272,11 @@ def main() -> None:
                 "write_s": round(write, 3),
                 "ms_per_record": round(1000 * write / count, 3),
                 **{k: round(v, 2) for k, v in run.items()},
-                "wall_ratio": round(run["stage_s"] / run["own_s"], 2),
-                "cpu_ratio": round(run["stage_cpu_s"] / run["own_cpu_s"], 2),
-                "options_ratio": round(run["stage_cpu_s"] / run["options_cpu_s"], 2),
+                # Each ratio of sides measured back to back, then their median: on a
+                # shared machine the load drifts between repeats more than within one.
+                "wall_ratio": paired(runs, "stage_s", "own_s"),
+                "cpu_ratio": paired(runs, "stage_cpu_s", "own_cpu_s"),
+                "options_ratio": paired(runs, "stage_cpu_s", "options_cpu_s"),
             }
             rows.append(row)
             print(
