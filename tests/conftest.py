@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -128,3 +131,77 @@ def serving(handler: Callable[..., BaseHTTPRequestHandler], **attributes: Any) -
     finally:
         server.shutdown()
         server.server_close()
+
+
+# Helpers shared by several test modules (each module imports from here, never another
+# test module).
+
+
+def run_plugin(
+    pytester: pytest.Pytester, tmp_path: Path, timeout: float | None = None
+) -> dict[str, dict]:
+    """Run pytester's case files with the results plugin; return the records by case name."""
+    cell = {
+        "run_id": "r1",
+        "id": "cell1",
+        "label": "cpu-py3.11-x1",
+        "python": "3.11",
+        "pins": {"x": "1"},
+        "hardware": "cpu",
+    }
+    cell_file = tmp_path / "cell.json"
+    cell_file.write_text(json.dumps(cell))
+    out = tmp_path / "out.jsonl"
+    pytester.runpytest_subprocess(
+        "-p",
+        "ftmatrix.cell.plugin",
+        "--ftmatrix-cell",
+        str(cell_file),
+        "--ftmatrix-record",
+        str(out),
+        timeout=timeout,
+    )
+    return {
+        json.loads(line)["case"].split("::")[1]: json.loads(line)
+        for line in out.read_text().splitlines()
+    }
+
+
+def run(entry: str, folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``ftmatrix run`` or ``nox -s matrix`` over ``folder``'s matrix.yaml and cases/."""
+    variables = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(folder / "matrix.yaml"),
+        "FTMATRIX_CASES": str(folder / "cases"),
+        "FTMATRIX_OUT": str(folder / "out"),
+        **env,
+    }
+    if entry == "cli":
+        command = [sys.executable, "-m", "ftmatrix", "run", *args]
+    else:
+        command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
+        command += ["--envdir", str(folder / ".nox"), "-s", "matrix", *args]
+    return subprocess.run(
+        command, env=variables, cwd=folder, capture_output=True, text=True, check=False, timeout=600
+    )
+
+
+def records_of(out: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted((out / "records").rglob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def holding(lock: Path) -> subprocess.Popen[str]:
+    """Another process that holds a shared lock on ``lock`` until it is ended."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, sys, time\n"
+         f"h = open({str(lock)!r}, 'a'); fcntl.flock(h, fcntl.LOCK_SH)\n"
+         "print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder

@@ -5,7 +5,6 @@ Slow tier: real installs (the uv cache makes repeats quick) and real subprocesse
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -13,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import records_of
 
 from ftmatrix.cell.records import read_records
 from ftmatrix.known_issues import cell_statuses, explain, load_known_issues
@@ -34,14 +34,6 @@ def nox(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Complet
         text=True,
         check=False,
     )
-
-
-def records_of(out: Path) -> list[dict]:
-    return [
-        json.loads(line)
-        for path in sorted((out / "records").rglob("*.jsonl"))
-        for line in path.read_text().splitlines()
-    ]
 
 
 def test_small_matrix_runs_every_cell_and_reports(tmp_path: Path):

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from test_plugin import run_plugin
+from conftest import run_plugin
 
 from ftmatrix.cell.api import ChildProcessFailure, GpuLease
 from ftmatrix.cell.gpu_lease import leased_devices

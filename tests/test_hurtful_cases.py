@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_unlucky_run import records_of, run
+from conftest import records_of, run
 
 from ftmatrix.runner import current_python
 

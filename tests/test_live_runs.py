@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import make_record
+from conftest import holding, make_record
 
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.records import CellRecordFile
@@ -36,19 +36,6 @@ def a_run(out: Path) -> Path:
         make_record(run_id=RUN, cell_id="aaaaaaaaaaaa", cell_label="cpu-six1.16.0")
     )
     return folder
-
-
-def holding(lock: Path) -> subprocess.Popen[str]:
-    """Another process that holds a shared lock on ``lock`` until it is ended."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import fcntl, sys, time\n"
-         f"h = open({str(lock)!r}, 'a'); fcntl.flock(h, fcntl.LOCK_SH)\n"
-         "print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    return holder
 
 
 def test_a_run_whose_lock_is_held_is_in_progress_with_its_unfinished_cells(tmp_path: Path):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, make_record
-from test_unlucky_run import run as run_entry
+from conftest import run as run_entry
 from uv import find_uv_bin
 
 from ftmatrix.cell.records import CellRecordFile

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_plugin
 from hypothesis import given
 from hypothesis import strategies as st
 from packaging.utils import canonicalize_name as packaging_canonical
@@ -76,36 +77,6 @@ def test_out_of_memory():
 def run_cases(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
     pytester.makepyfile(test_cases=CASES)
     return run_plugin(pytester, tmp_path)
-
-
-def run_plugin(
-    pytester: pytest.Pytester, tmp_path: Path, timeout: float | None = None
-) -> dict[str, dict]:
-    """Run pytester's case files with the results plugin; return the records by case name."""
-    cell = {
-        "run_id": "r1",
-        "id": "cell1",
-        "label": "cpu-py3.11-x1",
-        "python": "3.11",
-        "pins": {"x": "1"},
-        "hardware": "cpu",
-    }
-    cell_file = tmp_path / "cell.json"
-    cell_file.write_text(json.dumps(cell))
-    out = tmp_path / "out.jsonl"
-    pytester.runpytest_subprocess(
-        "-p",
-        "ftmatrix.cell.plugin",
-        "--ftmatrix-cell",
-        str(cell_file),
-        "--ftmatrix-record",
-        str(out),
-        timeout=timeout,
-    )
-    return {
-        json.loads(line)["case"].split("::")[1]: json.loads(line)
-        for line in out.read_text().splitlines()
-    }
 
 
 def test_a_pytest_of_one_process_writes_its_records_without_the_folder_lock(

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from conftest import run_plugin
 
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import Record
@@ -179,20 +180,6 @@ STAND_INS = {
     "trl/trainer/__init__.py": "",
     "trl/trainer/sft_trainer.py": "from peft import PeftModel\nclass SFTTrainer: ...\n",
 }
-
-
-def run_plugin(pytester: pytest.Pytester, tmp_path: Path) -> dict[str, dict]:
-    """Run pytester's case files with the results plugin; the records by case name."""
-    cell = {"run_id": "r1", "id": "c1", "label": "cpu-x1", "python": "3.11", "pins": {}}
-    cell_file = tmp_path / "cell.json"
-    cell_file.write_text(json.dumps({**cell, "hardware": "cpu"}))
-    out = tmp_path / "out.jsonl"
-    pytester.runpytest_subprocess(
-        "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(cell_file),
-        "--ftmatrix-record", str(out),
-    )  # fmt: skip
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
-    return {r["case"].split("::")[1]: r for r in lines}
 
 
 CASES = """

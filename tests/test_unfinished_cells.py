@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_record
-from test_live_runs import holding
+from conftest import holding, make_record
 
 import ftmatrix
 from ftmatrix.cell.files import CellFiles

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_record
+from conftest import make_record, records_of, run
 
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.records import CellRecordFile
@@ -32,33 +32,6 @@ def absent_python() -> str | None:
     candidates = [f"3.{minor}" for minor in range(9, 16)]
     found = find_interpreters(candidates, os.environ)
     return next((v for v in candidates if found[v].path is None), None)
-
-
-def run(entry: str, folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``ftmatrix run`` or ``nox -s matrix`` over ``folder``'s matrix.yaml and cases/."""
-    variables = {
-        **os.environ,
-        "FTMATRIX_MATRIX": str(folder / "matrix.yaml"),
-        "FTMATRIX_CASES": str(folder / "cases"),
-        "FTMATRIX_OUT": str(folder / "out"),
-        **env,
-    }
-    if entry == "cli":
-        command = [sys.executable, "-m", "ftmatrix", "run", *args]
-    else:
-        command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")]
-        command += ["--envdir", str(folder / ".nox"), "-s", "matrix", *args]
-    return subprocess.run(
-        command, env=variables, cwd=folder, capture_output=True, text=True, check=False, timeout=600
-    )
-
-
-def records_of(out: Path) -> list[dict]:
-    return [
-        json.loads(line)
-        for path in sorted((out / "records").rglob("*.jsonl"))
-        for line in path.read_text().splitlines()
-    ]
 
 
 def write_matrix(folder: Path, pythons: list[str], case_seconds: int = 60) -> None:
