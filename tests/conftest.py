@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +30,13 @@ ROOT = Path(__file__).parent.parent
 RUN_MARKS = ("FTMATRIX_RUN_ID", "FTMATRIX_IN_RUN", "FTMATRIX_UV_CHECKED")
 for _mark in RUN_MARKS:
     os.environ.pop(_mark, None)
+
+# The resolutions the tests make are kept in a folder of this test session, never in the
+# user's own cache (~/.cache/ftmatrix/resolve), which they would fill and read from; one
+# the user named (FTMATRIX_CACHE_DIR) is theirs to share. uv's own cache stays the user's.
+if not os.environ.get("FTMATRIX_CACHE_DIR"):
+    os.environ["FTMATRIX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ftmatrix-test-resolutions-")
+    atexit.register(shutil.rmtree, os.environ["FTMATRIX_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

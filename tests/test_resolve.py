@@ -12,7 +12,7 @@ from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions
 from ftmatrix.messages import conflict_summary
 from ftmatrix.plan import Cell
-from ftmatrix.resolve import keep_environment_lists, lock_id, resolve_cell
+from ftmatrix.resolve import cache_dir, keep_environment_lists, lock_id, resolve_cell
 
 CELL = Cell(python="3.11", pins=(("six", "1.17.0"),), hardware="cpu")
 
@@ -149,3 +149,11 @@ def test_a_users_uv_list_variable_survives_an_option_ftmatrix_passes(
 ) -> None:
     # uv takes an option given on its command line instead of its variable, not beside it.
     assert keep_environment_lists(args, env) == [*args, *added]
+
+
+def test_the_tests_keep_their_resolutions_out_of_the_user_s_cache():
+    """The test session's resolutions (373 of them found in this machine's cache) go to a
+    folder of the session's own, for every command a test starts too."""
+    user_s = cache_dir({"HOME": os.environ.get("HOME", "/tmp")})
+    used = cache_dir(os.environ)
+    assert used != user_s and user_s not in used.parents
