@@ -21,7 +21,13 @@ from ftmatrix.cell.status import Status
 from ftmatrix.errors import ConfigError, ExitCode
 from ftmatrix.known_issues import KnownIssue, parse_known_issues
 from ftmatrix.report.causes import causes_of
-from ftmatrix.report.changes import NO_EARLIER_RUN, changes_since_previous, pass_rates
+from ftmatrix.report.changes import (
+    NO_EARLIER_RUN,
+    NOTHING_IN_COMMON,
+    Comparison,
+    changes_since_previous,
+    pass_rates,
+)
 from ftmatrix.report.failures import failure_groups
 from ftmatrix.report.grid import (
     GridEntry,
@@ -556,7 +562,10 @@ def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_ca
     )
     causes = causes_of(failure_groups([after]))
     html = render_headline(
-        [after, down], changes_since_previous([before, after]), causes, compared=1
+        [after, down],
+        changes_since_previous([before, after]),
+        causes,
+        comparison=Comparison(earlier=True, compared=1),
     )
     assert "<strong>1</strong> cell ran 1 case; <strong>1</strong> could not install." in html
     assert (
@@ -570,7 +579,11 @@ def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_ca
     assert "<strong class=new>unexplained</strong>" in html
     assert "reused" not in html  # the records say nothing of reuse
     assert "Nothing broke and nothing was fixed since the previous run (1 result compared)" in (
-        render_headline([before], [], [], compared=1)
+        render_headline([before], [], [], comparison=Comparison(earlier=True, compared=1))
+    )
+    # Changes are shown whatever the comparison says (a caller that left it out).
+    assert "<strong>broke</strong>" in render_headline(
+        [after], changes_since_previous([before, after]), [], comparison=Comparison()
     )
 
 
@@ -593,6 +606,21 @@ def test_a_first_run_is_not_said_to_have_changed_nothing(tmp_path: Path):
     page = (tmp_path / "index.html").read_text()
     assert NO_EARLIER_RUN not in page
     assert "nothing was fixed since the previous run (1 result compared)" in page
+
+
+def test_an_earlier_run_with_none_of_these_results_is_not_called_no_earlier_run(tmp_path: Path):
+    """A first night whose cell did not install (its one record the whole cell's), a second
+    that ran the cases: there was an earlier run, with nothing to compare."""
+    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(
+        make_record(run_id="r1", case=WHOLE_CELL, status=Status.INSTALL_ERROR, reason="x")
+    )
+    merge_outputs(tmp_path)
+    CellRecordFile(CellFiles.of(tmp_path, "r2", "c1").records).add(make_record(run_id="r2"))
+    merge_outputs(tmp_path)
+    render_report(tmp_path, now=NOW)
+    page = (tmp_path / "index.html").read_text()
+    assert NO_EARLIER_RUN not in page
+    assert page.count(NOTHING_IN_COMMON) == 2
 
 
 def test_a_square_of_two_versions_is_judged_by_the_cells_that_installed():

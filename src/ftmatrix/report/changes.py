@@ -34,10 +34,38 @@ class StatusChange:
         }
 
 
-# Said instead of "nothing changed" where no result has an earlier run (a first run).
+# Said instead of "nothing changed" where the history holds no earlier run (a first run),
+# or an earlier run with none of these results (its cells did not install, other cases).
 NO_EARLIER_RUN = (
     "No earlier run of these cells to compare with: nothing is called broken or fixed yet."
 )
+NOTHING_IN_COMMON = (
+    "The previous run holds none of these results (other cases, or cells that did not run "
+    "their cases then): nothing is called broken or fixed."
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What the newest run was compared with: whether an earlier run exists, and how many
+    of its results the newest run has too."""
+
+    earlier: bool = False
+    compared: int = 0
+
+    def unchanged(self) -> str:
+        """What to say where nothing broke and nothing was fixed."""
+        if not self.earlier:
+            return NO_EARLIER_RUN
+        if not self.compared:
+            return NOTHING_IN_COMMON
+        return (
+            "Nothing broke and nothing was fixed since the previous run "
+            f"({self.compared} result{'s' if self.compared != 1 else ''} compared)."
+        )
+
+
+FIRST_RUN = Comparison()  # a history of one run
 
 
 def _runs_of_each_result(records: Iterable[Record]) -> dict[tuple[str, str], dict[str, Record]]:

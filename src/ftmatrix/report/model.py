@@ -21,7 +21,13 @@ from ftmatrix.known_issues import KnownIssue, load_known_issues
 from ftmatrix.live_runs import RunInProgress
 from ftmatrix.proofs import entry_proofs
 from ftmatrix.report.causes import Cause, causes_of
-from ftmatrix.report.changes import StatusChange, changes_since_previous, compared_results
+from ftmatrix.report.changes import (
+    FIRST_RUN,
+    Comparison,
+    StatusChange,
+    changes_since_previous,
+    compared_results,
+)
 from ftmatrix.report.failures import FailureGroup, failure_groups
 from ftmatrix.report.first_screen import AxesShown, axes_shown
 from ftmatrix.report.grid import Grid, GridEntry, build_grid, grid_axes, grid_entries, reused_cells
@@ -45,7 +51,7 @@ class ReportData:
     causes: tuple[Cause, ...]  # the groups gathered by known issue: one heading per entry
     shown: AxesShown  # the cell-level axes that vary, and the rest said once
     changes: tuple[StatusChange, ...]  # regressions and fixes since the previous run
-    compared: int  # results with an earlier run to compare with (0: a first run)
+    comparison: Comparison  # whether an earlier run exists, how many results it shares
     trend: Mapping[str, list[tuple[str, float]]]  # operation -> (run, pass rate), oldest first
     probes: tuple[Record, ...]  # the cap probes' records: shown apart, never in the grid
     probe_outcomes: Mapping[tuple[str, str], str]  # (cap, hardware) -> what ran past it
@@ -64,7 +70,7 @@ def report_data(
     generated_at: datetime,
     groups: Sequence[FailureGroup] = (),
     changes: Sequence[StatusChange] = (),
-    compared: int = 0,
+    comparison: Comparison = FIRST_RUN,
     trend: Mapping[str, list[tuple[str, float]]] | None = None,
     probes: Sequence[Record] = (),
     installability: Mapping[str, Any] | None = None,
@@ -91,7 +97,7 @@ def report_data(
         causes=tuple(causes_of(groups)),
         shown=axes_shown(axes),
         changes=tuple(changes),
-        compared=compared,
+        comparison=comparison,
         trend=dict(trend or {}),
         probes=tuple(probes),
         probe_outcomes=probe_summaries(probes),
@@ -135,7 +141,7 @@ def collect_report(out_dir: Path, *, now: datetime, **sources: Unpack[Sources]) 
         generated_at=now,
         groups=failure_groups(grid.records, known, findings, proofs),
         changes=changes_since_previous(judged),
-        compared=compared_results(judged),
+        comparison=Comparison(earlier=bool(previous), compared=compared_results(judged)),
         trend=pass_rate_table(store),
         probes=probes,
         # The plan's findings name the matrix file and uv's reasons (find-links paths).

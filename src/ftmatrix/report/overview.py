@@ -22,7 +22,7 @@ from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.status import Status
 from ftmatrix.known_issues import KnownIssue
 from ftmatrix.report.causes import Cause, cut, web_link
-from ftmatrix.report.changes import NO_EARLIER_RUN, StatusChange
+from ftmatrix.report.changes import Comparison, StatusChange
 from ftmatrix.report.first_screen import PREFERRED_AXES, AxesShown, cell_names
 from ftmatrix.report.grid import (
     CASE_AXES,
@@ -60,7 +60,7 @@ def render_headline(
     changes: Sequence[StatusChange],
     causes: Sequence[Cause],
     *,
-    compared: int,
+    comparison: Comparison,
 ) -> str:
     """What happened, in a few lines: runs and cells, breaks and fixes, largest causes."""
     cells = {r.cell_id for r in records}
@@ -84,7 +84,7 @@ def render_headline(
             f"(unchanged since {escape(since)})"
         )
     parts = [f"<p class=facts>{'; '.join(facts)}.</p>"]
-    parts.append(_changes_headline(changes, compared))
+    parts.append(_changes_headline(changes, comparison))
     if causes:
         items = "".join(_cause_item(c) for c in causes[:HEADLINE_CAUSES])
         more = (
@@ -133,14 +133,9 @@ def _entry_name(entry: KnownIssue) -> str:
     return f"{escape(entry.id)} (no upstream report yet)"
 
 
-def _changes_headline(changes: Sequence[StatusChange], compared: int) -> str:
-    if not compared:
-        return f"<p class=changed>{NO_EARLIER_RUN}</p>"
+def _changes_headline(changes: Sequence[StatusChange], comparison: Comparison) -> str:
     if not changes:
-        return (
-            "<p class=changed>Nothing broke and nothing was fixed since the previous run "
-            f"({_n(compared, 'result')} compared).</p>"
-        )
+        return f"<p class=changed>{escape(comparison.unchanged())}</p>"
     # One line per (kind, packages that moved): "broke: 8 results in 2 cells when ...".
     lines: dict[tuple[str, str], list[StatusChange]] = {}
     for change in changes:

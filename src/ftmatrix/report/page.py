@@ -53,14 +53,16 @@ def render_html(data: ReportData) -> str:
         missing=notices_html(data.in_progress, data.unreadable)
         + missing_html(data.missing)
         + unfinished_html(data.unfinished),
-        headline=render_headline(grid.records, data.changes, data.causes, compared=data.compared),
+        headline=render_headline(
+            grid.records, data.changes, data.causes, comparison=data.comparison
+        ),
         counts=_summary(Counter(r.status for r in grid.records), data.reused),
         legend=_legend(Counter(r.status for r in grid.records)),
         compatibility=render_compatibility(entries, values),
         hud=render_hud(entries, values, data.shown),
         pivot_controls=pivot_controls_html(grid, values, axes, names),
         pivot=pivot_html(grid, entries, values, axes, names),
-        changes=changes_html(data.changes, compared=data.compared),
+        changes=changes_html(data.changes, comparison=data.comparison),
         groups=causes_html(data.causes),
         trend=_trend(data.trend),
         stack_checker=_stack_checker(data.results),

@@ -14,7 +14,7 @@ from ftmatrix.cell.status import PROBLEM_STATUSES
 from ftmatrix.known_issues import KnownIssue
 from ftmatrix.messages import headline
 from ftmatrix.report.causes import Cause, cut, web_link
-from ftmatrix.report.changes import NO_EARLIER_RUN, StatusChange
+from ftmatrix.report.changes import Comparison, StatusChange
 from ftmatrix.report.grid import Grid, record_anchor, reuse_note
 from ftmatrix.report.status_chips import status_chip
 from ftmatrix.versions import version_order
@@ -29,11 +29,9 @@ def reproduce_command(record: Record) -> str:
     return command
 
 
-def changes_html(changes: Sequence[StatusChange], *, compared: int) -> str:
-    if not compared:
-        return f"<h2>Changed since the previous run</h2><p>{NO_EARLIER_RUN}</p>"
+def changes_html(changes: Sequence[StatusChange], *, comparison: Comparison) -> str:
     if not changes:
-        return "<h2>Changed since the previous run</h2><p>Nothing changed.</p>"
+        return f"<h2>Changed since the previous run</h2><p>{escape(comparison.unchanged())}</p>"
     items = []
     for change in changes:
         moved = ", ".join(
