@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import re
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -225,3 +227,18 @@ def test_a_cell_s_records_scan_the_environment_once_not_once_each(
         file.add(make_record(case=f"test_x.py::test_{number}"))
     assert len(scans) == 1
     assert len(file.records) == 50
+
+
+def test_a_line_of_many_unknown_keys_is_not_kept_after_it_is_read():
+    """The field checks are remembered per shape of a record's own keys: a line with a
+    hundred thousand others (damaged, or hostile) was kept alive in that memory."""
+    good = json.loads(json.dumps(make_record().to_dict()))
+    junk = {**good, **{f"unknown-key-{n}": n for n in range(100_000)}}
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    Record.from_mapping(junk)
+    del junk
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert kept < 1_000_000, kept

@@ -166,14 +166,8 @@ class Record:
         """Parse one record; ValueError names the first missing or bad field."""
         if data.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"schema {data.get('schema')!r} is not {SCHEMA_VERSION}")
-        # A shape (keys and their types, in order) found right once is right again: a
-        # cell's records share one or two, and the history reads thousands of lines.
-        shape = (tuple(data), tuple(map(type, data.values())))
-        if shape not in _RIGHT_SHAPES:
-            _check_fields(data)
-            if len(_RIGHT_SHAPES) >= _SHAPES_KEPT:
-                _RIGHT_SHAPES.clear()
-            _RIGHT_SHAPES.add(shape)
+        own_keys = data.keys() <= _FIELD_DEFAULTS.keys()
+        _check_fields_once(data, own_keys=own_keys)
         check_values(data)
         if data["run_id"] not in _RIGHT_RUN_IDS:
             if not is_run_id(data["run_id"]):
@@ -192,7 +186,7 @@ class Record:
         # Made as the dataclass's __init__ makes it (every field set in its order, nothing
         # else run), in a fraction of its time.
         fields = dict(_FIELD_DEFAULTS)
-        if data.keys() <= _FIELD_DEFAULTS.keys():
+        if own_keys:
             fields.update(data)
         else:  # keys of no field (a newer ftmatrix's) left out
             fields.update((name, data[name]) for name in FIELDS if name in data)
@@ -207,6 +201,21 @@ class Record:
         record = object.__new__(cls)
         object.__setattr__(record, "__dict__", fields)
         return record
+
+
+def _check_fields_once(data: Mapping[str, Any], *, own_keys: bool) -> None:
+    """:func:`_check_fields`, once per shape (keys and their types, in order): a cell's
+    records share one or two, and the history reads thousands of lines. Only shapes of a
+    record's own keys are remembered: a line of a million others is checked each time,
+    never kept."""
+    shape = (tuple(data), tuple(map(type, data.values()))) if own_keys else None
+    if shape is not None and shape in _RIGHT_SHAPES:
+        return
+    _check_fields(data)
+    if shape is not None:
+        if len(_RIGHT_SHAPES) >= _SHAPES_KEPT:
+            _RIGHT_SHAPES.clear()
+        _RIGHT_SHAPES.add(shape)
 
 
 def _check_fields(data: Mapping[str, Any]) -> None:
