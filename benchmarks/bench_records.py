@@ -124,11 +124,13 @@ def shown(folder: Path) -> tuple[Progress, FeedTail]:
     output goes to its log file."""
     feed = folder / "progress.jsonl"
     feed.write_bytes(b"")
+    # Printed into a file, as nox's output goes to a pipe or a file in CI: each flush a write.
+    console = (folder / "console.log").open("w")
     tail = FeedTail(
-        feed, Tally(total=1, started=time.monotonic()), io.StringIO(), lines=True, report=None
+        feed, Tally(total=1, started=time.monotonic()), console, lines=True, report=None
     )
     tail.start()
-    progress = Progress(1, io.StringIO(), live=False, feed=FeedWriter(feed, printed=True))
+    progress = Progress(1, console, live=False, feed=FeedWriter(feed, printed=True))
     progress.log_to(folder / "cell.log")
     progress.cell_started("cpu-py3.11-six1.17.0")
     return progress, tail

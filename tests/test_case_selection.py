@@ -91,7 +91,8 @@ def test_a_cell_whose_records_were_all_unreadable_is_not_said_to_have_collected_
     assert "no case was collected" in (no_verdict([], quarantine) or "")  # none there
     quarantine.write_bytes(b'{"case": "torn\n{"case": "t.py::b", "started_at": "<redacted>"}\n')
     assert no_verdict([], quarantine) == (
-        f"no record of the cell could be read: 2 unreadable line(s) moved to {quarantine}"
+        f"no record of the cell could be read: its quarantine file {quarantine} holds 2 "
+        "unreadable line(s)"
     )
     assert no_verdict([make_record()], quarantine) is None
 

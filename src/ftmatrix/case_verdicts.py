@@ -274,8 +274,8 @@ def no_verdict(records: Sequence[Record], quarantine: Path | None = None) -> str
         lines = _lines_in(quarantine) if quarantine is not None else 0
         if lines:  # the cases ran: their records could not be read back
             return (
-                f"no record of the cell could be read: {lines} unreadable line(s) moved "
-                f"to {quarantine}"
+                f"no record of the cell could be read: its quarantine file {quarantine} "
+                f"holds {lines} unreadable line(s)"
             )
         return "no case was collected (check the selection and pytest's -k/-m options)"
     if all(
