@@ -106,7 +106,7 @@ class Progress:
                 self.running.discard(case)
                 events.append(("case-finished", {"case": case, "status": status.value}))
                 if not self.live and (self.feed is None or not self.feed.printed):
-                    lines.append(f"[ftmatrix] {self.status_line()} | {case}: {status.value}\n")
+                    lines.append(self._log_line(f"{case}: {status.value}"))
             if self.feed is not None and self.cell is not None:
                 self.feed.emit_all(events, cell=self.cell)
             if self.live:
@@ -216,5 +216,8 @@ class Progress:
             self._drawn = False
 
     def _log(self, event: str) -> None:
-        self.stream.write(f"[ftmatrix] {self.status_line()} | {event}\n")
+        self.stream.write(self._log_line(event))
         self.stream.flush()
+
+    def _log_line(self, event: str) -> str:
+        return f"[ftmatrix] {self.status_line()} | {event}\n"

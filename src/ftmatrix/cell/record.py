@@ -172,9 +172,7 @@ class Record:
         if data["run_id"] not in _RIGHT_RUN_IDS:
             if not is_run_id(data["run_id"]):
                 raise ValueError(f"field 'run_id': {data['run_id']!r} is not {RUN_ID_RULE}")
-            if len(_RIGHT_RUN_IDS) >= _SHAPES_KEPT:
-                _RIGHT_RUN_IDS.clear()
-            _RIGHT_RUN_IDS.add(data["run_id"])
+            _remember(_RIGHT_RUN_IDS, data["run_id"])
         for name in ("started_at", "finished_at"):
             try:
                 datetime.fromisoformat(data[name].replace("Z", "+00:00"))
@@ -213,9 +211,7 @@ def _check_fields_once(data: Mapping[str, Any], *, own_keys: bool) -> None:
         return
     _check_fields(data)
     if shape is not None:
-        if len(_RIGHT_SHAPES) >= _SHAPES_KEPT:
-            _RIGHT_SHAPES.clear()
-        _RIGHT_SHAPES.add(shape)
+        _remember(_RIGHT_SHAPES, shape)
 
 
 def _check_fields(data: Mapping[str, Any]) -> None:
@@ -235,6 +231,12 @@ def _check_fields(data: Mapping[str, Any]) -> None:
 _RIGHT_SHAPES: set[tuple[tuple[Any, ...], tuple[type, ...]]] = set()
 _RIGHT_RUN_IDS: set[str] = set()
 _SHAPES_KEPT = 256
+
+
+def _remember(found_right: set[Any], key: Any) -> None:
+    if len(found_right) >= _SHAPES_KEPT:
+        found_right.clear()
+    found_right.add(key)
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
