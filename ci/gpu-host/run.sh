@@ -27,7 +27,7 @@ ftm() {  # nox with ftmatrix, bounded by what is left of the budget
   local left=$((END - SECONDS)); [ $left -gt 60 ] || { echo "[run.sh] no time left: $*"; return 0; }
   rm -rf unsloth_compiled_cache   # unsloth writes it in the cwd; keep cells apart
   timeout $left python3 -c "$NOX" "$@" \
-    2>&1 | tee -a $O/nox.log | grep -E '\[ftmatrix\].*(: |cell done)|passed|failed|error'; }
+    2>&1 | tee -a $O/nox.log | grep -E '^ftmatrix: |\[ftmatrix\].*(: |cell done)|passed|failed|error'; }
 # 0. what each cell takes from the host and whether it installs, before any GPU time
 FTMATRIX_MATRIX=$G/gpu-seed.yaml nx -s plan >> $O/nox.log 2>&1
 FTMATRIX_MATRIX=$G/gpu-now.yaml nx -s plan >> $O/nox.log 2>&1
