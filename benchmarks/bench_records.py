@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from ftmatrix.case_ends import CaseLimits  # noqa: E402
 from ftmatrix.cell.record import Record  # noqa: E402
 from ftmatrix.cell.records import CellRecordFile  # noqa: E402 -- after the path above
 from ftmatrix.cell.status import Status  # noqa: E402
@@ -51,7 +52,7 @@ from ftmatrix.config import HardwareClass, InstallOptions  # noqa: E402
 from ftmatrix.progress import Progress  # noqa: E402
 from ftmatrix.progress_feed import FeedTail, FeedWriter, Tally  # noqa: E402
 from ftmatrix.runner import CellContext  # noqa: E402
-from ftmatrix.supervise import CaseLimits, run_cases  # noqa: E402
+from ftmatrix.supervise import run_cases  # noqa: E402
 
 CASES = """
 import pytest

@@ -220,3 +220,55 @@ def test_cases_after_one_that_closes_descriptors_in_a_worker_get_their_verdicts(
     assert done.endswith(" 12 cases: 1 fail, 8 pass, 3 error")  # no crash counted
     # Each closer ran once: its record came from its one run, not from a run again.
     assert sorted((tmp_path / "ran.txt").read_text().split()) == ["a", "b", "c"]
+
+
+# A case that closes its worker's channel and dies later than the 5 s pytest-xdist's
+# controller waits to note a worker's exit status: nobody notes it, and while the other
+# cases kept pytest running, the case was taken for a timeout at the case time limit.
+# Its worker is seen gone: a crash.
+DIES_UNSEEN_IN_A_WORKER = """
+import os
+import signal
+import time
+
+import pytest
+
+
+def test_a_closes_its_channel_then_dies():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # deaf to execnet's SIGINT, as native code
+    os.closerange(3, 256)
+    time.sleep(7)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("n", range(60))
+def test_b_healthy(n):
+    time.sleep(0.5)  # pytest runs on past the first case's time limit
+"""
+
+
+def test_a_worker_that_dies_after_its_channel_closed_is_a_crash_not_a_timeout(
+    tmp_path: Path,
+) -> None:
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "test_dies.py").write_text(DIES_UNSEEN_IN_A_WORKER)
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{current_python()}"]\n'
+        'packages:\n  six: ["1.17.0"]\n'
+        "timeouts: {case: 10, cell: 300}\n"
+        "limits: {workers: 2}\n"
+    )
+
+    ran = run("cli", tmp_path, FTMATRIX_RUN_ID="20261127T000000Z")
+    output = ran.stdout + ran.stderr
+    found = {r["case"].split("::")[-1]: r for r in records_of(tmp_path / "out")}
+    assert {case: r["status"] for case, r in found.items()} == {
+        "test_a_closes_its_channel_then_dies": "crash",
+        **{f"test_b_healthy[{n}]": "pass" for n in range(60)},
+    }, output[-4000:]
+    died = found["test_a_closes_its_channel_then_dies"]
+    assert died["attempts"][0]["reason"] == (
+        "the process died during the case: its pytest-xdist worker ended, its exit status unknown"
+    )
+    assert "timeout" not in json.dumps(died), died

@@ -21,6 +21,7 @@ from conftest import bare_cell, make_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ftmatrix.case_ends import CaseLimits
 from ftmatrix.case_verdicts import CaseVerdicts
 from ftmatrix.cell.file_writes import LineAppender, NoteFile, note_text, read_note, write_atomically
 from ftmatrix.cell.files import CellFiles
@@ -37,7 +38,7 @@ from ftmatrix.cell.redact import current_redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.cell_launch import cell_env, pytest_command
 from ftmatrix.progress import Progress
-from ftmatrix.supervise import CaseLimits, run_cases
+from ftmatrix.supervise import run_cases
 
 SECRET = "hunter2-secret-value"
 _REPEATED = ("packages", "host_packages", "hardware", "pins", "runner_labels")

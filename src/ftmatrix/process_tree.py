@@ -36,29 +36,50 @@ class ProcessStat:
 
 def process_table() -> dict[int, ProcessStat]:
     """Every process on the machine: its parent, group and resident bytes, from /proc."""
+    clock = _Clock.now()
     table = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    ticks = os.sysconf("SC_CLK_TCK")
-    booted = _boot_time()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            head, tail = (entry / "stat").read_text().rsplit(")", 1)
-            fields = tail.split()
-            # Fields 2, 3, 4, 5, 22 and 24 of /proc/PID/stat: name, state, parent, process
-            # group, start (clock ticks after boot) and resident pages.
-            table[int(entry.name)] = ProcessStat(
-                ppid=int(fields[1]),
-                pgid=int(fields[2]),
-                rss=int(fields[21]) * page,
-                name=head.split("(", 1)[-1],
-                started=booted + int(fields[19]) / ticks,
-                dead=fields[0] == "Z",
-            )
-        except (OSError, IndexError, ValueError):
-            continue
+        if entry.name.isdigit():
+            found = _read_stat(entry / "stat", clock)
+            if found is not None:
+                table[int(entry.name)] = found
     return table
+
+
+def process_stat(pid: int) -> ProcessStat | None:
+    """The process ``pid`` as /proc shows it now; None where there is none."""
+    return _read_stat(Path(f"/proc/{pid}/stat"), _Clock.now())
+
+
+@dataclass(frozen=True)
+class _Clock:
+    """What turns /proc/PID/stat's pages and clock ticks into bytes and epoch seconds."""
+
+    page: int
+    ticks: int
+    booted: float
+
+    @classmethod
+    def now(cls) -> _Clock:
+        return cls(os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK"), _boot_time())
+
+
+def _read_stat(path: Path, clock: _Clock) -> ProcessStat | None:
+    try:
+        head, tail = path.read_text().rsplit(")", 1)
+        fields = tail.split()
+        # Fields 2, 3, 4, 5, 22 and 24 of /proc/PID/stat: name, state, parent, process
+        # group, start (clock ticks after boot) and resident pages.
+        return ProcessStat(
+            ppid=int(fields[1]),
+            pgid=int(fields[2]),
+            rss=int(fields[21]) * clock.page,
+            name=head.split("(", 1)[-1],
+            started=clock.booted + int(fields[19]) / clock.ticks,
+            dead=fields[0] == "Z",
+        )
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _boot_time() -> float:

@@ -34,6 +34,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ftmatrix.case_ends import CaseLimits
 from ftmatrix.cell.file_writes import DISK_FULL_ERRNOS, read_json, write_atomically
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import lease_env
@@ -67,7 +68,7 @@ from ftmatrix.resolve import (
 from ftmatrix.retry import retried
 from ftmatrix.reuse import CellKey, cases_key, hardware_id, reuse_cell
 from ftmatrix.sharing import one_install_at_a_time, torch_threads, usable_cpus
-from ftmatrix.supervise import CaseLimits, run_cases
+from ftmatrix.supervise import run_cases
 from ftmatrix.system_packages import KEY, HostStack, host_stack, link_host_site
 
 # Share of the machine's memory a cell's cases may take when matrix.yaml sets no limit.

@@ -20,7 +20,6 @@ import collections
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -30,6 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ftmatrix.case_ends import (
+    CaseLimits,
+    Casualty,
+    Workers,
+    case_timeout_reason,
+    crash_reason,
+    describe_exit,
+    oom_reason,
+)
 from ftmatrix.case_verdicts import CaseVerdicts, Log, RecordFactory, case_list
 from ftmatrix.cell.file_writes import read_note
 from ftmatrix.cell.files import CellFiles
@@ -47,9 +55,7 @@ from ftmatrix.process_tree import (
     continue_if_stopped,
     end_leftovers,
     kill_group,
-    kill_tree,
     process_table,
-    tree_rss,
 )
 from ftmatrix.progress import Progress
 
@@ -70,15 +76,6 @@ RESUME_ARG = "--ftmatrix-resume"
 
 
 @dataclass(frozen=True, kw_only=True)
-class CaseLimits:
-    """What one case and one cell may use."""
-
-    case_seconds: float
-    cell_seconds: float
-    memory_bytes: int | None
-
-
-@dataclass(frozen=True, kw_only=True)
 class Attempt:
     """How one pytest process ended."""
 
@@ -91,10 +88,6 @@ class Attempt:
     output_tail: str
     cell_deadline_passed: bool
     unwritten: tuple[Record, ...] = ()  # records the plugin could not write (a full disk)
-
-
-# Told of one case that ended without a record of its own: (note, status, reason, output).
-Casualty = Callable[[Mapping[str, Any], Status, str, str], None]
 
 
 def run_cases(
@@ -219,7 +212,7 @@ def _carry_out(
             else "before it had collected the cases"
         )
         verdicts.record_cell_problem(
-            f"pytest ended {where}: {_describe_exit(attempt.returncode)}",
+            f"pytest ended {where}: {describe_exit(attempt.returncode)}",
             attempt.output_tail,
             crashed=attempt.returncode < 0,
         )
@@ -271,7 +264,7 @@ def _attempt(
     pump.start()
     killed_for: Status | None = None
     cell_deadline_passed = False
-    workers = _Workers(files, process.pid, limits, lambda: _output(tail, fatal), on_casualty)
+    workers = Workers(files, process.pid, limits, lambda: _output(tail, fatal), on_casualty)
     try:
         while not _ended_within(process, POLL_SECONDS):
             continue_if_stopped(process.pid)  # the keeper is ours: no case may stop it
@@ -323,117 +316,14 @@ def _attempt(
     )
 
 
-class _Workers:
-    """The running-case notes of pytest-xdist workers, and what befalls their cases.
-
-    A worker past the case time limit, or the largest when the run is past the
-    memory limit, is killed with its process tree and no other: pytest-xdist
-    replaces it and the other workers go on. A worker that dies by itself gets
-    its exit status added to its note by the controller. Either way the case is
-    handed to ``on_casualty`` once.
-    """
-
-    def __init__(
-        self,
-        files: CellFiles,
-        pgid: int,
-        limits: CaseLimits,
-        output: Callable[[], str],
-        on_casualty: Casualty,
-    ) -> None:
-        self.files = files
-        self.pgid = pgid
-        self.limits = limits
-        self.output = output
-        self.on_casualty = on_casualty
-        self.handled: set[tuple[str, str, float]] = set()
-        self.killed: set[int] = set()
-        self.dying: set[tuple[str, str, float]] = set()  # found dead at the last look
-        self.casualties = 0
-
-    def poll(self, *, final: bool = False) -> list[dict[str, Any]]:
-        """Conclude the cases of dead or overdue workers; return the notes still running.
-
-        A worker's death is concluded a look after the one that found it (``final``: now,
-        the output all read): what it printed as it died ("Fatal Python error: ...") may
-        still be in the pipe the output pump gathers from."""
-        running = []
-        for note in self._notes():
-            if "exit" in note and not final and _note_key(note) not in self.dying:
-                self.dying.add(_note_key(note))  # concluded at the next look
-            elif "exit" in note:
-                code = note["exit"]
-                how = _describe_exit(int(code)) if code is not None else "exit status unknown"
-                self._conclude(note, Status.CRASH, _crash_reason(how))
-            elif time.time() - float(note["started"]) > self.limits.case_seconds:
-                self.killed.update(kill_tree(int(note["pid"]), self.pgid))
-                self._conclude(note, Status.TIMEOUT, _case_timeout_reason(self.limits))
-            else:
-                running.append(note)
-        return running
-
-    def kill_the_largest(self) -> bool:
-        """Kill the worker whose process tree holds the most memory; False if none runs a case."""
-        notes = self._notes()
-        if not notes:
-            return False
-        table = process_table()
-        note = max(notes, key=lambda n: tree_rss(int(n["pid"]), table))
-        self.killed.update(kill_tree(int(note["pid"]), self.pgid))
-        self._conclude(note, Status.OOM, _oom_reason(self.limits))
-        return True
-
-    def _notes(self) -> list[dict[str, Any]]:
-        notes = []
-        for path in self.files.workers_running_cases():
-            note = read_note(path)
-            if note is not None and _note_key(note) not in self.handled:
-                notes.append(note)
-        return notes
-
-    def _conclude(self, note: dict[str, Any], status: Status, reason: str) -> None:
-        # The controller may still add the exit status to a note of a worker we
-        # killed: remembering the note keeps the case from being concluded twice.
-        self.handled.add(_note_key(note))
-        self.casualties += 1
-        self.on_casualty(note, status, reason, self.output())
-
-
-def _note_key(note: Mapping[str, Any]) -> tuple[str, str, float]:
-    return str(note.get("worker")), str(note["case"]), float(note["started"])
-
-
 def _verdict(attempt: Attempt, limits: CaseLimits) -> tuple[Status, str]:
     if attempt.killed_for is Status.TIMEOUT:
         if attempt.cell_deadline_passed:
             return Status.TIMEOUT, f"the cell ran past its {limits.cell_seconds:g} s limit"
-        return Status.TIMEOUT, _case_timeout_reason(limits)
+        return Status.TIMEOUT, case_timeout_reason(limits)
     if attempt.killed_for is Status.OOM:
-        return Status.OOM, _oom_reason(limits)
-    return Status.CRASH, _crash_reason(_describe_exit(attempt.returncode))
-
-
-# Each reason in one place: the single-process and the per-worker verdicts give the same.
-def _case_timeout_reason(limits: CaseLimits) -> str:
-    return f"the case ran past its {limits.case_seconds:g} s limit"
-
-
-def _oom_reason(limits: CaseLimits) -> str:
-    assert limits.memory_bytes is not None
-    return f"the case's processes used more than {limits.memory_bytes / 2**30:.1f} GiB"
-
-
-def _crash_reason(how: str) -> str:
-    return f"the process died during the case: {how}"
-
-
-def _describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"exit code {returncode}"
+        return Status.OOM, oom_reason(limits)
+    return Status.CRASH, crash_reason(describe_exit(attempt.returncode))
 
 
 def _isolated_cases(files: CellFiles) -> set[str]:
