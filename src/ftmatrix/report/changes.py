@@ -76,18 +76,17 @@ def _runs_of_each_result(records: Iterable[Record]) -> dict[tuple[str, str], dic
     return history
 
 
-def compared_results(records: Iterable[Record]) -> int:
-    """How many (cell label, case) have an earlier run to compare with: with none, "nothing
-    changed" would be said of a first run."""
-    return sum(len(runs) >= 2 for runs in _runs_of_each_result(records).values())
-
-
-def changes_since_previous(records: Iterable[Record]) -> list[StatusChange]:
-    """Regressions and fixes between each (cell label, case)'s two newest runs."""
+def compare_runs(
+    records: Iterable[Record], *, earlier: bool
+) -> tuple[list[StatusChange], Comparison]:
+    """Regressions and fixes between each (cell label, case)'s two newest runs, and what
+    was compared (``earlier``: whether the history holds a run before the newest)."""
     changes = []
+    compared = 0
     for _, runs in sorted(_runs_of_each_result(records).items()):
         if len(runs) < 2:
             continue
+        compared += 1
         # By when each ran, never by the run ids' text.
         previous, latest = sorted(runs.values(), key=lambda r: (ran_at(r), r.run_id))[-2:]
         was_ok = previous.status is Status.PASS
@@ -96,7 +95,12 @@ def changes_since_previous(records: Iterable[Record]) -> list[StatusChange]:
             changes.append(StatusChange(kind="regression", before=previous, after=latest))
         elif previous.status in PROBLEM_STATUSES and is_ok:
             changes.append(StatusChange(kind="fix", before=previous, after=latest))
-    return changes
+    return changes, Comparison(earlier=earlier, compared=compared)
+
+
+def changes_since_previous(records: Iterable[Record]) -> list[StatusChange]:
+    """Regressions and fixes between each (cell label, case)'s two newest runs."""
+    return compare_runs(records, earlier=True)[0]
 
 
 def pass_rates(records: Iterable[Record]) -> dict[str, list[tuple[str, float]]]:

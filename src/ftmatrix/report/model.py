@@ -25,8 +25,7 @@ from ftmatrix.report.changes import (
     FIRST_RUN,
     Comparison,
     StatusChange,
-    changes_since_previous,
-    compared_results,
+    compare_runs,
 )
 from ftmatrix.report.failures import FailureGroup, failure_groups
 from ftmatrix.report.first_screen import AxesShown, axes_shown
@@ -136,12 +135,13 @@ def collect_report(out_dir: Path, *, now: datetime, **sources: Unpack[Sources]) 
     proofs = entry_proofs(load_proofs(store))
     previous = [x.published() for x in newest_records(store, back=1)]
     judged = [r for r in [*previous, *latest] if not r.beyond_cap]
+    changes, comparison = compare_runs(judged, earlier=bool(previous))
     return report_data(
         grid,
         generated_at=now,
         groups=failure_groups(grid.records, known, findings, proofs),
-        changes=changes_since_previous(judged),
-        comparison=Comparison(earlier=bool(previous), compared=compared_results(judged)),
+        changes=changes,
+        comparison=comparison,
         trend=pass_rate_table(store),
         probes=probes,
         # The plan's findings name the matrix file and uv's reasons (find-links paths).
