@@ -93,6 +93,16 @@ def scan_records(path: Path) -> Scan:
     return RecordScanner(path).scan()
 
 
+@dataclass(frozen=True)
+class _Look:
+    """One read of the lines added to a record file: the torn end after its last newline
+    (a write not finished, or not yet), or why nothing could be read."""
+
+    torn: bytes = b""
+    gone: bool = False  # no file there (yet)
+    problem: str | None = None  # it cannot be read: a folder, a pipe, no permission
+
+
 class RecordScanner:
     """:func:`scan_records` of one file as it grows: each scan reads only the lines added
     since the last one, so a supervisor that asks after every pass (which cases have a
@@ -131,17 +141,16 @@ class RecordScanner:
 
     def scan(self) -> Scan:
         """The file as it is now: each case's last record, and its unreadable lines."""
-        data = self._read_more()
-        if data is None:
+        look = self._read_more()
+        if look.gone:
             return Scan(records=(), problems=(), damaged=())
-        if isinstance(data, str):
-            return Scan(records=(), problems=(data,), damaged=())
+        if look.problem is not None:
+            return Scan(records=(), problems=(look.problem,), damaged=())
         problems, damaged = list(self._problems), list(self._damaged)
-        torn = data[data.rfind(b"\n") + 1 :]
-        if torn.strip():  # no newline after it: a write that never finished (or not yet)
+        if look.torn.strip():  # no newline after it: a write that never finished (or not yet)
             why = "a torn line (the file ends in the middle of it)"
             problems.append(f"{self.path}:{self._lines + 1}: skipped: {why}")
-            damaged.append(torn)
+            damaged.append(look.torn)
         return Scan(
             records=tuple(self._latest_records()),
             problems=tuple(problems),
@@ -150,9 +159,8 @@ class RecordScanner:
             superseded=self._superseded,
         )
 
-    def _read_more(self) -> bytes | str | None:
-        """Read the lines added since the last look; what was read (its torn end after the
-        last newline), or None where the file is gone, or a problem where it cannot be read."""
+    def _read_more(self) -> _Look:
+        """Read the lines added since the last look."""
         try:
             # Non-blocking: a pipe in the file's place would hold its reader for ever.
             with os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
@@ -166,15 +174,15 @@ class RecordScanner:
                 data = handle.read()
         except FileNotFoundError:
             self._start(None)
-            return None
+            return _Look(gone=True)
         except OSError as exc:  # a folder, a file no one may read: nothing of it is a record
             self._start(None)
-            return f"{self.path}: skipped: cannot be read: {exc.strerror or exc}"
-        whole = data[: data.rfind(b"\n") + 1]
-        for raw in whole.split(b"\n")[:-1]:
+            return _Look(problem=f"{self.path}: skipped: cannot be read: {exc.strerror or exc}")
+        end = data.rfind(b"\n") + 1
+        for raw in data[:end].split(b"\n")[:-1]:
             self._read_line(raw)
-        self._offset += len(whole)
-        return data
+        self._offset += end
+        return _Look(torn=data[end:])
 
     def _read_line(self, raw: bytes) -> None:
         self._lines += 1
