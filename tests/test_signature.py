@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import run_plugin
+from conftest import make_record, run_plugin
 
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import Record
@@ -298,6 +298,38 @@ def test_real_hybridcache_failures_form_one_group_blamed_on_peft(tmp_path: Path)
         assert "peft 0.17.1 imports HybridCache" in text, name
 
 
+# The fields ftmatrix writes itself in a checked format (ids, times, a status, a hash,
+# numbers): the only ones a published record keeps as they are.
+OWN_FIELDS = {
+    "run_id", "cell_id", "lock_id", "status", "started_at", "finished_at", "reused_from",
+    "signature", "schema", "duration", "flaky", "raw_message", "raw_traceback",
+}  # fmt: skip
+
+
+def test_a_published_record_holds_no_machine_path_in_any_field() -> None:
+    """Every text of a record but its own formats is cleaned: a runner's label, the
+    machine's import error, a local wheel's version and any field added later."""
+    path = "/srv/zelda/work/lib/libtorch_global_deps.so"
+    planted: dict[str, object] = {}
+    for name, value in make_record().to_dict().items():
+        if name in OWN_FIELDS:
+            continue
+        if isinstance(value, dict):
+            planted[name] = {**value, path: path}
+        elif isinstance(value, list):
+            planted[name] = [path]
+        elif isinstance(value, str) or value is None:
+            planted[name] = f"{name} {path}"
+        else:
+            raise AssertionError(f"field {name!r} of a kind this test does not plant in")
+    planted["attempts"] = [{"status": "crash", "message": path}]
+    planted["hardware"] = {"import_error": f"OSError: {path}: cannot open", "gpus": [path]}
+    record = Record.from_mapping({**make_record().to_dict(), **planted})
+    text = json.dumps(record.published().to_dict())
+    assert "zelda" not in text
+    assert "libtorch_global_deps.so" in text  # the file's name stays
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -344,6 +376,16 @@ def test_cleaning_a_megabyte_of_text_is_linear(text: str) -> None:
         ("../../../home/zelda", "<path>/..~"),
         ("GET /open?f=%2Fhome%2Fzelda%2Fx.py", "GET /open?f=~%2Fx.py"),
         ("q=%2fsrv%2fzelda%2fx.py&y=1", "q=<path>%2Fx.py&y=1"),
+        # after an escape a repr() prints (a newline, a tab, a NUL, a unicode escape)
+        ("'built\\n/srv/zelda/model.bin'", "'built\\n<path>/model.bin'"),
+        ("'a\\t/home/zelda/x'", "'a\\t~/x'"),
+        ("b'\\x00/srv/zelda/x'", "b'\\x00<path>/x'"),
+        ("\\u2028/srv/zelda/x", "\\u2028<path>/x"),
+        # glued to a one-letter option, a terminal's colour code, an encoded ":"
+        ("gcc -I/srv/zelda/include -L/opt/zelda/lib -lfoo", "gcc -I<path>/include -L<path>/lib -lfoo"),
+        ("\x1b[1m/srv/zelda/out.log\x1b[0m", "<path>/out.log"),
+        ("u=file%3A%2F%2F%2Fsrv%2Fzelda%2Fdata.bin", "u=file%3A<path>%2Fdata.bin"),
+        ("u=file%3a%2f%2fhome%2fzelda%2fx", "u=file%3a~%2fx"),
     ],
 )  # fmt: skip
 def test_every_machine_path_loses_its_folders(text: str, cleaned: str) -> None:
@@ -361,3 +403,22 @@ def test_every_machine_path_loses_its_folders(text: str, cleaned: str) -> None:
 )
 def test_what_is_not_a_machine_path_stays(text: str) -> None:
     assert clean_paths(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "cleaned"),
+    [
+        # two paths a space parts are two paths: the first file's name stays
+        ("mv /srv/zelda/in.bin /srv/zelda/out.bin failed", "mv <path>/in.bin <path>/out.bin failed"),
+        ("cp ~/zelda/a.txt ~/zelda/b.txt", "cp <path>/a.txt <path>/b.txt"),
+        # an option after a path is not part of it
+        ("gcc -I{ROOT}/include -L{ROOT}/lib -lfoo", "gcc -I{ROOT}/include -L{ROOT}/lib -lfoo"),
+        ("run /srv/zelda/x.py -o /srv/zelda/y.json", "run <path>/x.py -o <path>/y.json"),
+        # a slash with a blank after it starts no path
+        ("loss=2.0 / lr=/3", "loss=2.0 / lr=/3"),
+        ("a / b/c / d", "a / b/c / d"),
+    ],
+)  # fmt: skip
+def test_cleaning_keeps_what_is_not_one_path(text: str, cleaned: str) -> None:
+    """Cleaning must not swallow a result's text: two paths stay two, prose stays."""
+    assert clean_paths(text) == cleaned

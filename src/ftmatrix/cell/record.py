@@ -17,7 +17,7 @@ from typing import Any
 
 from ftmatrix.cell.files import RUN_ID_RULE, is_run_id
 from ftmatrix.cell.record_json import check_values
-from ftmatrix.cell.signature import clean_paths, clean_paths_in
+from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.cell.status import Status
 
 SCHEMA_VERSION = 1
@@ -143,23 +143,19 @@ class Record:
 
     def published(self) -> Record:
         """This record as a public page shows it: the machine's paths replaced by
-        placeholders (in its case id and metrics too: a parametrize id or a value a case
-        recorded may be a path), the raw text (``raw_message``, ``raw_traceback``) left out."""
-        return dataclasses.replace(
-            self,
-            case=clean_paths(self.case),
-            metrics={clean_paths(k): clean_paths_in(v) for k, v in self.metrics.items()},
-            reason=_clean(self.reason),
-            message=_clean(self.message),
-            traceback=_clean(self.traceback),
-            root_message=_clean(self.root_message),
-            raw_message=None,
-            raw_traceback=None,
-            attempts=tuple(
-                {k: _clean(v) if isinstance(v, str) else v for k, v in a.items()}
-                for a in self.attempts
-            ),
-        )
+        placeholders in every text the record holds (its case id, metrics, packages, the
+        machine's description and the runner's labels too: a parametrize id, a value a
+        case recorded, a local wheel's version or an import error may hold a path), the
+        raw text (``raw_message``, ``raw_traceback``) left out. Only the fields ftmatrix
+        writes in a checked format (ids, times, status, the signature's hash) are kept."""
+        cleaned = {
+            name: clean_paths_in(getattr(self, name))
+            for name in _PUBLISHED_TEXTS
+            if getattr(self, name) is not None
+        }
+        cleaned["runner_labels"] = tuple(cleaned["runner_labels"])  # lists, as JSON's
+        cleaned["attempts"] = tuple(cleaned["attempts"])
+        return dataclasses.replace(self, **cleaned, raw_message=None, raw_traceback=None)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Record:
@@ -330,5 +326,11 @@ def json_schema() -> dict[str, Any]:
     }
 
 
-def _clean(text: str | None) -> str | None:
-    return None if text is None else clean_paths(text)
+# The fields whose texts come from the case, the machine or the packages: every one of
+# them is cleaned of paths for publishing (the others are ids, times, numbers, a status).
+_PUBLISHED_TEXTS = (
+    "cell_label", "python", "pins", "hardware_class", "case", "operation", "packages",
+    "host_packages", "hardware", "runner_labels", "reason", "exception_type", "message",
+    "framework_frame", "traceback", "root_exception_type", "root_message", "root_frame",
+    "metrics", "attempts", "beyond_cap",
+)  # fmt: skip

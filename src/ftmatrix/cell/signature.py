@@ -68,26 +68,42 @@ def unwrap_message(message: str) -> str:
 # (``/home/alice`` -> ``~``); installed packages keep their path inside the environment;
 # the standard library and the cases keep theirs below a name; any other absolute (or
 # ../-relative) path keeps its last part only. A path starts after a ``:`` too (each
-# entry of a PATH-like list) but never with ``//`` (a URL's host); it runs over a space
-# where the next word goes on with a ``/`` ("/home/a b/x.py"); ``file://`` URLs are paths
-# (their host goes too). Windows paths count with their backslashes doubled (a ``repr()``,
-# JSON) and as UNC paths (``\\\\server\\share``); a path percent-encoded (``%2Fhome%2F``)
-# loses its folders as well.
+# entry of a PATH-like list), after an escape a ``repr()`` prints (``'a\\n/srv/x'``) and
+# after a one-letter option glued to it (``-I/srv/x``, ``-L/srv/x``), but never with
+# ``//`` (a URL's host) nor with a blank after its first slash (``a / b``); it runs over a
+# space where the next word goes on with a ``/`` ("/home/a b/x.py") but does not start a
+# path or an option of its own (``mv /a/x /a/y``: two paths); ``file://`` URLs are paths
+# (their host goes too). Windows paths count with their backslashes doubled (a
+# ``repr()``, JSON) and as UNC paths (``\\\\server\\share``); a path percent-encoded
+# (``%2Fhome%2F``, and after an encoded ``:``, ``file%3A%2F%2F%2Fsrv``) loses its folders
+# as well. A terminal's colour codes are taken out first: they glue a path to a letter.
 # Every pattern starts only where a run of path characters starts (the lookbehinds)
 # and has no nested repetition: each is tried once per run, so cleaning is linear in
 # the text's length (a megabyte message without a space included).
 _PATH_CHARS = r"[^\s'\"()<>\[\],:;]"
 _RUN_START = rf"(?<!{_PATH_CHARS})"
 _NAME_CHARS = r"[^/\\\s'\"()<>\[\],:;]"
+# Where a path may start besides after a character that no word holds: after an escape
+# a repr() prints, and after a one-letter option (``-I``) that a blank or a quote starts.
+_ESCAPED = r"(?<=\\[ntrvfab0])|(?<=\\x[0-9a-fA-F]{2})|(?<=\\u[0-9a-fA-F]{4})"
+_GLUED = rf"{_ESCAPED}|(?<=(?<![\w-])-[A-Za-z])"
+# A text holding none of these holds no path any pattern below could find.
+_PATH_MARKS = ("/", "\\", "~", "%", "\x1b")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FILE_URL = re.compile(r"\bfile://[^/\s'\"<>]*(?=/)", re.IGNORECASE)
 _ENCODED = r"[^\s%/&?#=;'\"<>]"  # a character of a percent-encoded path's part
+_ENCODED_START = r"(?:(?<![\w%])|(?<=%3A))"  # a run's start, or an encoded ":"
 _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(rf"(?<![\w%])%2F(?:home|Users)%2F{_ENCODED}+", re.IGNORECASE), "~"),
-    (re.compile(rf"(?<![\w%])%2F(?:{_ENCODED}+%2F)+", re.IGNORECASE), "<path>%2F"),
+    (
+        re.compile(rf"{_ENCODED_START}(?:%2F)+(?:home|Users)%2F{_ENCODED}+", re.IGNORECASE),
+        "~",
+    ),
+    (re.compile(rf"{_ENCODED_START}(?:%2F)+(?:{_ENCODED}+%2F)+", re.IGNORECASE), "<path>%2F"),
     (
         re.compile(
-            r"(?<![\w-])(?:/(?:home|Users|export/home|var/home)/|[A-Za-z]:\\+Users\\+"
-            rf"|~(?=[A-Za-z_])){_NAME_CHARS}+(?: {_NAME_CHARS}+(?=[/\\]))*"
+            rf"(?:(?<![\w-])|{_GLUED})"
+            r"(?:/(?:home|Users|export/home|var/home)/|[A-Za-z]:\\+Users\\+"
+            rf"|~(?=[A-Za-z_])){_NAME_CHARS}+(?: (?![/~-]){_NAME_CHARS}+(?=[/\\]))*"
         ),
         "~",
     ),
@@ -99,8 +115,8 @@ _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         # Greedy up to the run's last slash that a path character follows.
         re.compile(
-            rf"(?<![\w/.<>-])(?:/(?!/)|(?:\.\./)+|~/)"
-            rf"(?:{_PATH_CHARS}| (?={_PATH_CHARS}*/))*/(?={_PATH_CHARS})"
+            rf"(?:(?<![\w/.<>-])|{_GLUED})(?:/(?![/\s])|(?:\.\./)+|~/)"
+            rf"(?:{_PATH_CHARS}| (?=(?![/~-]){_PATH_CHARS}*/))*/(?={_PATH_CHARS})"
         ),
         "<path>/",
     ),
@@ -114,18 +130,21 @@ def clean_paths(text: str) -> str:
     becomes ``<venv>/.../transformers/__init__.py``; URLs other than ``file://`` are
     left alone.
     """
-    text = _FILE_URL.sub("file:", text)
+    if not any(mark in text for mark in _PATH_MARKS):  # a version, a name: most texts
+        return text
+    text = _FILE_URL.sub("file:", _ANSI.sub("", text))
     for pattern, replacement in _CLEAN:
         text = pattern.sub(replacement, text)
     return text
 
 
 def clean_paths_in(value: Any) -> Any:
-    """``value`` (JSON-like: a bisect finding) with :func:`clean_paths` applied to every text."""
+    """``value`` (JSON-like: a bisect finding, a record's mapping) with :func:`clean_paths`
+    applied to every text, its mappings' keys too (a metric's name may be a path)."""
     if isinstance(value, str):
         return clean_paths(value)
-    if isinstance(value, dict):
-        return {key: clean_paths_in(item) for key, item in value.items()}
+    if isinstance(value, Mapping):
+        return {clean_paths_in(key): clean_paths_in(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean_paths_in(item) for item in value]
     return value
