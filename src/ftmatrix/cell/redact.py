@@ -27,18 +27,16 @@ Standard library only (runs inside cells). Every pattern is linear in the text's
 
 from __future__ import annotations
 
-import base64
 import bisect
 import functools
-import html
 import itertools
 import json
 import os
 import re
-import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, quote_plus
+
+from ftmatrix.cell.secret_forms import SHORTEST_SECRET, base64_forms, printed_forms
 
 # Names by pattern, not a list: a word anywhere in the name (DB_PASSPHRASE,
 # SLACK_WEBHOOK_URL, GITLAB_PAT). PWD alone is the working folder, not a password.
@@ -47,14 +45,8 @@ SECRET_NAME = re.compile(
     r"|(?:^|_)PAT(?:_|$)|_PWD(?:_|$)",
     re.IGNORECASE,
 )
-# Short values are left alone: masking '1' or 'true' everywhere would garble messages
-# while protecting nothing.
-SHORTEST_SECRET = 6
 # The shortest end of a shortened value that is masked beside its ``...``.
 SHORTEST_FRAGMENT = 4
-# The fewest base64 characters of a value inside a longer encoded text that are masked:
-# fewer would be any few letters of any base64 text.
-SHORTEST_BASE64 = 8
 ELLIPSES = ("...", "\u2026")
 
 # ://userinfo@ : whatever the scheme, and whatever stands before it.
@@ -123,79 +115,6 @@ def secret_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
         if SECRET_NAME.search(name) and len(value) >= SHORTEST_SECRET
     ]
     return sorted(found, key=lambda pair: -len(pair[1]))
-
-
-def _python_forms(text: str) -> Iterable[str]:
-    body = repr(text)[1:-1]
-    yield body
-    yield ascii(text)[1:-1]  # ascii(), %a: every character past ASCII escaped (\xe9)
-    # repr() picks its quotes; printed in the other ones, the other quote is escaped.
-    yield body.replace("\\'", "'")
-    yield body.replace("'", "\\'").replace("\\\\'", "\\'")
-    yield body.replace('"', '\\"')
-    yield repr(text + "'\"")[1:-4]  # inside a repr that holds both quotes: \' escaped
-    yield repr(text.encode("utf-8", "backslashreplace"))[2:-1]
-
-
-def _json_forms(text: str) -> Iterable[str]:
-    for body in (json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]):
-        yield body
-        yield body.replace("/", "\\/")  # "\/": PHP's and some JavaScript encoders' slash
-
-
-def _url_forms(text: str) -> Iterable[str]:
-    for encoded in (quote(text, safe=""), quote(text), quote_plus(text)):
-        yield encoded
-        yield re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), encoded)
-
-
-def _shell_forms(text: str) -> Iterable[str]:
-    yield shlex.quote(text).removeprefix("'").removesuffix("'")
-    yield text.replace("'", "'\\''")  # set -x, bash's own quoting
-    yield re.sub(r"([^\w@%+=:,./-])", r"\\\1", text)  # printf %q
-
-
-def _html_forms(text: str) -> Iterable[str]:
-    yield html.escape(text)
-    yield html.escape(text, quote=False)
-    yield text.replace("'", "&#39;")
-
-
-_ESCAPES: tuple[Callable[[str], Iterable[str]], ...] = (
-    _python_forms,
-    _json_forms,
-    _url_forms,
-    _shell_forms,
-    _html_forms,
-)
-
-
-def base64_forms(value: str) -> Iterable[str]:
-    """``value``'s base64 (standard and URL-safe alphabets, with and without padding), and
-    the characters that encode it inside a longer encoded text (``user:value`` of a Basic
-    Authorization header or a docker config's ``auth``): at each of the three byte offsets
-    it can start at, the groups of four characters that encode its bytes alone."""
-    data = value.encode("utf-8", "surrogateescape")
-    whole = base64.b64encode(data).decode()
-    encodings = [whole, whole.rstrip("=")]
-    for shift in range(3):
-        encoded = base64.b64encode(b"\0" * shift + data).decode()
-        encodings.append(encoded[4 if shift else 0 : 4 * ((shift + len(data)) // 3)])
-    for encoded in encodings:
-        if len(encoded) >= SHORTEST_BASE64:
-            yield encoded
-            yield encoded.replace("+", "-").replace("/", "_")
-
-
-@functools.lru_cache(maxsize=256)
-def printed_forms(value: str) -> tuple[str, ...]:
-    """``value`` as tools print it, longest first: itself, its base64, and each escaping
-    of those and of their escapings (a ``repr()`` inside JSON doubles its backslashes
-    twice)."""
-    forms = {value, *base64_forms(value)}
-    for _ in range(2):
-        forms |= {form for text in forms for escape in _ESCAPES for form in escape(text)}
-    return tuple(sorted((f for f in forms if len(f) >= SHORTEST_SECRET), key=lambda f: -len(f)))
 
 
 def redact_text(text: str, env: Mapping[str, str]) -> str:
