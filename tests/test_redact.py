@@ -134,8 +134,9 @@ def b64(text: str) -> str:
         (json.dumps({"auth": b64("u:" + PASSPHRASE)}), '{"auth": "<redacted:DEPLOY_PASSPHRASE>"}'),
         # another letter case
         (PASSPHRASE.upper(), "<redacted:DEPLOY_PASSPHRASE>"),
-        # split where a wrapped traceback line broke it, in a word or at a blank
-        (wrapped(PASSPHRASE), "<redacted:DEPLOY_PASSPHRASE>\nE   <redacted:DEPLOY_PASSPHRASE>"),
+        # split where a wrapped traceback line broke it, in a word or at a blank (each
+        # word shaped like a token is masked on its own too)
+        (wrapped(PASSPHRASE), "<redacted:DEPLOY_PASSPHRASE>\nE   <redacted:DEPLOY_PASSPHRASE> <redacted:DEPLOY_PASSPHRASE>"),
         ("c0rrect\\horse'batt\"ery\n  staple&%", "<redacted:DEPLOY_PASSPHRASE>\n  <redacted:DEPLOY_PASSPHRASE>"),
     ],
 )  # fmt: skip

@@ -12,14 +12,12 @@ else of ours.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 import pytest
 
 from ftmatrix.cell import api as _api
+from ftmatrix.cell import secrets_set
 from ftmatrix.cell.api import gpu_lease
 from ftmatrix.cell.file_writes import (
     DISK_FULL_ERRNOS,
@@ -48,7 +47,8 @@ from ftmatrix.cell.gates import (
     marker_names,
 )
 from ftmatrix.cell.hardware import probe_hardware
-from ftmatrix.cell.outcome import Failure, case_status, text_of
+from ftmatrix.cell.outcome import text_of
+from ftmatrix.cell.phases import CaseState, mask_report, now
 from ftmatrix.cell.processes import die_with_parent, keeper_dying, worker_exit_status
 from ftmatrix.cell.record import Record
 from ftmatrix.cell.record_lines import CellLines
@@ -59,7 +59,7 @@ from ftmatrix.cell.records import (
     scan_records,
     shorten,
 )
-from ftmatrix.cell.redact import current_redactor
+from ftmatrix.cell.redact import current_redactor, is_secret
 from ftmatrix.cell.signature import (
     clean_paths,
     compute_signature,
@@ -125,6 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
         cell = json.loads(Path(cell_file).read_text(encoding="utf-8"))
         recorder = _Recorder(cell, Path(record_file))
         config.pluginmanager.register(recorder, "ftmatrix-recorder")
+        secrets_set.listen(is_secret)  # a secret a case sets and takes back is masked too
         if os.environ.get("PYTEST_XDIST_WORKER"):
             config.pluginmanager.register(_ChannelGuard(recorder), "ftmatrix-channel-guard")
             _die_with_controller()
@@ -171,7 +172,7 @@ class _Recorder:
         self.operations: dict[str, str] = {}  # each collected case's
         self.packages = dict(display_versions())
         self.hardware: dict[str, Any] | None = None
-        self.pending: dict[str, _CaseState] = {}  # by case id: the running case's phases
+        self.pending: dict[str, CaseState] = {}  # by case id: the running case's phases
         # Each phase's exception by (case, phase) until its report is logged: pytest makes
         # the report, then logs it, but a plugin that runs a case again (rerunfailures)
         # makes all three phases' reports before it logs them.
@@ -223,7 +224,7 @@ class _Recorder:
         # json.dumps writes it): made before every case, json.dumps's calls cost more.
         case, started = item.nodeid, time.time()
         operation = self.operations.get(case) or _operation(item)
-        self.pending[case] = _CaseState(case, operation)
+        self.pending[case] = CaseState(case, operation)
         quoted = _json_string(case)
         note = (
             f'{{"case": {quoted}, "operation": {_json_string(operation)}, '
@@ -274,11 +275,12 @@ class _Recorder:
         state = self.pending.get(case)
         if state is None:  # another plugin ran it past our protocol hook, or ran it again
             operation = self.operations.get(case) or operation_from_path(case)
-            state = self.pending[case] = _CaseState(case, operation)
+            state = self.pending[case] = CaseState(case, operation)
         if raised is None:  # the usual phase: its time is all there is to take
             state.duration += report.duration
         else:
             state.observe(report, raised)
+            mask_report(report)
         if report.when == "teardown":
             del self.pending[case]
             if keeper_dying():
@@ -301,14 +303,14 @@ class _Recorder:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # In pytest-xdist's controller the workers' reports arrive too: they record them.
         if report.failed and not self.controller:
-            now = _now()
+            when = now()
             self._keep(
                 self._record_line(
                     case=report.nodeid or "<collection>",
                     operation=operation_from_path(report.nodeid),
                     status=Status.ERROR,
-                    started_at=now,
-                    finished_at=now,
+                    started_at=when,
+                    finished_at=when,
                     duration=0.0,
                     exception_type="CollectionError",
                     message="the case file could not be collected",
@@ -372,7 +374,7 @@ class _Recorder:
         self._finish()
         os._exit(0)
 
-    def _line(self, state: _CaseState, report: pytest.TestReport) -> str:
+    def _line(self, state: CaseState, report: pytest.TestReport) -> str:
         # A case that raised nothing passed: the usual verdict, with no working out.
         passed = state.failure is None and state.skip is None
         if passed and self.lines is not None and not report.user_properties:
@@ -380,7 +382,7 @@ class _Recorder:
                 case=state.case,
                 operation=state.operation,
                 started_at=state.started_at,
-                finished_at=_now(),
+                finished_at=now(),
                 duration=state.duration,
             )
         status, reason, failure = (Status.PASS, None, None) if passed else state.verdict()
@@ -416,7 +418,7 @@ class _Recorder:
             operation=state.operation,
             status=status,
             started_at=state.started_at,
-            finished_at=_now(),
+            finished_at=now(),
             duration=state.duration,
             metrics=_metrics(report.user_properties),
             **fields,
@@ -479,41 +481,6 @@ class _ChannelGuard:
             # The recorder runs before pytest-xdist's hook (registered after it): the
             # case's record is written; the send of its teardown report failed.
             self.recorder._end_early()
-
-
-class _CaseState:
-    """What the setup, call and teardown phases of one case did."""
-
-    def __init__(self, case: str, operation: str) -> None:
-        self.case = case
-        self.operation = operation
-        self.started_at = _now()
-        self.duration = 0.0
-        self.failure: Failure | None = None
-        self.skip: BaseException | None = None
-        self.output = ""
-        self.descriptors_lost = False  # a phase met a descriptor closed under it
-
-    def observe(
-        self, report: pytest.TestReport, raised: pytest.ExceptionInfo[BaseException]
-    ) -> None:
-        """One phase's report that raised ``raised`` (one that raised nothing adds only
-        its time: the recorder's)."""
-        self.duration += report.duration
-        if isinstance(raised.value, OSError) and raised.value.errno == errno.EBADF:
-            self.descriptors_lost = True
-        if self.failure is not None:
-            return
-        if isinstance(raised.value, pytest.skip.Exception):
-            self.skip = raised.value
-            return
-        self.failure = Failure.from_exception(raised.value, raised.tb, str(report.longreprtext))
-        # What the case and its children printed: vLLM's engine process logs its cause there.
-        self.output = report.capstdout + report.capstderr
-
-    def verdict(self) -> tuple[Status, str | None, Failure | None]:
-        status, reason = case_status(self.failure, self.skip, self.output)
-        return status, reason, self.failure
 
 
 def _metrics(properties: Sequence[tuple[str, object]]) -> dict[str, Any]:
@@ -584,15 +551,3 @@ def _operation(item: pytest.Item) -> str:
         return operation_from_path(item.nodeid)
     marker = item.get_closest_marker("operation")
     return str(marker.args[0]) if marker and marker.args else operation_from_path(item.nodeid)
-
-
-def _now() -> str:
-    """The time now, in seconds (ISO 8601, UTC): made once a second, not twice a case."""
-    global _this_second  # noqa: PLW0603 -- one process's clock
-    second = int(time.time())
-    if second != _this_second[0]:
-        _this_second = (second, datetime.fromtimestamp(second, UTC).isoformat())
-    return _this_second[1]
-
-
-_this_second = (-1, "")

@@ -33,9 +33,10 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ftmatrix.cell import secrets_set
 from ftmatrix.cell.secret_forms import SHORTEST_SECRET, base64_forms, printed_forms
 
 # Names by pattern, not a list: a word anywhere in the name (DB_PASSPHRASE,
@@ -48,6 +49,11 @@ SECRET_NAME = re.compile(
 # The shortest end of a shortened value that is masked beside its ``...``.
 SHORTEST_FRAGMENT = 4
 ELLIPSES = ("...", "\u2026")
+# pytest's diff of two long texts says it left out their identical start or end ("Skipping
+# 65 identical leading characters in diff"); each line of the diff then starts (or ends)
+# with the ten characters before (after) the cut. A line, its diff marker skipped:
+DIFF_CUT = " identical "
+DIFF_LINE = re.compile(r"(?m)^(?:[E>][ \t]+)?[ \t]*(?:[-+?] )?(.*)$")
 
 # ://userinfo@ : whatever the scheme, and whatever stands before it.
 URL_USERINFO = re.compile(r"(://)[^\s/?#@'\"<>]+@")
@@ -107,14 +113,18 @@ AUTHORIZATION = re.compile(
 )
 
 
-def secret_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(name, value) of the variables whose values are masked, longest value first."""
-    found = [
-        (name, value)
-        for name, value in env.items()
-        if SECRET_NAME.search(name) and len(value) >= SHORTEST_SECRET
-    ]
+def secret_values(
+    env: Mapping[str, str], also: Iterable[tuple[str, str]] = ()
+) -> list[tuple[str, str]]:
+    """(name, value) of the variables whose values are masked, longest value first:
+    ``env``'s, and ``also``'s (the values a case set and took back)."""
+    found = dict.fromkeys(pair for pair in [*env.items(), *also] if is_secret(*pair))
     return sorted(found, key=lambda pair: -len(pair[1]))
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Is ``value``, held by the variable ``name``, one to mask?"""
+    return bool(SECRET_NAME.search(name)) and len(value) >= SHORTEST_SECRET
 
 
 def redact_text(text: str, env: Mapping[str, str]) -> str:
@@ -134,10 +144,17 @@ class Redactor:
     # Past this many texts the memory starts again (a cell of many cases' ids).
     REMEMBERED_TEXTS = 50_000
 
-    def __init__(self, env: Mapping[str, str], *, remember: bool = True) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        remember: bool = True,
+        also: Iterable[tuple[str, str]] = (),
+    ) -> None:
         """``remember``: False for texts that seldom repeat (the lines a cell prints):
-        the environment is still scanned once, not once per text."""
-        self._secrets = _known(env)
+        the environment is still scanned once, not once per text. ``also``: (name, value)
+        pairs masked as if ``env`` held them (the secrets a case set and took back)."""
+        self._secrets = _known(env, also)
         self._masked: dict[str, str] = {}
         self._remember = remember
         self._json: dict[tuple[type, str], str] = {}
@@ -202,13 +219,15 @@ def _plain(value: Any) -> bool:
 # the environment a record is redacted for, which they would change with every case.
 _PER_CASE_VARIABLES = frozenset({"PYTEST_CURRENT_TEST", "FTMATRIX_RUNNING_CASE"})
 _PER_CASE_KEYS = _PER_CASE_VARIABLES | {name.encode() for name in _PER_CASE_VARIABLES}
-# The environment the last record was redacted for, as os.environ holds it, and its Redactor.
-_redacted_for: tuple[dict[Any, Any], Redactor] | None = None
+# The environment the last record was redacted for, as os.environ holds it, how many
+# secrets the cases had set by then, and its Redactor.
+_redacted_for: tuple[dict[Any, Any], int, Redactor] | None = None
 
 
 def current_redactor() -> Redactor:
     """The Redactor of this process's environment as it is now (a case may have set a
-    secret in it): the last one while it is unchanged.
+    secret in it), and of every secret a case set since it began (secrets_set: one a case
+    set and took back is masked still): the last one while both are unchanged.
 
     Compared as os.environ stores it (bytes on POSIX, copied at C speed): reading it as
     text decodes every variable, which cost more than the rest of a trivial record.
@@ -220,10 +239,11 @@ def current_redactor() -> Redactor:
     now = stored.copy()
     for key in _PER_CASE_KEYS:
         now.pop(key, None)
-    if _redacted_for is None or _redacted_for[0] != now:
+    set_by_cases = secrets_set.heard()
+    if _redacted_for is None or _redacted_for[0] != now or _redacted_for[1] != len(set_by_cases):
         env = {k: v for k, v in os.environ.items() if k not in _PER_CASE_VARIABLES}
-        _redacted_for = (now, Redactor(env))
-    return _redacted_for[1]
+        _redacted_for = (now, len(set_by_cases), Redactor(env, also=set_by_cases))
+    return _redacted_for[2]
 
 
 def writable(text: str) -> str:
@@ -244,12 +264,10 @@ _Secret = tuple[str, tuple[str, ...], tuple[str, ...], int, frozenset[str]]
 _BASE64_EDGE = "[A-Za-z0-9+/_-]{0,4}"
 
 
-def _known(env: Mapping[str, str]) -> list[_Secret]:
+def _known(env: Mapping[str, str], also: Iterable[tuple[str, str]] = ()) -> list[_Secret]:
     known = []
-    for name, value in secret_values(env):
-        # Each line of a value of several lines (a PEM key) is printed alone too.
-        lines = [line.strip() for line in value.splitlines()] if "\n" in value else []
-        for piece in [value, *(line for line in lines if len(line) >= SHORTEST_SECRET)]:
+    for name, value in secret_values(env, also):
+        for piece in _pieces(value):
             forms = printed_forms(piece)
             folded = tuple(form.lower() for form in forms)
             encoded = frozenset(base64_forms(piece))
@@ -257,29 +275,39 @@ def _known(env: Mapping[str, str]) -> list[_Secret]:
     return known
 
 
+def _pieces(value: str) -> list[str]:
+    """``value``, and the parts of it a tool prints alone: each line of a value of several
+    lines (a PEM key), the value without the blanks, quotes or base64 padding around it
+    (the CR a Windows .env leaves, a quoted value), and each word of it shaped like a
+    token (the token of ``Bearer <token>``; not the words of a passphrase)."""
+    pieces = [value]
+    if "\n" in value:
+        pieces += [line.strip() for line in value.splitlines()]
+    bare = value.strip().strip("'\"").strip().rstrip("=")
+    pieces.append(bare)
+    words = bare.split()
+    if len(words) > 1:
+        pieces += [word for word in words if _token_like(word)]
+    return [p for p in dict.fromkeys(pieces) if len(p) >= SHORTEST_SECRET]
+
+
+def _token_like(word: str) -> bool:
+    """A word no prose holds: a digit, a symbol, or capitals after its first letter."""
+    return not word.isalpha() or (not word[1:].islower() and not word.isupper())
+
+
 def _masked(text: str, secrets: list[_Secret]) -> str:
     text = writable(text)
     # A URL's whole userinfo first: the user name goes with the password.
     text = URL_USERINFO.sub(r"\1<redacted>@", text)
     shortened = any(ellipsis in text for ellipsis in ELLIPSES)
-    lowered = ""
+    cut = DIFF_CUT in text  # pytest's diff of two long texts, their common ends left out
     for mask, forms, folded, shortest, encoded in secrets:
-        if len(text) < shortest and not shortened:
+        if len(text) < shortest and not (shortened or cut):
             continue  # most strings of a record: a package's name or version
-        lowered = lowered or text.lower()
-        for form, low in zip(forms, folded, strict=True):
-            if len(form) <= len(text) and low in lowered:  # in any letter case
-                if form in encoded and form in text:  # with the groups it shares
-                    edged = f"{_BASE64_EDGE}{re.escape(form)}{_BASE64_EDGE}=*"
-                    text = re.sub(edged, _literal(mask), text)
-                elif form in text:
-                    text = text.replace(form, mask)
-                else:
-                    text = re.sub(re.escape(form), _literal(mask), text, flags=re.IGNORECASE)
-                lowered = text.lower()
-        if shortened:
-            text = _shortened_ends_masked(text, forms, mask)
-            lowered = text.lower()
+        text = _forms_masked(text, mask, forms, folded, encoded)
+        if shortened or cut:
+            text = _cut_ends_masked(text, forms, mask, shortened=shortened, cut=cut)
     if secrets and "\n" in text:
         text = _wrapped_masked(text, secrets)
     if "--" in text:
@@ -289,6 +317,25 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
             text = AUTHORIZATION.sub(r"\1<redacted>", text)
         text = _assigned_values_masked(text)
     return _shapes_masked(text)
+
+
+def _forms_masked(
+    text: str, mask: str, forms: tuple[str, ...], folded: tuple[str, ...], encoded: frozenset[str]
+) -> str:
+    """``text`` with each of a secret's printed ``forms`` masked, in any letter case (a
+    base64 form with the groups it shares with the text around it)."""
+    lowered = text.lower()
+    for form, low in zip(forms, folded, strict=True):
+        if len(form) <= len(text) and low in lowered:
+            if form in encoded and form in text:  # with the groups it shares
+                edged = f"{_BASE64_EDGE}{re.escape(form)}{_BASE64_EDGE}=*"
+                text = re.sub(edged, _literal(mask), text)
+            elif form in text:
+                text = text.replace(form, mask)
+            else:
+                text = re.sub(re.escape(form), _literal(mask), text, flags=re.IGNORECASE)
+            lowered = text.lower()
+    return text
 
 
 def _shapes_masked(text: str) -> str:
@@ -398,6 +445,24 @@ def _quoted_token(name: str, text: str, value_at: int) -> bool:
     return name == "token" and text[value_at - 1 : value_at] in ("'", '"')
 
 
+CODE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _code(text: str, value: re.Match[str]) -> bool:
+    """Is the unquoted value given to a lower-case name with ``=`` code rather than a
+    value: an attribute, a call, another secret-looking name (``password = password or
+    self.api_key``, ``api_key = os.environ.get(...)``), as the source lines of a traceback
+    show them?"""
+    at = value.start(1)
+    if text[at - 1 : at] in ("'", '"') or text[value.start() : value.start() + 1] != "=":
+        return False
+    word = value[1].split("(", 1)[0].split("[", 1)[0]
+    if not CODE_NAME.fullmatch(word):
+        return False
+    called = len(word) < len(value[1])
+    return called or "." in word or _secret_assignee(word) or word in ("None", "True", "False")
+
+
 def _assigned_values_masked(text: str) -> str:
     pieces: list[str] = []
     end = 0
@@ -411,6 +476,8 @@ def _assigned_values_masked(text: str) -> str:
             continue
         name = _name_before(text, at)
         if not _secret_assignee(name) and not _quoted_token(name, text, value.start(1)):
+            continue
+        if not name.isupper() and _code(text, value):
             continue
         pieces += [text[end : value.start(1)], "<redacted>"]
         end = value.end(1)
@@ -438,6 +505,38 @@ def _shortened_ends_masked(text: str, forms: tuple[str, ...], mask: str) -> str:
                 if tail:
                     spans.append((after, after + tail))
             at = text.find(ellipsis, after)
+    return _spans_masked(text, spans, mask)
+
+
+def _cut_ends_masked(
+    text: str, forms: tuple[str, ...], mask: str, *, shortened: bool, cut: bool
+) -> str:
+    """``text`` with the ends of a form that a tool cut off masked: around an ellipsis
+    (``shortened``), at a diff's lines (``cut``)."""
+    if shortened:
+        text = _shortened_ends_masked(text, forms, mask)
+    return _diff_cut_ends_masked(text, forms, mask) if cut else text
+
+
+def _diff_cut_ends_masked(text: str, forms: tuple[str, ...], mask: str) -> str:
+    """``text`` with the tail of a form that starts a diff's line, and the head of one that
+    ends it, masked: pytest's diff of two long texts leaves out the identical characters
+    they start (or end) with but the last (or first) ten, which a secret may straddle."""
+    spans: list[tuple[int, int]] = []
+    for line in DIFF_LINE.finditer(text):
+        start, end = line.start(1), line.start(1) + len(line[1].rstrip(LINE_END))
+        for form in forms:
+            tail = _longest_tail_starting_at(text, form, start)
+            if tail:
+                spans.append((start, start + tail))
+            head = _longest_head_ending_at(text, form, end)
+            if head:
+                spans.append((end - head, end))
+    return _spans_masked(text, spans, mask)
+
+
+def _spans_masked(text: str, spans: list[tuple[int, int]], mask: str) -> str:
+    """``text`` with each of ``spans`` (start, stop) replaced by ``mask``, overlaps as one."""
     if not spans:
         return text
     kept, end = [], 0
