@@ -59,7 +59,7 @@ from ftmatrix.cell.records import (
     scan_records,
     shorten,
 )
-from ftmatrix.cell.redact import current_redactor, is_secret
+from ftmatrix.cell.redact import SECRET_NAME, current_redactor, is_secret
 from ftmatrix.cell.signature import (
     clean_paths,
     compute_signature,
@@ -125,7 +125,9 @@ def pytest_configure(config: pytest.Config) -> None:
         cell = json.loads(Path(cell_file).read_text(encoding="utf-8"))
         recorder = _Recorder(cell, Path(record_file))
         config.pluginmanager.register(recorder, "ftmatrix-recorder")
-        secrets_set.listen(is_secret)  # a secret a case sets and takes back is masked too
+        secrets_set.listen(
+            is_secret, SECRET_NAME
+        )  # a secret a case sets and takes back is masked too
         if os.environ.get("PYTEST_XDIST_WORKER"):
             config.pluginmanager.register(_ChannelGuard(recorder), "ftmatrix-channel-guard")
             _die_with_controller()
