@@ -67,7 +67,10 @@ def test_a_settings_error_is_one_line_and_its_own_code(capsys: pytest.CaptureFix
     env = {"FTMATRIX_MATRIX": str(DATA / "small_matrix.yaml"), "FTMATRIX_SHARD": "5/4"}
     assert main(["plan", "--no-resolve"], env=env) == ExitCode.SETTINGS
     err = capsys.readouterr().err
-    assert err == "ftmatrix: FTMATRIX_SHARD='5/4': expected I/N with 1 <= I <= N, such as '1/4'\n"
+    assert err == (
+        "ftmatrix: FTMATRIX_SHARD='5/4': expected I/N with 1 <= I <= N and N at most 10,000, "
+        "such as '1/4'\n"
+    )
 
 
 class _Index(http.server.BaseHTTPRequestHandler):

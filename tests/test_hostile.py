@@ -67,6 +67,29 @@ CORPUS = [
     ("version-5000-digits", "plan", {"FTMATRIX_MATRIX": "version_5000_digits.yaml"},
      "is not a valid version (PEP 440), nor 'none' (5,005 characters; a version has at most 200)",
      ExitCode.CONFIG),
+    # A name that is not text once reached a join and a membership test: a TypeError.
+    ("profile-number", "plan", {"FTMATRIX_MATRIX": "profile_number.yaml", "FTMATRIX_PROFILE": "1"},
+     "profiles[1]: 1 is not a profile name: a profile's name is text of letters", ExitCode.CONFIG),
+    ("default-profile-list", "plan", {"FTMATRIX_MATRIX": "default_profile_list.yaml"},
+     "default-profile: must be the name of one of the profiles, got a list (['a'])",
+     ExitCode.CONFIG),
+    ("hardware-comma", "plan", {"FTMATRIX_MATRIX": "hardware_comma.yaml"},
+     "hardware['a,b']: 'a,b' is not a hardware class name", ExitCode.CONFIG),
+    # Two cells of one label: one records file, two nox sessions of one name.
+    ("python-twice", "plan", {"FTMATRIX_MATRIX": "python_twice.yaml"},
+     "python[1]: '3.11.0' is listed twice: python[0] is '3.11', the same version (PEP 440)",
+     ExitCode.CONFIG),
+    ("version-twice", "plan", {"FTMATRIX_MATRIX": "version_twice.yaml"},
+     "packages.six[1]: 'v1.17.0' is listed twice: packages.six[0] is '1.17.0'", ExitCode.CONFIG),
+    ("python-3.100", "plan", {"FTMATRIX_MATRIX": "python_3_100.yaml"},
+     "python[0]: '3.100': a Python version as a cell label names it", ExitCode.CONFIG),
+    ("shard-huge", "plan", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_SHARD": "1/" + "1" * 30},
+     "and N at most 10,000", ExitCode.SETTINGS),
+    ("resume-maybe", "plan", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_RESUME": "maybe"},
+     "FTMATRIX_RESUME='maybe': expected yes or no: 1, true, yes, on or 0, false, no, off",
+     ExitCode.SETTINGS),
+    ("reuse-maybe", "plan", {"FTMATRIX_MATRIX": str(OK), "FTMATRIX_REUSE": "maybe"},
+     "FTMATRIX_REUSE='maybe': expected yes or no", ExitCode.SETTINGS),
 ]  # fmt: skip
 
 

@@ -57,6 +57,11 @@ INVALID = {
     "days": "packages: {six: ['1.17.0']}\nreuse: {max-age-days: 1.5}",
     "probe-caps": "packages: {six: ['1.17.0']}\nprobe-caps: 'yes'",
     "a profile's key": "packages: {six: ['1.17.0']}\nprofiles: {p: {profiles: {}}}",
+    "a hardware class's name": "packages: {six: ['1.17.0']}\nhardware: {'a,b': {}}",
+    "a profile's name": "packages: {six: ['1.17.0']}\nprofiles: {'a b': {}}",
+    "a default profile": "packages: {six: ['1.17.0']}\nprofiles: {a: {}}\ndefault-profile: [a]",
+    "python twice": "packages: {six: ['1.17.0']}\npython: ['3.11', '3.11']",
+    "python 3.100": "packages: {six: ['1.17.0']}\npython: ['3.100']",
 }
 VALID = {
     "workers auto": "packages: {six: ['1.17.0']}\nlimits: {workers: auto}",

@@ -48,4 +48,6 @@ def test_shard_setting_is_validated():
     assert parse_shard("") is None
     with pytest.raises(SettingsError) as caught:
         parse_shard("5/4")
-    assert str(caught.value) == "FTMATRIX_SHARD='5/4': expected I/N with 1 <= I <= N, such as '1/4'"
+    assert str(caught.value) == (
+        "FTMATRIX_SHARD='5/4': expected I/N with 1 <= I <= N and N at most 10,000, such as '1/4'"
+    )

@@ -15,7 +15,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion
+from packaging.version import InvalidVersion, Version
 
 from ftmatrix import config_machine
 from ftmatrix.config_checker import Checker, kind, whole_number
@@ -28,7 +28,7 @@ from ftmatrix.matrix_model import (
     LIMIT_KEYS,
     MAX_WORKERS,
     NOT_INSTALLED,
-    OLDEST_PYTHON,
+    PLAIN_NAME_RULE,
     PROFILE_KEYS,
     REUSE_KEYS,
     RULE_EXTRA_KEYS,
@@ -46,8 +46,15 @@ from ftmatrix.matrix_model import (
     Rule,
     Selector,
     Timeouts,
+    is_plain_name,
 )
-from ftmatrix.versions import parse_version, shown, too_long
+from ftmatrix.versions import (
+    OLDEST_PYTHON,
+    parse_version,
+    python_version_problem,
+    shown,
+    too_long,
+)
 from ftmatrix.yaml_file import parse_yaml, read_yaml_text
 
 # The model's names stay importable from here, where every stage imports them.
@@ -114,22 +121,11 @@ def _apply_profile(
     checker: Checker, raw: dict[str, Any], requested: str | None
 ) -> tuple[dict[str, Any], str | None]:
     checker.unknown_keys(raw, TOP_LEVEL_KEYS, "")
-    profiles = raw.get("profiles") or {}
-    if not isinstance(profiles, dict):
-        checker.add("profiles", f"must be a mapping of name -> overrides, got {kind(profiles)}")
-        profiles = {}
-    name = requested if requested is not None else raw.get("default-profile")
-    if name is not None and name not in profiles:
-        available = ", ".join(profiles) or "none are defined"
-        key = "default-profile" if requested is None else "profile"
-        checker.add(key, f"no profile named {name!r}; available: {available}")
-        name = None
+    profiles = _profiles(checker, raw.get("profiles"))
+    name = _chosen_profile(checker, profiles, "default-profile", raw.get("default-profile"))
+    if requested is not None:
+        name = _chosen_profile(checker, profiles, "profile", requested)
     merged = {k: v for k, v in raw.items() if k not in ("profiles", "default-profile")}
-    for profile_name, overrides in profiles.items():
-        if not isinstance(overrides, dict):
-            checker.add(f"profiles.{profile_name}", f"must be a mapping, got {kind(overrides)}")
-            continue
-        checker.unknown_keys(overrides, PROFILE_KEYS, f"profiles.{profile_name}")
     if name is not None:
         for key, value in profiles[name].items():
             # Mappings merge one level deep so a profile can change one axis or one
@@ -140,6 +136,47 @@ def _apply_profile(
             else:
                 merged[key] = value
     return merged, name
+
+
+def _profiles(checker: Checker, raw: Any) -> dict[str, dict[str, Any]]:
+    """The profiles a file defines, by name; one whose name or shape is wrong is left out
+    (its problem added), so that no name but text reaches a membership test or a join."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        checker.add("profiles", f"must be a mapping of name -> overrides, got {kind(raw)}")
+        return {}
+    profiles = {}
+    for name, overrides in raw.items():
+        if not is_plain_name(name):
+            checker.add(
+                f"profiles[{shown(name)}]",
+                f"{shown(name)} is not a profile name: a profile's name is {PLAIN_NAME_RULE}",
+            )
+            continue
+        if not isinstance(overrides, dict):
+            checker.add(f"profiles.{name}", f"must be a mapping, got {kind(overrides)}")
+            continue
+        checker.unknown_keys(overrides, PROFILE_KEYS, f"profiles.{name}")
+        profiles[name] = overrides
+    return profiles
+
+
+def _chosen_profile(
+    checker: Checker, profiles: dict[str, dict[str, Any]], key: str, name: Any
+) -> str | None:
+    """``name`` (``key``'s value: default-profile, or the profile asked for) where it names
+    one of ``profiles``; else None, and the problem added."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        checker.add(key, f"must be the name of one of the profiles, got {kind(name)}")
+        return None
+    if name not in profiles:
+        available = ", ".join(profiles) or "none are defined"
+        checker.add(key, f"no profile named {shown(name)}; available: {available}")
+        return None
+    return name
 
 
 def _build(
@@ -220,17 +257,42 @@ def _packages(checker: Checker, raw: Any) -> tuple[Axis, ...]:
         if not versions:
             checker.add(at, "empty axis: list at least one version (or 'none')")
             continue
-        parsed: list[str | None] = []
-        for i, value in enumerate(versions):
-            version = _version(checker, value, f"{at}[{i}]")
-            if version is _INVALID:
-                continue
-            if version in parsed:
-                checker.add(f"{at}[{i}]", f"{value!r} is listed twice")
-                continue
-            parsed.append(version)  # type: ignore[arg-type]
-        axes.append(Axis(package=str(package), versions=tuple(parsed)))
+        axes.append(Axis(package=str(package), versions=_axis_versions(checker, versions, at)))
     return tuple(axes)
+
+
+def _axis_versions(checker: Checker, values: list[Any], at: str) -> tuple[str | None, ...]:
+    parsed: list[str | None] = []
+    seen: dict[Version, tuple[str, str]] = {}
+    for i, value in enumerate(values):
+        version = _version(checker, value, f"{at}[{i}]")
+        if version is _INVALID:
+            continue
+        if version is None and None in parsed:
+            checker.add(f"{at}[{i}]", f"{value!r} is listed twice")
+            continue
+        if isinstance(version, str) and _listed_twice(checker, seen, version, f"{at}[{i}]"):
+            continue
+        parsed.append(version)  # type: ignore[arg-type]
+    return tuple(parsed)
+
+
+def _listed_twice(
+    checker: Checker, seen: dict[Version, tuple[str, str]], text: str, at: str
+) -> bool:
+    """Is ``text`` a version equal under PEP 440 to one listed before it ('v4.57.6' and
+    '4.57.6.0' are '4.57.6')? Two such cells would be one environment under two labels."""
+    version = parse_version(text)
+    if version not in seen:
+        seen[version] = (text, at)
+        return False
+    first, first_at = seen[version]
+    checker.add(
+        at,
+        f"{shown(text)} is listed twice: {first_at} is {shown(first)}, the same version "
+        "(PEP 440); list each once",
+    )
+    return True
 
 
 _INVALID = object()
@@ -276,14 +338,18 @@ def _version(checker: Checker, value: Any, at: str) -> str | object | None:
         # YAML reads 2.10 as the float 2.1: the version the user meant is lost.
         checker.add(at, f"{value!r} was read as a number; quote versions, e.g. '{value}'")
         return _INVALID
+    text = str(value)
     try:
-        parse_version(str(value))
+        parse_version(text)
     except InvalidVersion:
         checker.add(
-            at, f"{shown(value)} is not a valid version (PEP 440), nor 'none'{too_long(str(value))}"
+            at, f"{shown(value)} is not a valid version (PEP 440), nor 'none'{too_long(text)}"
         )
         return _INVALID
-    return str(value)
+    if text != text.strip():  # PEP 440 allows it; a cell's label would hold the spaces
+        checker.add(at, f"{shown(value)} has spaces around it; write {text.strip()!r}")
+        return _INVALID
+    return text
 
 
 def _python(checker: Checker, raw: Any, default: str) -> tuple[str, ...]:
@@ -293,23 +359,19 @@ def _python(checker: Checker, raw: Any, default: str) -> tuple[str, ...]:
     if not values:
         checker.add("python", "empty axis: list at least one Python version such as '3.11'")
     result = []
+    seen: dict[Version, tuple[str, str]] = {}
     for i, value in enumerate(values):
         at = f"python[{i}]" if isinstance(raw, list) else "python"
         if isinstance(value, float):
             checker.add(at, f"{value!r} was read as a number; quote it, e.g. '3.11'")
             continue
-        try:
-            parsed = parse_version(str(value))
-        except InvalidVersion:
-            checker.add(
-                at, f"{shown(value)} is not a Python version such as '3.11'{too_long(str(value))}"
-            )
+        # The same rule as FTMATRIX_PYTHON's: the label names the version as written.
+        problem = python_version_problem(str(value))
+        if problem is not None:
+            checker.add(at, f"{shown(value)}: {problem}")
             continue
-        if parsed.release[:2] < OLDEST_PYTHON:
-            oldest = ".".join(map(str, OLDEST_PYTHON))
-            checker.add(at, f"{value!r}: a cell's pytest and plugin need Python {oldest} or newer")
-            continue
-        result.append(str(value))
+        if not _listed_twice(checker, seen, str(value), at):
+            result.append(str(value))
     return tuple(result)
 
 

@@ -17,7 +17,11 @@ class Checker:
         self.problems: list[str] = []
 
     def add(self, key_path: str, message: str) -> None:
-        self.problems.append(f"{self.source}: {key_path}: {message}")
+        problem = f"{self.source}: {key_path}: {message}"
+        # A value checked on two paths (a profile's overrides, then the merged file) is
+        # still one problem for the user.
+        if problem not in self.problems:
+            self.problems.append(problem)
 
     def unknown_keys(self, mapping: Mapping[str, Any], allowed: Sequence[str], at: str) -> None:
         for key in mapping:

@@ -10,10 +10,12 @@ from ftmatrix.matrix_model import (
     HARDWARE_KEYS,
     LIMIT_KEYS,
     MAX_WORKERS,
+    PLAIN_NAME_RULE,
     TIMEOUT_KEYS,
     HardwareClass,
     Limits,
     Timeouts,
+    is_plain_name,
 )
 from ftmatrix.versions import shown
 
@@ -24,6 +26,12 @@ def hardware_classes(checker: Checker, raw: Any) -> tuple[HardwareClass, ...]:
         return ()
     classes = []
     for name, given in raw.items():
+        if not is_plain_name(name):
+            checker.add(
+                f"hardware[{shown(name)}]",
+                f"{shown(name)} is not a hardware class name: a class's name is {PLAIN_NAME_RULE}",
+            )
+            continue
         at = f"hardware.{name}"
         settings = {} if given is None else given
         if not isinstance(settings, dict):

@@ -47,6 +47,25 @@ class ExitCode(enum.IntEnum):
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+# An error line echoes what it refused (a variable's value, a path, a glob): past this
+# many characters without a space the echo is cut, its length said, so a value of
+# thousands of characters is one line to read, not a screenful.
+LONGEST_ECHO = 200
+_LONG_RUN = re.compile(rf"\S{{{LONGEST_ECHO + 1},}}")
+
+
+def shortened(text: str) -> str:
+    """``text`` with each run of more than LONGEST_ECHO non-space characters cut short
+    (the punctuation that ends it kept: the line still reads ``VALUE: why``)."""
+
+    def cut(found: re.Match[str]) -> str:
+        run = found.group()
+        body = run.rstrip(":;,.)'\"")
+        return f"{body[:80]}... ({len(body):,} characters){run[len(body) :]}"
+
+    return _LONG_RUN.sub(cut, text)
+
+
 def printable(text: str) -> str:
     """``text`` safe for a terminal: control characters escaped as ``\\xNN``."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
@@ -66,7 +85,7 @@ class FatalError(Exception):
         of secret-named variables are masked.
         """
         text = ": ".join(part for part in ("ftmatrix", self.context, str(self)) if part)
-        return printable(redact_text(text, os.environ))
+        return shortened(printable(redact_text(text, os.environ)))
 
 
 class UsageError(FatalError):
@@ -81,7 +100,8 @@ class ConfigError(FatalError):
     return_code = ExitCode.CONFIG
 
     def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = tuple(problems)
+        # Each problem once, so the count the header gives is the lines that follow.
+        self.problems = tuple(dict.fromkeys(problems))
         count = len(self.problems)
         header = f"{count} problem{'s' if count != 1 else ''} in the matrix configuration:"
         super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))

@@ -22,9 +22,11 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ftmatrix.errors import ExitCode, UsageError
+from ftmatrix.config import parse_matrix
+from ftmatrix.errors import ConfigError, ExitCode, UsageError
 from ftmatrix.install_source import this_install_source
 from ftmatrix.path_kinds import check_kinds
+from ftmatrix.versions import parse_version, shown
 
 # What every case imports: shared fixtures and the tiny offline models.
 EXAMPLE_HELPERS = ("conftest.py", "helpers/__init__.py", "helpers/tiny.py")
@@ -91,16 +93,23 @@ def parse_package(text: str) -> AxisRequest:
     if chosen:
         return AxisRequest(package=name, selector=(chosen.group(1), int(chosen.group(2))))
     versions = tuple(v.strip() for v in spec.split(","))
+    seen: dict[Version | None, str] = {}
     for version in versions:
-        if version == "none":
-            continue
         try:
-            Version(version)
+            key = None if version == "none" else parse_version(version)
         except InvalidVersion:
             raise UsageError(
-                f"init: package {text!r}: {version!r} is neither a version nor a selector; "
-                f"expected {PACKAGE_FORMS}"
+                f"init: package {shown(text)}: {shown(version)} is neither a version nor a "
+                f"selector; expected {PACKAGE_FORMS}"
             ) from None
+        if key in seen:
+            # plan would refuse the matrix written: one release, two cells of one label
+            same = "" if seen[key] == version else f" ({seen[key]!r} is the same, PEP 440)"
+            raise UsageError(
+                f"init: package {shown(text)}: {version!r} is listed twice{same}; name each "
+                "version once"
+            )
+        seen[key] = version
     return AxisRequest(package=name, versions=versions)
 
 
@@ -141,6 +150,7 @@ def scaffold(
     needed = {d for op in operations for d in OPERATIONS[op][1]}
     support = sorted(d for d in needed if canonicalize_name(d) not in names)
     out = {"matrix.yaml": matrix_yaml(axes, support)}
+    _check_matrix(out["matrix.yaml"])
     for name in HELPERS if contracts else EXAMPLE_HELPERS:
         out[f"cases/{name}"] = shipped(f"cases/{name}")
     for operation in operations:
@@ -155,6 +165,17 @@ def scaffold(
     out[REUSABLE] = shipped("ftmatrix.yml")
     out[NIGHTLY] = nightly_yaml(ftmatrix)
     return out
+
+
+def _check_matrix(text: str) -> None:
+    """The matrix init would write, read as plan reads it: what plan would refuse is this
+    command's usage error, before any file is written."""
+    try:
+        parse_matrix(text, source="matrix.yaml", default_python="3.11")
+    except ConfigError as error:
+        raise UsageError(
+            "init: the arguments make a matrix that plan refuses: " + "; ".join(error.problems)
+        ) from None
 
 
 # Where a template lives in this repository, when it is not in the package folder: the

@@ -5,6 +5,7 @@ no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,13 +38,25 @@ TIMEOUT_KEYS = ("case", "cell")
 LIMIT_KEYS = ("memory-gib", "workers", "cells")
 # pytest-xdist processes in one cell, or cells at once: more than any runner has CPUs
 MAX_WORKERS = 256
-OLDEST_PYTHON = (3, 9)  # what the cell's plugin and a supported pytest run on
 HARDWARE_KEYS = ("runs-on", "gpus", "gpu-name")
 BISECT_KEYS = ("budget",)
 REUSE_KEYS = ("max-age-days",)
 # Keys every rule of `exclude` / `include` may name besides packages.
 RULE_EXTRA_KEYS = ("python", "hardware")
 DEFAULT_HARDWARE = {"cpu": {"runs-on": ["ubuntu-latest"], "gpus": 0}}
+# What a hardware class or profile may be called: its name reaches cell labels, nox
+# session names, CI job names and the comma-separated globs that select cells, where a
+# comma, a glob character, a slash or a space would make a label that cannot select itself.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+PLAIN_NAME_RULE = (
+    "text of letters, digits, '.', '_' and '-' (at most 64, starting with a letter or "
+    "digit), such as 'gpu-h100' or 'nightly'; quote a name YAML reads as a number or a date"
+)
+
+
+def is_plain_name(value: object) -> bool:
+    """Is ``value`` text that :data:`PLAIN_NAME` allows?"""
+    return isinstance(value, str) and PLAIN_NAME.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,6 +43,7 @@ from ftmatrix.config_machine import (
     MIN_MEMORY_GIB,
     MIN_TIMEOUT,
 )
+from ftmatrix.matrix_model import PLAIN_NAME
 
 DRAFT = "http://json-schema.org/draft-07/schema#"  # the draft editors' YAML servers all read
 
@@ -61,6 +62,10 @@ def _list_of(item: Schema, description: str, **more: Any) -> Schema:
 
 
 NAME = {"type": "string", "minLength": 1}
+# A hardware class's or a profile's name: it reaches cell labels and session names.
+PLAIN = {"type": "string", "pattern": f"^{PLAIN_NAME.pattern}$"}
+# versions.PYTHON_VERSION's shape (the loader also says 3.9 or newer)
+PYTHON = {"type": "string", "pattern": r"^3\.\d{1,2}(\.\d{1,2})?$"}
 VERSION = {
     "title": "version",
     "type": ["string", "integer", "null"],
@@ -123,9 +128,9 @@ def _sections() -> dict[str, Schema]:
             "selector resolved against the index at plan time.",
         },
         "python": {
-            "anyOf": [NAME, _list_of(NAME, "Python versions.", minItems=1)],
-            "description": "The cells' Python versions, 3.9 or newer (default: the Python "
-            "running ftmatrix).",
+            "anyOf": [PYTHON, _list_of(PYTHON, "Python versions.", minItems=1, uniqueItems=True)],
+            "description": "The cells' Python versions, 3.9 or newer, such as '3.11' or "
+            "'3.12.4', each once (default: the Python running ftmatrix).",
         },
         "support": _list_of(
             NAME,
@@ -244,6 +249,7 @@ def _sections() -> dict[str, Schema]:
         "hardware": {
             "type": "object",
             "minProperties": 1,
+            "propertyNames": PLAIN,
             "additionalProperties": _strict_object(
                 HARDWARE_KEYS,
                 {
@@ -270,7 +276,8 @@ def _sections() -> dict[str, Schema]:
             )
             | {"type": ["object", "null"]},
             "default": DEFAULT_HARDWARE,
-            "description": "Hardware classes: name -> the runners that reach it and its GPUs.",
+            "description": "Hardware classes: name -> the runners that reach it and its GPUs; a "
+            "name is letters, digits, '.', '_' and '-' (it begins each cell's label).",
         },
         "bisect": _strict_object(
             BISECT_KEYS,
@@ -322,12 +329,14 @@ def matrix_json_schema() -> Schema:
     properties = refs | {
         "profiles": {
             "type": "object",
+            "propertyNames": PLAIN,
             "additionalProperties": profile,
             "default": {},
-            "description": "Named sets of overrides, chosen by FTMATRIX_PROFILE or --profile.",
+            "description": "Named sets of overrides, chosen by FTMATRIX_PROFILE or --profile; a "
+            "name is letters, digits, '.', '_' and '-'.",
         },
         "default-profile": {
-            "type": ["string", "null"],
+            "anyOf": [PLAIN, {"type": "null"}],
             "default": None,
             "description": "The profile applied when none is chosen.",
         },

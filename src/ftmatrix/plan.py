@@ -21,7 +21,7 @@ from packaging.version import Version
 
 from ftmatrix.cell.covering import cover_pairs
 from ftmatrix.config import NOT_INSTALLED, Matrix, Rule, pattern_specifier
-from ftmatrix.errors import PlanError
+from ftmatrix.errors import ConfigError, PlanError
 from ftmatrix.installable_cover import (
     CANNOT_INSTALL,
     IMPOSSIBLE,
@@ -185,6 +185,7 @@ def plan_cells(matrix: Matrix, oracle: Oracle | None = None) -> Plan:
         chosen = allowed
     chosen += [c for c in _included(matrix, combos) if c not in chosen]
     cells = _cells_on_hardware(matrix, chosen, hardware)
+    _check_distinct(matrix, cells)
     if not cells and covering is None:
         raise PlanError(f"{matrix.source}: the exclude rules leave no cell to run")
     sizes = sorted((len(v) for v in axes.values()), reverse=True) + [1, 1]
@@ -196,6 +197,29 @@ def plan_cells(matrix: Matrix, oracle: Oracle | None = None) -> Plan:
         * len(hardware),
         covering=covering,
     )
+
+
+def _check_distinct(matrix: Matrix, cells: Sequence[Cell]) -> None:
+    """Two cells of one label would share a records file and a nox session: the checks of
+    the config keep every axis value apart, and this holds the plan to it. (Equal ids mean
+    equal cells, hence equal labels: the label is the one to check.)"""
+    problems = []
+    first: dict[str, Cell] = {}
+    for cell in cells:
+        other = first.setdefault(cell.label, cell)
+        if other is cell:
+            continue
+        both = (
+            f"the cell {cell.id} twice"
+            if other == cell
+            else f"{other.to_dict(with_label=False)} and {cell.to_dict(with_label=False)}"
+        )
+        problems.append(
+            f"{matrix.source}: two cells have the label {cell.label!r} ({both}); list each "
+            "python, version and hardware class once, spelled apart from the others"
+        )
+    if problems:
+        raise ConfigError(problems)
 
 
 def _check_size(matrix: Matrix, axes: Mapping[str, Sequence[Any]]) -> None:

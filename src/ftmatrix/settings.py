@@ -7,7 +7,6 @@ noxfile plans is chosen by environment variables; the CLI reads the same ones.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 from ftmatrix.cell.files import RUN_ID_RULE, is_run_id
 from ftmatrix.errors import SettingsError
 from ftmatrix.path_kinds import check_cases_folder, check_kinds, check_output_folder, kind_of
+from ftmatrix.versions import python_version_problem, shown
 
 ENV_VARS = {
     "FTMATRIX_MATRIX": "The matrix file (default: matrix.yaml).",
@@ -32,8 +32,10 @@ ENV_VARS = {
     "FTMATRIX_RUNNER_LABELS": "Comma-separated labels of the CI runner, recorded per cell.",
     "FTMATRIX_SELECT": "Comma-separated globs: only cells whose label matches one.",
     "FTMATRIX_PYTHON": "The Python of cells whose matrix names none, such as 3.11 (default: "
-    "the one running ftmatrix); the nightly's jobs get the plan's.",
-    "FTMATRIX_SHARD": "Run only shard I of N (`I/N`, 1-based), balanced by past durations.",
+    "the one running ftmatrix; the same rule as matrix.yaml's python); the nightly's jobs "
+    "get the plan's.",
+    "FTMATRIX_SHARD": "Run only shard I of N (`I/N`, 1-based, N at most 10,000), balanced by "
+    "past durations.",
     "FTMATRIX_RESOLVE_TTL": "Seconds a cached resolution, and a plan kept for `nox -l`, stays "
     "valid (default 21600; 0: off).",
     "FTMATRIX_CACHE_DIR": "Where resolutions, kept plans (and the declared requirements cap "
@@ -42,10 +44,18 @@ ENV_VARS = {
     "takes (default: the Python running ftmatrix).",
     "FTMATRIX_LEASE_DIR": "Where GPU lease locks live (default /tmp/ftmatrix-gpu-leases).",
     "FTMATRIX_RESUME": "`1`: continue the run FTMATRIX_RUN_ID names (default: the newest), "
-    "skipping cells and cases it finished.",
-    "FTMATRIX_REUSE": "`0`: run every cell, reusing no earlier result (matrix.yaml's "
-    "reuse.max-age-days otherwise decides).",
+    "skipping cells and cases it finished (default `0`).",
+    "FTMATRIX_REUSE": "`0`: run every cell, reusing no earlier result (default `1`: "
+    "matrix.yaml's reuse.max-age-days decides).",
 }
+# What a yes-or-no variable (FTMATRIX_RESUME, FTMATRIX_REUSE) reads, in any case; anything
+# else is refused: "false" read as "not empty, so true" would resume an old run unasked.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+# More shards than any CI fans out to: past it, N is a typo (and one slot per shard).
+MAX_SHARDS = 10_000
+# The most of a refused value an error line echoes: the line stays one line to read.
+ECHOED = 80
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,21 +95,23 @@ class Settings:
                 "go into a folder ftmatrix can write (default: reports/), made where it "
                 "does not exist"
             )
-        resume = env.get("FTMATRIX_RESUME", "") not in ("", "0")
+        resume = env_flag(env, "FTMATRIX_RESUME", default=False)
+        reuse = env_flag(env, "FTMATRIX_REUSE", default=True)
         run_id = env.get("FTMATRIX_RUN_ID") or (resume and newest_run_id(out)) or new_run_id(now)
         check_run_id(run_id)
         resolve_ttl(env)  # checked now: a plan without resolving must not hide a typo
         python = env.get("FTMATRIX_PYTHON", "").strip()
-        if python and not re.fullmatch(r"3\.\d{1,2}", python):
+        problem = python_version_problem(python) if python else None
+        if problem:
             raise SettingsError(
-                f"FTMATRIX_PYTHON={python!r}: a Python version as a cell label names it, "
-                "such as 3.11 (unset: the interpreter running ftmatrix)"
+                f"{echoed('FTMATRIX_PYTHON', python)}: {problem} (unset: the interpreter "
+                "running ftmatrix)"
             )
         known_issues = env.get("FTMATRIX_KNOWN_ISSUES", "").strip()
         found = kind_of(root / known_issues) if known_issues else "a file"
         if found != "a file":
             raise SettingsError(
-                f"FTMATRIX_KNOWN_ISSUES={known_issues!r}: "
+                f"{echoed('FTMATRIX_KNOWN_ISSUES', known_issues)}: "
                 f"{'no such file' if found is None else 'is ' + found}; it names a "
                 "known_issues.yaml (unset: the one beside the matrix file)"
             )
@@ -123,7 +135,7 @@ class Settings:
             shard=parse_shard(env.get("FTMATRIX_SHARD", "")),
             resume=resume,
             select=tuple(g.strip() for g in env.get("FTMATRIX_SELECT", "").split(",") if g.strip()),
-            reuse=env.get("FTMATRIX_REUSE", "1").strip().lower() not in ("0", "false", "no", "off"),
+            reuse=reuse,
             **({"python": python} if python else {}),
         )
 
@@ -149,17 +161,32 @@ def resolve_ttl(env: Mapping[str, str]) -> float:
         ttl = -1.0
     if not ttl >= 0 or ttl == float("inf"):
         raise SettingsError(
-            f"FTMATRIX_RESOLVE_TTL={text!r}: expected seconds, a number of 0 or more "
+            f"{echoed('FTMATRIX_RESOLVE_TTL', text)}: expected seconds, a number of 0 or more "
             f"(0 turns the resolution cache off; default {DEFAULT_TTL_SECONDS})"
         )
     return ttl
+
+
+def env_flag(env: Mapping[str, str], name: str, *, default: bool) -> bool:
+    """A yes-or-no variable: unset or empty is ``default``; :data:`TRUE_WORDS` and
+    :data:`FALSE_WORDS` in any case; anything else is a SettingsError naming both."""
+    text = env.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in TRUE_WORDS or text in FALSE_WORDS:
+        return text in TRUE_WORDS
+    raise SettingsError(
+        f"{echoed(name, env[name])}: expected yes or no: {', '.join(TRUE_WORDS)} "
+        f"or {', '.join(FALSE_WORDS)} (any case; unset: {'1' if default else '0'})"
+    )
 
 
 def check_run_id(run_id: str) -> None:
     """A run id is a safe folder name (letters, digits, '.', '_', '-'), or a SettingsError."""
     if not is_run_id(run_id):
         raise SettingsError(
-            f"FTMATRIX_RUN_ID={run_id!r}: a run id is {RUN_ID_RULE}, "
+            f"{echoed('FTMATRIX_RUN_ID', run_id)}: a run id is "
+            f"{RUN_ID_RULE}, "
             "such as '20261125T030000Z-nightly'"
         )
 
@@ -169,15 +196,22 @@ def parse_shard(text: str) -> tuple[int, int] | None:
     if not text.strip():
         return None
     index, _, count = text.partition("/")
-    try:
+    try:  # int() of thousands of digits is a ValueError too
         shard = int(index), int(count)
     except ValueError:
         shard = (0, 0)
-    if not 1 <= shard[0] <= shard[1]:
+    if not 1 <= shard[0] <= shard[1] <= MAX_SHARDS:
         raise SettingsError(
-            f"FTMATRIX_SHARD={text!r}: expected I/N with 1 <= I <= N, such as '1/4'"
+            f"{echoed('FTMATRIX_SHARD', text)}: expected I/N with 1 <= I <= N and N at "
+            f"most {MAX_SHARDS:,}, such as '1/4'"
         )
     return shard
+
+
+def echoed(name: str, value: str) -> str:
+    """``NAME='value'`` as an error line starts it: a long value cut short, its length said."""
+    more = "" if len(repr(value)) <= ECHOED else f" ({len(value):,} characters)"
+    return f"{name}={shown(value, ECHOED)}{more}"
 
 
 def _unwritable(out: Path) -> str | None:

@@ -29,10 +29,13 @@ def shard_cells(
     known = [costs[c.label] for c in cells if c.label in costs]
     default = statistics.median(known) if known else 1.0
     expected = {c.label: costs.get(c.label, default) for c in cells}
-    loads = [0.0] * count
+    # A shard past the number of cells never gets one (an empty shard of a lower index
+    # always ties first), so only that many loads are kept, whatever N asks.
+    slots = min(count, len(cells))
+    loads = [0.0] * slots
     owner: dict[str, int] = {}
     for cell in sorted(cells, key=lambda c: (-expected[c.label], c.label)):
-        target = min(range(count), key=lambda i: (loads[i], i))
+        target = min(range(slots), key=lambda i: (loads[i], i))
         loads[target] += expected[cell.label]
         owner[cell.label] = target + 1
     return [c for c in cells if owner[c.label] == index]

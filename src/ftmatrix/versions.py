@@ -5,6 +5,8 @@ Below both the report and the constraints files (each once imported the other's)
 
 from __future__ import annotations
 
+import re
+
 from packaging.version import InvalidVersion, Version
 
 # Longer than any release's version (the longest on PyPI are local builds of ~40): a
@@ -34,6 +36,28 @@ def too_long(text: str) -> str:
     if len(text) <= LONGEST_VERSION:
         return ""
     return f" ({len(text):,} characters; a version has at most {LONGEST_VERSION})"
+
+
+OLDEST_PYTHON = (3, 9)  # what the cell's plugin and a supported pytest run on
+# A cell's Python as its label names it and uv finds it: 3.MINOR, or 3.MINOR.PATCH.
+PYTHON_VERSION = re.compile(r"(\d)\.(\d{1,2})(?:\.\d{1,2})?")
+PYTHON_RULE = (
+    "a Python version as a cell label names it: 3, a dot and the minor (at most two "
+    "digits), optionally a dot and the patch, such as 3.11"
+)
+
+
+def python_version_problem(text: str) -> str | None:
+    """Why ``text`` is no Python a cell can run on (:data:`PYTHON_RULE`, 3.9 or newer), or
+    None: one rule for matrix.yaml's python and FTMATRIX_PYTHON, so a label the one makes
+    the other takes."""
+    found = PYTHON_VERSION.fullmatch(text)
+    if found is None or found.group(1) > "3":
+        return f"{PYTHON_RULE}{too_long(text)}"
+    if (int(found.group(1)), int(found.group(2))) < OLDEST_PYTHON:
+        oldest = ".".join(map(str, OLDEST_PYTHON))
+        return f"a cell's pytest and plugin need Python {oldest} or newer"
+    return None
 
 
 def shown(value: object, limit: int = 60) -> str:
