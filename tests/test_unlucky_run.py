@@ -304,6 +304,40 @@ def test_a_resume_whose_cell_lists_are_damaged_collects_again_and_runs_what_has_
     assert [r["started_at"] for r in again] == [first_record["started_at"]]
 
 
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("torn state", "its state cannot be read"),
+        ("run again", "run started again without FTMATRIX_RESUME"),
+    ],
+)
+def test_records_that_no_longer_apply_are_set_aside_and_said_never_deleted(
+    tmp_path: Path, damage: str, said: str
+) -> None:
+    """A resume whose cell's state file is damaged (or a run id named again without
+    resuming) runs the cell anew: its earlier records went without a word."""
+    one_cell(tmp_path, "test_two.py", "def test_a():\n    pass\n\n\ndef test_b():\n    pass\n")
+    run_id = {"FTMATRIX_RUN_ID": "20261127T040000Z"}
+    first = run("cli", tmp_path, **run_id)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    (path,) = (tmp_path / "out" / "records").rglob("*.jsonl")
+    earlier = path.read_bytes()
+    resume = {}
+    if damage == "torn state":
+        next(path.parent.glob("*.done.json")).unlink()  # as a stopped run leaves it
+        state = next(path.parent.glob("*.state.json"))
+        state.write_bytes(state.read_bytes()[:20])
+        resume = {"FTMATRIX_RESUME": "1"}
+
+    again = run("cli", tmp_path, **run_id, **resume)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output[-4000:]
+    assert f"{said}: the 2 record line(s) run 20261127T040000Z had of it are set aside" in output
+    assert path.with_name(path.name + ".set-aside").read_bytes() == earlier
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {"test_a": "pass", "test_b": "pass"}
+
+
 def _small_disk(folder: Path) -> str | None:
     """Mount a 48 MB tmpfs on ``folder``; why it cannot be done here, or None."""
     folder.mkdir()

@@ -150,7 +150,7 @@ def record_cell_cannot_start(
             started=_now(),
             fingerprint=probe_hardware(ctx.env),
         )
-        _clear(run.files)
+        _start_afresh(run, "the cell is started again")
         run.say(f"install-error: {reason}")
         return run.whole_cell(Status.INSTALL_ERROR, reason=reason, done=False)
 
@@ -199,8 +199,8 @@ def _run_cell(
         fingerprint=probe_hardware(ctx.env),  # once: the gate, the key, the lease, the records
     )
     run.say(f"cell {cell.id}, run {ctx.run_id}")
-    if not ctx.resume:
-        _clear(run.files)
+    if not ctx.resume:  # a run id named again without FTMATRIX_RESUME: its cell anew
+        _start_afresh(run, "run started again without FTMATRIX_RESUME")
     elif damaged := len(compact_records(run.files.records).damaged):
         # Lines that cannot be read (torn, damaged): kept apart, and their cases run again.
         run.say(
@@ -259,16 +259,20 @@ def _run_cell(
     return records
 
 
-def _clear(files: CellFiles) -> None:
-    """Remove what an earlier run of the cell left: this run starts it afresh."""
-    for path in (
-        files.records,
-        files.state,
-        files.done,
-        files.running_case(),
-        files.collected,
-        files.isolated,
-    ):
+def _start_afresh(run: _CellRun, why: str) -> None:
+    """Remove what an earlier run of the cell left: this run starts it afresh. Its records
+    are set aside (appended to ``files.set_aside``), never deleted unsaid."""
+    files = run.files
+    held = files.records.read_bytes() if files.records.is_file() else b""
+    if held.strip():
+        with files.set_aside.open("ab") as kept:
+            kept.write(held if held.endswith(b"\n") else held + b"\n")
+        run.say(
+            f"{why}: the {len(held.strip().splitlines())} record line(s) run {run.ctx.run_id} "
+            f"had of it are set aside in {files.set_aside}; its cases run again"
+        )
+    for path in (files.records, files.state, files.done, files.running_case(),
+                 files.collected, files.isolated):  # fmt: skip
         path.unlink(missing_ok=True)
 
 
@@ -398,8 +402,14 @@ def _finished_or_reused(run: _CellRun, key: CellKey) -> list[Record] | None:
         if _done_key(files) == state:
             run.say(f"complete in run {ctx.run_id}; nothing to resume")
             return run.records()
-        if read_json(files.state) != state:
-            _clear(files)  # the lock or the cases changed: earlier records no longer apply
+        earlier = read_json(files.state)
+        if earlier != state:
+            _start_afresh(
+                run,
+                "its state cannot be read"
+                if earlier is None and files.state.exists()
+                else "the lock or the cases changed since",
+            )
     if ctx.reuse_days:
         decision, reused = reuse_cell(
             ctx.out_dir,

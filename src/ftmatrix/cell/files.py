@@ -112,6 +112,12 @@ class CellFiles:
         return self._beside_records(_QUARANTINE)
 
     @property
+    def set_aside(self) -> Path:
+        """Where a resumed run keeps the records of the run it resumes that no longer apply
+        (the lock or the cases changed, or their state cannot be read), never deleted."""
+        return self._beside_records(".set-aside")
+
+    @property
     def collected(self) -> Path:
         """Where the plugin lists every case it collected for the cell."""
         return self._named(COLLECTED_SUFFIX)
