@@ -209,6 +209,37 @@ def test_an_interpreter_that_cannot_be_run(tmp_path: Path):
     )
 
 
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (reaped, or a zombie no one has reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_an_interpreter_that_never_answers_is_killed_with_all_it_started(tmp_path: Path):
+    """A --python that hangs (a wrapper whose child sleeps) is one line at the deadline,
+    and what it started is killed with it, not left to PID 1."""
+    from ftmatrix.check.stack import ask_interpreter
+    from ftmatrix.errors import UsageError
+
+    script = tmp_path / "hang.sh"
+    script.write_text(f"#!/bin/sh\nsleep 1000 &\necho $! > {tmp_path / 'child'}\nwait\n")
+    script.chmod(0o755)
+    with pytest.raises(UsageError) as raised:
+        ask_interpreter(str(script), timeout=2)
+    child = int((tmp_path / "child").read_text())
+    deadline = time.monotonic() + 10
+    while not gone(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(child), f"sleep {child} was left running"
+    assert str(raised.value) == (
+        f"--python {script}: cannot be run: asked for its installed packages, it did not "
+        "answer within 2 s"
+    )
+
+
 # -- Real stacks: an interpreter, its `uv pip freeze`, its `trl env` ---------------------
 
 

@@ -362,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a published history.jsonl's records to reports/history.sqlite",
         description="Restore the history from its published copy (reports/site/history.jsonl, "
         "deployed with the report): the records and bisect findings the local history "
-        "lacks are added; a record it has is kept as it is.",
+        "lacks are added; a record it has is kept as it is. At most 200 MB is read.",
     )
     restore_parser.add_argument("source", metavar="FILE_OR_URL", help="a path or http(s) URL")
     restore_parser.add_argument("--out", help="reports folder (default: reports/)")

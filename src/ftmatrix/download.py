@@ -16,10 +16,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from email.message import Message
-from pathlib import Path
 from typing import Any
 
 from ftmatrix.errors import UsageError
+from ftmatrix.user_files import read_user_text
 
 # The most read from a URL: the default matrix's results.json is 1.7 MB, a year of a large
 # nightly's results or history a few tens; past this it is not a file of ours.
@@ -192,19 +192,20 @@ def _one_line(text: object, limit: int = 300) -> str:
 
 
 def read_text(source: str, what: str, *, timeout: float, kind: str) -> str:
-    """The UTF-8 text of ``source``: an http(s) URL (:func:`fetch_text`) or a file path.
+    """The UTF-8 text of ``source``: an http(s) URL (:func:`fetch_text`) or a file path
+    (at most MAX_BYTES too; a named pipe or a device refused, a pipe of the shell's read:
+    :mod:`ftmatrix.user_files`).
 
-    Any other scheme (``ftp://``, ``file://``, ...) is refused by name rather than read
-    as a path. :class:`NotFound` where nothing is there (HTTP 404, no such file).
+        Any other scheme (``ftp://``, ``file://``, ...) is refused by name rather than read
+        as a path. :class:`NotFound` where nothing is there (HTTP 404, no such file).
     """
     if re.match(r"^https?://", source):
         return fetch_text(source, what, timeout=timeout, kind=kind)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source):
         raise UsageError(f"{what}: only https:// and http:// URLs or a file path can be read")
     try:
-        return Path(source).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{what}: not UTF-8 text, so not {kind}") from None
+        # A file has the URL's limit; a named pipe or a device is refused (user_files).
+        return read_user_text(source, what, limit=MAX_BYTES, kind=kind)
     except FileNotFoundError as exc:
         raise NotFound(f"{what}: cannot be read: {exc.strerror or exc}") from None
     except OSError as exc:

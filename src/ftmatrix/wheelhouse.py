@@ -63,6 +63,7 @@ from ftmatrix.system_packages import (
     host_from_snapshot,
     same_version,
 )
+from ftmatrix.user_files import MB, read_user_text
 
 MANIFEST = "ftmatrix-wheelhouse.json"
 DOWNLOAD_THREADS = 4
@@ -179,10 +180,7 @@ def read_host_packages(path: Path, target: Target) -> Host:
     """The target host from ``path``: its snapshot (JSON, with each distribution's
     metadata: ``python -m ftmatrix.system_packages`` there), or its
     ``pip list --format=freeze`` (names and versions only)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WheelhouseError(f"--host-packages {path}: {exc.strerror or exc}") from None
+    text = _read_host_file(path)
     if text.lstrip().startswith("{"):
         try:
             host = host_from_snapshot(json.loads(text))
@@ -196,12 +194,24 @@ def read_host_packages(path: Path, target: Target) -> Host:
     return target_host(read_host_freeze(path), str(path), target)
 
 
+# The most of a --host-packages read: a snapshot carries each distribution's metadata, a
+# few MB for a large host; past this it is not one (a device, a wrong file).
+HOST_LIMIT = 50 * MB
+
+
+def _read_host_file(path: Path) -> str:
+    what = f"--host-packages {path}"
+    try:
+        return read_user_text(
+            str(path), what, limit=HOST_LIMIT, kind="a host's packages", error=WheelhouseError
+        )
+    except OSError as exc:
+        raise WheelhouseError(f"{what}: {exc.strerror or exc}") from None
+
+
 def read_host_freeze(path: Path) -> dict[str, str]:
     """``name==version`` lines (``pip list --format=freeze`` of the target host)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WheelhouseError(f"--host-packages {path}: {exc.strerror or exc}") from None
+    text = _read_host_file(path)
     versions = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()

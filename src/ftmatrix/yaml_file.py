@@ -18,9 +18,11 @@ from typing import Any
 import yaml
 
 from ftmatrix.errors import ConfigError
+from ftmatrix.user_files import MB, read_user_bytes
 
 MAX_DEPTH = 32  # a matrix nests five or six levels; deeper is no matrix
 MAX_NODES = 100_000  # scalars, lists and mappings after every alias is expanded
+MAX_BYTES = 10 * MB  # the default matrix and its known issues are a few tens of kB
 
 
 class _Refused(yaml.YAMLError):
@@ -116,10 +118,17 @@ def parse_yaml(text: str, *, source: str) -> Any:
         raise ConfigError([f"{where}: invalid YAML: {problem}"]) from None
 
 
+def _problem(line: str) -> ConfigError:
+    return ConfigError([line])
+
+
 def read_yaml_text(path: Path) -> str:
     """The text of ``path``, or a ConfigError saying why it cannot be one."""
     try:
-        return path.read_text(encoding="utf-8")
+        data = read_user_bytes(
+            str(path), str(path), limit=MAX_BYTES, kind="a YAML file of ours", error=_problem
+        )
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such file"]) from None
     except IsADirectoryError:

@@ -12,7 +12,6 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ftmatrix.check.results import read_results
@@ -31,8 +30,12 @@ from ftmatrix.check.verdict import (
 )
 from ftmatrix.download import download_timeout
 from ftmatrix.errors import UsageError, printable
+from ftmatrix.user_files import MB, read_stdin_text, read_user_text
 
 VERDICT_ORDER = ("broken", "flaky", "mixed", "pass", "n/a", "untested")
+# The most of a --freeze or --trl-env read: a freeze of thousands of packages is a few
+# hundred kB; past this it is no stack (/dev/zero behind a pipe, a wrong file).
+STACK_LIMIT = 10 * MB
 
 
 def add_check_parser(sub: Any) -> None:
@@ -55,14 +58,20 @@ def add_check_parser(sub: Any) -> None:
         "(default: the Python running ftmatrix)",
     )
     stack.add_argument(
-        "--freeze", metavar="FILE", help="`pip freeze` or `uv pip freeze` output; - for stdin"
+        "--freeze",
+        metavar="FILE",
+        help="`pip freeze` or `uv pip freeze` output; - for stdin, or <(pip freeze) "
+        "(at most 10 MB; a named pipe or a device is refused)",
     )
-    stack.add_argument("--trl-env", metavar="FILE", help="`trl env` output; - for stdin")
+    stack.add_argument(
+        "--trl-env", metavar="FILE", help="`trl env` output; - for stdin (as --freeze)"
+    )
     check.add_argument(
         "--results",
         required=True,
         metavar="PATH_OR_URL",
-        help="a report's results.json: a file, or an https:// (or http://) URL",
+        help="a report's results.json: a file (or <(command)), or an https:// (or http://) "
+        "URL; at most 200 MB",
     )
     check.add_argument(
         "--operation",
@@ -125,9 +134,11 @@ def what_to_check_instead(stack: Stack) -> str:
 def read_stack(args: argparse.Namespace) -> Stack:
     """The stack the arguments name: a freeze, a ``trl env``, or an interpreter."""
     if args.freeze:
-        return parse_freeze(_read(args.freeze, "--freeze"), source=_source(args.freeze))
+        text = _read(args.freeze, "--freeze", "`pip freeze` output")
+        return parse_freeze(text, source=_source(args.freeze))
     if args.trl_env:
-        return parse_trl_env(_read(args.trl_env, "--trl-env"), source=_source(args.trl_env))
+        text = _read(args.trl_env, "--trl-env", "`trl env` output")
+        return parse_trl_env(text, source=_source(args.trl_env))
     return ask_interpreter(args.python or sys.executable)
 
 
@@ -261,12 +272,11 @@ def _source(where: str) -> str:
     return "<stdin>" if where == "-" else where
 
 
-def _read(where: str, option: str) -> str:
+def _read(where: str, option: str, kind: str) -> str:
+    what = f"{option} {where}"
     if where == "-":
-        return sys.stdin.read()
+        return read_stdin_text(what, limit=STACK_LIMIT, kind=kind)
     try:
-        return Path(where).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{option} {where}: not UTF-8 text") from None
+        return read_user_text(where, what, limit=STACK_LIMIT, kind=kind)
     except OSError as exc:
-        raise UsageError(f"{option} {where}: cannot be read: {exc.strerror or exc}") from None
+        raise UsageError(f"{what}: cannot be read: {exc.strerror or exc}") from None

@@ -7,8 +7,11 @@ is a :class:`~ftmatrix.errors.UsageError` naming the input, the line and its tex
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -217,12 +220,7 @@ print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "packages": found}))
 def ask_interpreter(python: str, *, option: str = "--python", timeout: float = 120) -> Stack:
     """What ``python`` (a path or a command) has installed, read by importlib.metadata there."""
     what = f"{option} {python}"
-    try:
-        done = subprocess.run(
-            [python, "-c", _ASK], capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"{what}: cannot be run: {exc}") from None
+    done = _run_alone([python, "-c", _ASK], what, timeout=timeout)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(f"{what}: exited with {done.returncode}: {last}")
@@ -235,6 +233,34 @@ def ask_interpreter(python: str, *, option: str = "--python", timeout: float = 1
     except (ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(f"{what}: did not answer as a Python interpreter does") from None
     return Stack(source=python, kind="interpreter", packages=packages, python=series)
+
+
+def _run_alone(argv: list[str], what: str, *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``argv`` run in a session of its own: at ``timeout`` its whole process group is
+    killed, so nothing it started (a wrapper script's ``sleep``) is left running. An error
+    names the interpreter, never the script it was given (dozens of lines of ours)."""
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot be run: {exc}") from None
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise UsageError(
+            f"{what}: cannot be run: asked for its installed packages, it did not answer "
+            f"within {timeout:g} s"
+        ) from None
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 def _version_from_url(url: str, name: str) -> str | None:

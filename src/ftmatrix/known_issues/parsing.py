@@ -13,6 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from ftmatrix.config import ConfigError
 from ftmatrix.known_issues.entry import KnownIssue, Proof
+from ftmatrix.ranges import matches_no_version
 from ftmatrix.repositories import (
     fix_repository,
     is_repository,
@@ -20,6 +21,7 @@ from ftmatrix.repositories import (
     repository_table,
     same_repository,
 )
+from ftmatrix.versions import parse_version, shown
 from ftmatrix.yaml_file import parse_yaml, read_yaml_text
 
 FILE_KEYS = ("repositories", "issues")
@@ -49,6 +51,7 @@ MATCH_KEYS = (
 CONTRACT_KEYS = ("fail", "pass")
 PROOF_KEYS = ("hardware", "cases", "hold", "support", "vary", "oldest", "note")
 SIBLING_STATUSES = ("pass", "fail")
+ENTRY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def load_known_issues(path: Path) -> tuple[KnownIssue, ...]:
@@ -72,7 +75,14 @@ def parse_known_issues(raw: Any, *, source: str) -> tuple[KnownIssue, ...]:
             for k in raw
             if k not in FILE_KEYS
         ]
-        for package, repository in (raw.get("repositories") or {}).items():
+        repositories = raw.get("repositories") or {}
+        if not isinstance(repositories, dict):
+            problems.append(
+                f"{source}: repositories: must map package names to GitHub repositories "
+                f"(owner/name), got {shown(repositories)}"
+            )
+            repositories = {}
+        for package, repository in repositories.items():
             if not isinstance(repository, str) or not is_repository(repository):
                 problems.append(
                     f"{source}: repositories.{package}: {repository!r} is not a GitHub "
@@ -81,6 +91,10 @@ def parse_known_issues(raw: Any, *, source: str) -> tuple[KnownIssue, ...]:
             else:
                 added[str(package)] = repository
         raw = raw.get("issues") or []
+        if not isinstance(raw, list):
+            raise ConfigError(
+                [f"{source}: issues: must be a list of entries, got {type(raw).__name__}"]
+            )
     if not isinstance(raw, list):
         raise ConfigError([f"{source}: must be a list of entries, got {type(raw).__name__}"])
     table = repository_table(added)
@@ -106,8 +120,10 @@ def _parse_entry(
     _check_described(item, at, problems)
     package = canonicalize_name(str(item.get("package") or ""))
     affected = _affected(item.get("affected"), at, problems)
-    fixed_in = _fixed_in(item.get("fixed-in"), at, affected, problems)
+    fixed_in = _fixed_in(item, at, affected, problems)
     _check_links(item, at, package=package, fixed_in=fixed_in, table=table, problems=problems)
+    seen_in = item.get("seen-in")  # checked with the links (_check_seen_in)
+    seen_in = tuple(seen_in) if isinstance(seen_in, list) else ()
     match = item.get("match") or {}
     if not isinstance(match, dict) or not match:
         problems.append(f"{at}.match: must name signatures or an exception/message pattern")
@@ -123,8 +139,8 @@ def _parse_entry(
         upstream=_text(item.get("upstream")),
         fix=_text(item.get("fix")),
         repository=table.get(package),
-        seen_in=tuple(str(s) for s in item.get("seen-in") or ()),
-        signatures=tuple(str(s) for s in match.get("signatures") or ()),
+        seen_in=seen_in,
+        signatures=_strings(match.get("signatures"), f"{at}.match.signatures", problems),
         exception=patterns.get("exception"),
         message=patterns.get("message"),
         frame=patterns.get("frame"),
@@ -135,7 +151,7 @@ def _parse_entry(
         parametrizations=_parametrizations(match.get("parametrizations"), at, problems),
         affected=affected,
         fixed_in=fixed_in,
-        workaround=item.get("workaround"),
+        workaround=_text(item.get("workaround")),
         proof=_proof(item.get("proof"), at, problems),
     )
 
@@ -151,10 +167,17 @@ def _text(value: Any) -> str | None:
 
 
 def _entry_id(item: Mapping[str, Any], at: str, seen: set[str], problems: list[str]) -> str:
-    """The entry's id, once in the file."""
-    entry_id = str(item.get("id") or "")
-    if not entry_id:
+    """The entry's id, once in the file: a plain name, since a proof is kept in a folder
+    of that name (proofs/<id>/), which a path in it would leave."""
+    raw = item.get("id")
+    entry_id = raw if isinstance(raw, str) else ""
+    if raw is None or raw == "":
         problems.append(f"{at}.id: missing")
+    elif not isinstance(raw, str) or not ENTRY_ID.fullmatch(raw):
+        problems.append(
+            f"{at}.id: {shown(raw)} is not a name: letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (e.g. trl-sft-dataparallel-batch)"
+        )
     elif entry_id in seen:
         problems.append(f"{at}.id: {entry_id!r} is used by an earlier entry")
     seen.add(entry_id)
@@ -188,11 +211,12 @@ def _match_packages(
     if "packages" not in match:
         return {k: v for k, v in affected.items() if v is not None}
     packages: dict[str, SpecifierSet] = {}
-    for name, spec in (match.get("packages") or {}).items():
-        try:
-            packages[str(name)] = SpecifierSet(str(spec))
-        except InvalidSpecifier:
-            problems.append(f"{at}.match.packages.{name}: {spec!r} is not a specifier")
+    for name, spec in _mapping(
+        match, "packages", f"{at}.match", problems, "version ranges"
+    ).items():
+        parsed = _range(spec, f"{at}.match.packages.{name}", problems)
+        if parsed is not None:
+            packages[str(name)] = parsed
     return packages
 
 
@@ -270,25 +294,22 @@ def _affected(raw: Any, at: str, problems: list[str]) -> dict[str, SpecifierSet 
         if spec is None:  # not established: said so, never guessed
             affected[str(package)] = None
             continue
-        try:
-            affected[str(package)] = SpecifierSet(str(spec))
-        except InvalidSpecifier:
-            problems.append(
-                f"{at}.affected.{package}: {spec!r} is not a version range (e.g. "
-                "'>=4.46.0,<4.47.0'; null where it is not established)"
-            )
+        parsed = _range(spec, f"{at}.affected.{package}", problems)
+        if parsed is not None:
+            affected[str(package)] = parsed
     return affected
 
 
 def _fixed_in(
-    raw: Any, at: str, affected: Mapping[str, SpecifierSet | None], problems: list[str]
+    item: Mapping[str, Any],
+    at: str,
+    affected: Mapping[str, SpecifierSet | None],
+    problems: list[str],
 ) -> dict[str, str]:
     fixed_in: dict[str, str] = {}
-    for package, version in (raw or {}).items():
-        try:
-            parsed = Version(str(version))
-        except InvalidVersion:
-            problems.append(f"{at}.fixed-in.{package}: {version!r} is not a version")
+    for package, version in _mapping(item, "fixed-in", at, problems).items():
+        parsed = _version(version, f"{at}.fixed-in.{package}", problems)
+        if parsed is None:
             continue
         spec = affected.get(str(package))
         if spec is not None and spec.contains(parsed, prereleases=True):
@@ -303,7 +324,7 @@ def _strings(raw: Any, at: str, problems: list[str]) -> tuple[str, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list) or not all(isinstance(s, str) and s for s in raw):
-        problems.append(f"{at}: must be a list of names, got {raw!r}")
+        problems.append(f"{at}: must be a list of names (text), got {shown(raw)}")
         return ()
     return tuple(raw)
 
@@ -348,34 +369,27 @@ def _proof(raw: Any, at: str, problems: list[str]) -> Proof:
         problems.append(f"{at}.proof: must be a mapping with {', '.join(PROOF_KEYS)}")
         return Proof()
     problems += _unknown_keys(raw, PROOF_KEYS, f"{at}.proof")
-    hold = raw.get("hold") or {}
-    if not isinstance(hold, dict):
-        problems.append(f"{at}.proof.hold: must map packages to versions (or none)")
-        hold = {}
     held: dict[str, str | None] = {}
-    for package, version in hold.items():
-        if version in (None, "none"):
+    for package, version in _mapping(
+        raw, "hold", f"{at}.proof", problems, "versions (or none)"
+    ).items():
+        if version is None or version == "none":
             held[str(package)] = None
-            continue
-        try:
-            Version(str(version))
+        elif _version(version, f"{at}.proof.hold.{package}", problems, " or none") is not None:
             held[str(package)] = str(version)
-        except InvalidVersion:
-            problems.append(f"{at}.proof.hold.{package}: {version!r} is not a version or none")
     oldest: dict[str, str] = {}
-    for package, version in (raw.get("oldest") or {}).items():
-        try:
-            oldest[str(package)] = str(Version(str(version)))
-        except InvalidVersion:
-            problems.append(f"{at}.proof.oldest.{package}: {version!r} is not a version")
+    for package, version in _mapping(raw, "oldest", f"{at}.proof", problems).items():
+        parsed = _version(version, f"{at}.proof.oldest.{package}", problems)
+        if parsed is not None:
+            oldest[str(package)] = str(parsed)
     return Proof(
-        hardware=str(raw.get("hardware") or "cpu"),
+        hardware=_name(raw.get("hardware"), f"{at}.proof.hardware", problems) or "cpu",
         oldest=oldest,
         cases=_strings(raw.get("cases"), f"{at}.proof.cases", problems),
         support=_strings(raw.get("support"), f"{at}.proof.support", problems),
         vary=_strings(raw.get("vary"), f"{at}.proof.vary", problems),
         hold=held,
-        note=str(raw["note"]) if raw.get("note") else None,
+        note=_name(raw.get("note"), f"{at}.proof.note", problems) or None,
     )
 
 
@@ -384,8 +398,72 @@ def _patterns(match: Mapping[str, Any], at: str, problems: list[str]) -> dict[st
     for key in ("exception", "message", "frame"):
         if match.get(key) is None:
             continue
+        if not isinstance(match[key], str):
+            problems.append(
+                f"{at}.match.{key}: must be a pattern (text, a regular expression), "
+                f"got {shown(match[key])}"
+            )
+            continue
         try:
             patterns[key] = re.compile(str(match[key]))
         except re.error as exc:
             problems.append(f"{at}.match.{key}: {match[key]!r} is not a valid pattern: {exc}")
     return patterns
+
+
+def _mapping(
+    raw: Mapping[str, Any], key: str, at: str, problems: list[str], values: str = "versions"
+) -> dict[Any, Any]:
+    """``raw[key]``: a mapping, or {} (absent, null, or wrong: a problem at ``at.key``)."""
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{at}.{key}: must map package names to {values}, got {shown(value)}")
+        return {}
+    return value
+
+
+def _name(raw: Any, at: str, problems: list[str]) -> str | None:
+    """Optional text: ``raw`` where it is text, else None (a problem, unless null)."""
+    if raw is None or isinstance(raw, str):
+        return raw
+    problems.append(f"{at}: must be text, got {shown(raw)}")
+    return None
+
+
+def _version(raw: Any, at: str, problems: list[str], allowed: str = "") -> Version | None:
+    """A release's version, written as text (or a whole number); None with a problem."""
+    # A float is refused: YAML reads 0.20 as the number 0.2, another release.
+    text = raw if isinstance(raw, str) else str(raw) if type(raw) is int else None
+    if text is None:
+        problems.append(
+            f"{at}: {shown(raw)} is not a version{allowed}; write it as text (e.g. '4.46.0')"
+        )
+        return None
+    try:
+        return parse_version(text)
+    except InvalidVersion:
+        problems.append(f"{at}: {shown(raw)} is not a version{allowed}")
+        return None
+
+
+def _range(raw: Any, at: str, problems: list[str]) -> SpecifierSet | None:
+    """A version range written as text (``'>=4.46.0,<4.47.0'``); None with a problem."""
+    allowed = "a version range as text (e.g. '>=4.46.0,<4.47.0'; null where not established)"
+    if not isinstance(raw, str):
+        problems.append(f"{at}: {shown(raw)} is not {allowed}")
+        return None
+    try:
+        spec = SpecifierSet(raw)
+        for part in spec:  # a version past int()'s limits would fail each comparison later
+            if part.operator != "===" and not part.version.endswith(".*"):
+                parse_version(part.version)
+        empty = matches_no_version(spec)
+    except (InvalidSpecifier, ValueError):  # ValueError: a version past int()'s limits
+        problems.append(f"{at}: {shown(raw)} is not {allowed}")
+        return None
+    if empty:
+        problems.append(f"{at}: {raw!r} matches no version (its bounds exclude each other)")
+        return None
+    return spec
