@@ -9,6 +9,7 @@ import fcntl
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ from ftmatrix.cell.records import (
     CellRecordFile,
     RecordScanner,
     compact_records,
+    read_records,
     record_line,
     scan_records,
 )
@@ -592,3 +594,38 @@ def test_a_kept_file_removed_or_replaced_leaves_no_descriptor_open(tmp_path: Pat
     appender.close()
     note.close()
     assert open_descriptors() == before - 3  # the note, the records file and its folder
+
+
+def test_a_records_file_removed_under_its_writer_keeps_its_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A case that removes the records' folder: the plugin's next line goes to a new file,
+    with the lines the removed one held (read through the descriptor kept open)."""
+    path = tmp_path / "records" / "cell.jsonl"
+    path.parent.mkdir()
+    appender = LineAppender(path, shared=False)
+    appender.append(b'{"case": "a"}\n')
+    appender.append(b'{"case": "b"}\n')
+    shutil.rmtree(path.parent)
+    appender.append(b'{"case": "c"}\n')
+    appender.close()
+    assert path.read_bytes() == b'{"case": "a"}\n{"case": "b"}\n{"case": "c"}\n'
+    assert "cell.jsonl was removed under this process (by a case): its 2 line(s)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_records_the_supervisor_read_and_the_file_lost_are_written_again(tmp_path: Path) -> None:
+    """Its second layer: a file replaced under the run without the records the supervisor
+    had read of it (a writer that could not carry them) gets them back at the cell's end."""
+    path = tmp_path / "cell.jsonl"
+    first, second, third = (make_record(case=f"test_x.py::test_{n}") for n in "abc")
+    CellRecordFile(path).add(first)
+    CellRecordFile(path).add(second)
+    scanner = RecordScanner(path)
+    assert len(scanner.scan().records) == 2
+    path.unlink()
+    CellRecordFile(path).add(third)
+    scan = compact_records(path, scanner)
+    assert scan.restored == 2
+    assert {r.case for r in read_records(path).records} == {r.case for r in (first, second, third)}

@@ -338,6 +338,46 @@ def test_records_that_no_longer_apply_are_set_aside_and_said_never_deleted(
     assert found == {"test_a": "pass", "test_b": "pass"}
 
 
+REMOVES_THE_RECORDS = """
+import os
+import shutil
+
+
+def test_a_first():
+    pass
+
+
+def test_b_removes_the_records_folder():
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(".jsonl"):
+            shutil.rmtree(os.path.dirname(target))
+            return
+    raise AssertionError("no records file open")
+
+
+def test_c_after():
+    pass
+"""
+
+
+def test_a_case_that_removes_the_records_loses_no_other_cases_record(tmp_path: Path) -> None:
+    one_cell(tmp_path, "test_rm.py", REMOVES_THE_RECORDS)
+    ran = run("cli", tmp_path, FTMATRIX_RUN_ID="20261127T050000Z")
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0, output[-4000:]
+    assert "1240035f02bc.cell.json was removed under the run (by a case): written again" in output
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {
+        "test_a_first": "pass",
+        "test_b_removes_the_records_folder": "pass",
+        "test_c_after": "pass",
+    }
+
+
 def _small_disk(folder: Path) -> str | None:
     """Mount a 48 MB tmpfs on ``folder``; why it cannot be done here, or None."""
     folder.mkdir()

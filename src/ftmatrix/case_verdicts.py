@@ -185,6 +185,11 @@ class CaseVerdicts:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"the records of {cases}")
         _note_leftovers(self.files, ended, self.log)
         scan = compact_records(self.files.records, self.scanner)
+        if scan.restored:
+            self.log(
+                f"[ftmatrix] the records file lost {scan.restored} record(s) under the run (a "
+                f"case deleted or replaced it): written again from what was read of it"
+            )
         if scan.damaged:
             kept = self.files.quarantine
             self.log(f"[ftmatrix] {len(scan.damaged)} unreadable record line(s) moved to {kept}")

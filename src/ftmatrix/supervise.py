@@ -17,7 +17,9 @@ killed, is ftmatrix.process_tree's. This module starts each pass and watches it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -133,7 +135,9 @@ def run_cases(
     )
     passes = Passes(sharing=bool(parallel))
     ended: list[Leftover] = []
+    inputs = _inputs(command)
     while (ran := next_pass(passes, before := _cases_now(files, verdicts))) is not None:
+        _put_back(inputs, log)
         args = list(targets) if ran.cases is None else [str(cases_dir / c) for c in ran.cases]
         if ran.cases is None and before.recorded:  # a resume whose list of cases was lost
             args.append(RESUME_ARG)
@@ -156,6 +160,30 @@ def run_cases(
         ):
             break
     return verdicts.finish(ended, free_space)
+
+
+# The files a cell's pytest reads at its start, named in its command (the cell's facts).
+INPUT_OPTIONS = ("--ftmatrix-cell",)
+
+
+def _inputs(command: Sequence[str]) -> dict[Path, bytes]:
+    """The files ``command`` names after INPUT_OPTIONS, with what they hold now."""
+    found = {}
+    for option, value in itertools.pairwise(command):
+        if option in INPUT_OPTIONS:
+            with contextlib.suppress(OSError):
+                found[Path(value)] = Path(value).read_bytes()
+    return found
+
+
+def _put_back(inputs: Mapping[Path, bytes], log: Log) -> None:
+    """Write again an input a case removed (its records' folder with it): every later
+    pytest of the cell would fail to start, its cases left without a record."""
+    for path, data in inputs.items():
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            log(f"[ftmatrix] {path.name} was removed under the run (by a case): written again")
 
 
 def _cases_now(files: CellFiles, verdicts: CaseVerdicts) -> Cases:

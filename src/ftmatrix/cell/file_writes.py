@@ -16,6 +16,7 @@ import errno
 import functools
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -139,16 +140,29 @@ class LineAppender:
 
     def _file_fd(self) -> tuple[int, int]:
         """The file's descriptor and its size now (under the lock)."""
+        held = b""
         if self._file is not None:
             status = _still(self._file)
             if status is not None:
                 return self._file[0], status.st_size
+            held = _removed_lines(self._file)
         self._forget(self._file)
         self._end = None
-        fd = kept_open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        status = os.fstat(fd)
-        self._file = (fd, _identity(status))
-        return fd, status.st_size
+        try:
+            fd = kept_open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # its folder removed too
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = kept_open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        size = os.fstat(fd).st_size
+        if held:  # a case removed the file (its folder) under this process: its lines stay
+            size = _append_whole(fd, size, held)
+            lines = held.count(b"\n")
+            sys.stderr.write(
+                f"ftmatrix: {self.path.name} was removed under this process (by a case): "
+                f"its {lines} line(s) written again\n"
+            )
+        self._file = (fd, _identity(os.fstat(fd)))
+        return fd, size
 
     def _forget(self, kept: tuple[int, tuple[int, int]] | None) -> None:
         """Close a kept descriptor that is ours still (its file replaced or removed); one
@@ -205,6 +219,20 @@ def _still(kept: tuple[int, tuple[int, int]]) -> os.stat_result | None:
     except OSError:
         return None
     return status if _identity(status) == kept[1] and status.st_nlink else None
+
+
+def _removed_lines(kept: tuple[int, tuple[int, int]]) -> bytes:
+    """The whole lines a file removed under this process held, read through its kept
+    descriptor (a removed file lives on while it is open); b"" where the descriptor is not
+    that file any more (a case closed it, maybe opened a file of its own on its number)."""
+    try:
+        status = os.fstat(kept[0])
+        if _identity(status) != kept[1] or status.st_nlink:
+            return b""
+        data = os.pread(kept[0], status.st_size, 0)
+    except OSError:
+        return b""
+    return data[: data.rfind(b"\n") + 1]
 
 
 def sync_file(path: Path) -> None:

@@ -185,6 +185,7 @@ class _Recorder:
         self.refused = False  # said once
         # In a pytest-xdist worker: a case closed the worker's channel to the controller.
         self.cut_off = False
+        self.collected_list = ""  # the list of collected cases, where this process wrote it
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.controller = session.config.pluginmanager.has_plugin("dsession")
@@ -211,7 +212,8 @@ class _Recorder:
         forget_marker_names()  # every hook that adds markers has run now
         # The supervisor needs the whole list to finish a cell whose process died.
         if not self.files.collected.exists():
-            write_atomically(self.files.collected, json.dumps(self.selected))
+            self.collected_list = json.dumps(self.selected)
+            write_atomically(self.files.collected, self.collected_list)
         # Each case's operation, and its id masked for its record, worked out here, all
         # together: each among pytest's own work between two cases cost three times more.
         self.operations = {item.nodeid: _operation(item) for item in session.items}
@@ -363,6 +365,9 @@ class _Recorder:
         """Close the files; hand the records a full disk still refuses to the supervisor."""
         self.note.close()
         self.starts.close()
+        if self.collected_list and not self.files.collected.exists():  # a case removed it
+            self.files.collected.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.files.collected, self.collected_list)
         if self.unwritten:
             self._keep(self.unwritten.pop())  # a last try, of all of them in order
             for line in self.unwritten:  # each on a line of its own, after pytest's dots

@@ -10,6 +10,7 @@ it imports the standard library only.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -84,6 +85,7 @@ class Scan:
     damaged: tuple[bytes, ...]  # those lines' bytes, as found
     lines: tuple[bytes, ...] = ()  # each record's line, as written (redacted then)
     superseded: int = 0  # lines of a case that a later line recorded again
+    restored: int = 0  # records the file lost under the run (a case deleted it), written again
 
 
 def scan_records(path: Path) -> Scan:
@@ -116,6 +118,9 @@ class RecordScanner:
         self.path = path
         # Records read and not yet taken by :meth:`new_records` (None: nobody takes them).
         self._unclaimed: list[Record] | None = None
+        # Each case's last line ever read, kept across a file deleted or replaced under the
+        # run (a case that removed the records folder): what it lost is written again.
+        self._ever: dict[str, bytes] = {}
         self._start(None)
 
     def _start(self, identity: tuple[int, int] | None) -> None:
@@ -135,6 +140,11 @@ class RecordScanner:
         self._read_more()
         taken, self._unclaimed = self._unclaimed, []
         return taken
+
+    def lost(self) -> list[bytes]:
+        """The lines of the cases read before whose record the file holds no more (at the
+        last scan): a file deleted or replaced under the run."""
+        return [raw for case, raw in self._ever.items() if case not in self._latest]
 
     def _latest_records(self) -> list[Record]:
         return [record for record, _ in self._latest.values()]
@@ -199,6 +209,7 @@ class RecordScanner:
             return
         self._superseded += self._latest.pop(record.case, None) is not None
         self._latest[record.case] = (record, raw)
+        self._ever[record.case] = raw
         if self._unclaimed is not None:
             self._unclaimed.append(record)
 
@@ -210,8 +221,15 @@ def compact_records(record_file: Path, scanner: RecordScanner | None = None) -> 
     readers of the file see one record a case. The cases a moved line held have no record
     now: a resumed run runs them again. ``scanner``: one that has read the file so far
     (the supervisor's), which reads only the rest."""
+    record_file.parent.mkdir(parents=True, exist_ok=True)  # (a case may have removed it)
     with locked_folder(record_file):
-        scan = (scanner or RecordScanner(record_file)).scan()
+        scanner = scanner or RecordScanner(record_file)
+        scan = scanner.scan()
+        lost = scanner.lost()
+        if lost:  # written again, as they were read: a case must not erase the others'
+            with record_file.open("ab") as handle:
+                handle.write(b"".join(line + b"\n" for line in lost))
+            scan = dataclasses.replace(scanner.scan(), restored=len(lost))
         if scan.damaged:
             with CellFiles(record_file).quarantine.open("ab") as kept:
                 kept.write(b"".join(line + b"\n" for line in scan.damaged))
