@@ -9,6 +9,7 @@ import os
 import re
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import make_record
@@ -214,9 +215,9 @@ def test_a_cell_s_records_scan_the_environment_once_not_once_each(
     scans = []
     real = redact_module.secret_values
 
-    def counted(env: dict[str, str]) -> list[tuple[str, str]]:
+    def counted(env: dict[str, str], also: Any = ()) -> list[tuple[str, str]]:
         scans.append(1)
-        return real(env)
+        return real(env, also)
 
     monkeypatch.setattr(redact_module, "secret_values", counted)
     monkeypatch.setenv("A_NEW_SECRET_KEY", "not-seen-before-1")  # no earlier redaction serves
