@@ -24,7 +24,8 @@ from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import WHOLE_CELL
 from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
-from ftmatrix.live_runs import IN_RUN_VARIABLE, RUN_LOCK, note_planned
+from ftmatrix.errors import SettingsError
+from ftmatrix.live_runs import IN_RUN_VARIABLE, RUN_LOCK, hold_run, note_planned
 from ftmatrix.report.unfinished import UnfinishedCell, unfinished_cells
 
 EXAMPLE = Path(__file__).parent / "data" / "unfinished_cell"
@@ -245,3 +246,32 @@ def test_a_cell_killed_in_its_first_case_is_said_as_stopped_not_also_as_missing(
     assert "5 of 5 collected case(s) have no record" in ran.stderr
     assert "produced no records" not in ran.stderr
     assert json.loads((tmp_path / "results.json").read_text())["planned_without_records"] == []
+
+
+def test_a_records_folder_that_cannot_be_written_is_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """The run's folder under a records folder that cannot be written (read-only under a
+    writable reports folder; here, a file where a folder should be): exit 7, one line."""
+    records = tmp_path / "records"
+    records.write_text("not a folder")
+    for start in (hold_run, lambda folder: note_planned(folder, {"abc": "cpu-x"})):
+        with pytest.raises(SettingsError, match="the run's records folder cannot be written"):
+            start(records / "20261127T000000Z")
+    if shutil.which("unshare") is None:
+        return
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_x.py").write_text("def test_x():\n    pass\n")
+    (tmp_path / "matrix.yaml").write_text('packages:\n  six: ["1.17.0"]\n')
+    (tmp_path / "reports" / "records").mkdir(parents=True)
+    ro = tmp_path / "reports" / "records"
+    script = f"mount --bind -o ro {ro} {ro} && cd {tmp_path} && {sys.executable} -m ftmatrix run"
+    ran = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")},
+    )  # fmt: skip
+    if "mount" in ran.stderr and ran.returncode != 7:
+        pytest.skip(f"no read-only bind mount here: {ran.stderr.strip()[:200]}")
+    assert ran.returncode == 7, ran.stdout + ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert "the run's records folder cannot be written (Read-only file system)" in ran.stderr

@@ -21,6 +21,7 @@ from typing import IO
 
 from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.cell.files import OWNER_SUFFIX, RECORDS_SUFFIX
+from ftmatrix.errors import SettingsError
 
 RUN_LOCK = ".run"
 PLANNED_FILE = "planned.json"
@@ -41,20 +42,37 @@ def run_going_on(run_folder: Path) -> Iterator[None]:
 
 def hold_run(run_folder: Path) -> IO[str]:
     """Take the run's lock (shared) until the handle is closed or the process ends."""
-    run_folder.mkdir(parents=True, exist_ok=True)
-    handle = (run_folder / RUN_LOCK).open("a")
+    with _writable(run_folder):
+        run_folder.mkdir(parents=True, exist_ok=True)
+        handle = (run_folder / RUN_LOCK).open("a")
     fcntl.flock(handle, fcntl.LOCK_SH)
     return handle
 
 
 def note_planned(run_folder: Path, cells: Mapping[str, str]) -> None:
     """Add ``cells`` (id -> label) to the run's planned cells."""
-    run_folder.mkdir(parents=True, exist_ok=True)
+    with _writable(run_folder):
+        run_folder.mkdir(parents=True, exist_ok=True)
+        lock = (run_folder / ".planned.lock").open("a")
     path = run_folder / PLANNED_FILE
-    with (run_folder / ".planned.lock").open("a") as handle:  # one merge at a time
+    with lock as handle:  # one merge at a time
         fcntl.flock(handle, fcntl.LOCK_EX)
         planned = {**planned_cells(run_folder), **cells}
         write_atomically(path, json.dumps(planned, indent=1, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def _writable(run_folder: Path) -> Iterator[None]:
+    """The run's folder made or opened, or one line (SettingsError) where it cannot be: a
+    records folder read-only under a writable reports folder was a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise SettingsError(
+            f"{run_folder}: the run's records folder cannot be written "
+            f"({exc.strerror or exc}); records go into a folder ftmatrix can write "
+            "(FTMATRIX_OUT, default: reports/)"
+        ) from None
 
 
 def planned_cells(run_folder: Path) -> dict[str, str]:
