@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import holding, make_record
 
 from ftmatrix.cell.files import CellFiles
@@ -83,3 +84,22 @@ def test_a_planned_cell_without_records_fails_the_report_and_is_shown(tmp_path: 
     assert "cpu-six1.17.0" in (tmp_path / "summary.md").read_text()
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["planned_without_records"] == ["cpu-six1.17.0"]
+
+
+@pytest.mark.parametrize("damage", [b'{"aaaaaaaaaaaa": "cpu-six1.16', b"[1, 2]", b"\xff\xfe"])
+def test_a_damaged_list_of_planned_cells_fails_the_report_and_is_said(
+    tmp_path: Path, damage: bytes
+) -> None:
+    """A planned.json cut short or damaged: its cells were taken as none planned, and a
+    planned cell with no records vanished from a report that exited 0."""
+    folder = a_run(tmp_path)
+    (folder / "planned.json").write_bytes(damage)
+    said = [f"the cells run {RUN} planned (planned.json cannot be read)"]
+    assert planned_without_records(tmp_path / "records", {}) == said
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report", "--out", str(tmp_path)],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 1, ran.stderr
+    assert "planned.json cannot be read" in (tmp_path / "summary.md").read_text()

@@ -77,12 +77,21 @@ def _writable(run_folder: Path) -> Iterator[None]:
 
 def planned_cells(run_folder: Path) -> dict[str, str]:
     """The run's planned cells, id -> label ({} when it listed none, or the file is damaged)."""
+    return _planned(run_folder) or {}
+
+
+def _planned(run_folder: Path) -> dict[str, str] | None:
+    """The run's planned cells, id -> label; {} where it listed none, None where its list
+    cannot be read (damaged)."""
+    path = run_folder / PLANNED_FILE
+    if not path.exists():
+        return {}
     try:
-        planned = json.loads((run_folder / PLANNED_FILE).read_text(encoding="utf-8"))
+        planned = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
+        return None
     if not isinstance(planned, dict):
-        return {}
+        return None
     return {str(k): str(v) for k, v in planned.items()}
 
 
@@ -178,6 +187,7 @@ def planned_without_records(records_root: Path, env: Mapping[str, str]) -> list[
     ):
         return []
     recorded = {p.name.removesuffix(RECORDS_SUFFIX) for p in newest.glob(f"*{RECORDS_SUFFIX}")}
-    return sorted(
-        label for cell_id, label in planned_cells(newest).items() if cell_id not in recorded
-    )
+    planned = _planned(newest)
+    if planned is None:  # said, never taken for "every planned cell has its records"
+        return [f"the cells run {newest.name} planned ({PLANNED_FILE} cannot be read)"]
+    return sorted(label for cell_id, label in planned.items() if cell_id not in recorded)
