@@ -74,11 +74,7 @@ def test_a_planned_cell_without_records_fails_the_report_and_is_shown(tmp_path: 
     a_run(tmp_path)
     assert planned_without_records(tmp_path / "records", {}) == ["cpu-six1.17.0"]
     assert planned_without_records(tmp_path / "records", {IN_RUN_VARIABLE: RUN}) == []
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
-    ran = subprocess.run(
-        [sys.executable, "-m", "ftmatrix", "report", "--out", str(tmp_path)],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    ran = report_of(tmp_path)
     assert ran.returncode == 1, ran.stderr
     assert "1 planned cell(s) produced no records, so no verdict" in ran.stderr
     assert "cpu-six1.17.0" in (tmp_path / "summary.md").read_text()
@@ -96,10 +92,15 @@ def test_a_damaged_list_of_planned_cells_fails_the_report_and_is_said(
     (folder / "planned.json").write_bytes(damage)
     said = [f"the cells run {RUN} planned (planned.json cannot be read)"]
     assert planned_without_records(tmp_path / "records", {}) == said
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
-    ran = subprocess.run(
-        [sys.executable, "-m", "ftmatrix", "report", "--out", str(tmp_path)],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    ran = report_of(tmp_path)
     assert ran.returncode == 1, ran.stderr
     assert "planned.json cannot be read" in (tmp_path / "summary.md").read_text()
+
+
+def report_of(out: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m ftmatrix report`` of ``out``, as a user runs it (no FTMATRIX_ setting)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")}
+    return subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report", "--out", str(out)],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
