@@ -137,3 +137,23 @@ def test_a_run_whose_options_select_no_case_fails(tmp_path: Path) -> None:
     )
     assert nothing.returncode != 0
     assert "no verdict: no case was collected" in nothing.stdout + nothing.stderr
+
+
+def test_ftmatrix_run_hands_what_follows_dashes_to_the_cells_pytest(tmp_path: Path) -> None:
+    """`ftmatrix run -- ...` gave nox the arguments (a case became a session nox did not
+    find, `-l` listed nox's sessions) and the run ended with "no records"; they go to the
+    cells' pytest, as after `nox -s matrix --`, and a selection naming nothing stops it."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FTMATRIX_")},
+        "FTMATRIX_MATRIX": str(DATA / "small_matrix.yaml"),
+        "FTMATRIX_CASES": str(DATA / "small_cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+    }
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "run", "--", "test_smal.py"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert ran.returncode == ExitCode.USAGE, ran.stdout + ran.stderr
+    assert "arguments after --: 'test_smal.py': no such file or folder" in ran.stderr
+    assert "Perhaps you meant 'test_small.py'?" in ran.stderr
+    assert not (tmp_path / ".nox").exists()  # stopped before nox made any venv

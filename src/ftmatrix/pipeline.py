@@ -30,6 +30,7 @@ from typing import Any
 from packaging.version import Version
 
 from ftmatrix.caps import RequiresLookup, plan_probes
+from ftmatrix.case_selection import check_case_selection, split_pytest_args
 from ftmatrix.cell.records import read_records
 from ftmatrix.cell.status import Status
 from ftmatrix.config import InstallOptions, Limits, Matrix, load_matrix
@@ -452,7 +453,13 @@ def run_nox(
     # nox runs in the noxfile's folder, which may be this package's: the run's files and
     # venvs are named absolutely, so they stay in the user's folder.
     command = [*nox, "-f", str(noxfile), "--envdir", str(root / ".nox")]
-    command += ["-s", *sessions, *extra]
+    # What follows `ftmatrix run --` goes to the cells' pytest, as after `nox -s matrix --`
+    # (it went to nox, which took a pytest option for its own or a case for a session).
+    selection, _options = split_pytest_args(extra)
+    check_case_selection(
+        settings.cases, selection, source="arguments after --", from_command_line=True
+    )
+    command += ["-s", *sessions, *(["--", *extra] if extra else [])]
     child_env = {
         **env,
         **uv_checked(env),
