@@ -335,3 +335,30 @@ def test_settings_checked_good_once_are_checked_again_where_they_differ(
     )  # fmt: skip
     assert "uv refuses this environment's settings" in ran.stderr, ran.stderr[-2000:]
     assert ran.returncode == 7
+
+
+@pytest.mark.parametrize("entry", ["cli-run", "cli-plan", "nox-matrix"])
+def test_a_uv_settings_file_uv_refuses_stops_the_run_before_any_cell(
+    tmp_path: Path, entry: str
+) -> None:
+    """A uv.toml uv cannot read, in the folder nox makes the venvs in: every cell ended
+    with no records and a report that said only that its job failed, uv's words in nox's
+    output alone. One line, exit 7, before any cell. (A pyproject.toml's [tool.uv] uv
+    cannot read is a warning of uv's: the cells run.)"""
+    (tmp_path / "uv.toml").write_text("this is = = not toml\n")
+    (tmp_path / "noxfile.py").write_text("from ftmatrix.sessions import *  # noqa: F403\n")
+    argv = {
+        "cli-run": [sys.executable, "-m", "ftmatrix", "run"],
+        "cli-plan": [sys.executable, "-m", "ftmatrix", "plan"],
+        "nox-matrix": [sys.executable, "-m", "nox", "-s", "matrix"],
+    }[entry]
+    env = {**os.environ, "FTMATRIX_MATRIX": str(OK), "FTMATRIX_OUT": str(tmp_path / "out")}
+    ran = subprocess.run(
+        argv, env=env, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120
+    )
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert "uv refuses this environment's settings" in output, output[-3000:]
+    assert "Failed to parse: uv.toml" in output, output[-3000:]
+    assert ran.returncode == ExitCode.SETTINGS, output[-3000:]
+    assert not (tmp_path / "out" / "records").exists()  # no cell began

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ftmatrix.errors import SettingsError
 from ftmatrix.resolve import uv_binary
@@ -95,10 +96,12 @@ def _find(version: str, discovery: tuple[tuple[str, str], ...]) -> Interpreter:
     return Interpreter(version=version, path=path[0] if path else None, refused=refused)
 
 
-def check_uv_settings(env: Mapping[str, str]) -> None:
+def check_uv_settings(env: Mapping[str, str], folder: Path | None = None) -> None:
     """A SettingsError with uv's own words where the environment's settings stop uv (an
-    invalid ``UV_*`` value, an unusable ``UV_CACHE_DIR``): asked as a cell's venv is made,
-    with the whole environment, of an interpreter that is there (this one)."""
+    invalid ``UV_*`` value, an unusable ``UV_CACHE_DIR``, a ``uv.toml`` or a
+    ``pyproject.toml``'s ``[tool.uv]`` it cannot read in ``folder``, where nox makes the
+    cells' venvs): asked as a cell's venv is made, with the whole environment, of an
+    interpreter that is there (this one)."""
     with tempfile.TemporaryDirectory(prefix="ftmatrix-uv-") as nowhere:
         try:
             asked = subprocess.run(
@@ -106,7 +109,7 @@ def check_uv_settings(env: Mapping[str, str]) -> None:
                 + [sys.executable],
                 capture_output=True,
                 text=True,
-                cwd=nowhere,
+                cwd=folder or nowhere,
                 env=dict(env),
                 check=False,
                 timeout=60,
@@ -117,7 +120,9 @@ def check_uv_settings(env: Mapping[str, str]) -> None:
         return
     said = " ".join(line.strip() for line in asked.stderr.splitlines() if line.strip())
     named = ", ".join(sorted(k for k in env if k.startswith("UV_"))) or "none"
+    where = f" (and the uv.toml in {folder}, if any)" if folder else ""
     raise SettingsError(
         f"uv refuses this environment's settings: {said or f'exit code {asked.returncode}'} "
-        f"(UV_* variables set: {named}); correct or unset them: every cell's venv needs uv"
+        f"(UV_* variables set: {named}){where}; correct or unset them: every cell's venv "
+        "needs uv"
     )

@@ -104,7 +104,7 @@ def load(
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
     check_cache_folder(cache_dir(env))
     if resolve:  # the resolver, the interpreters and the cells all need uv to start
-        check_uv_once(env)
+        check_uv_once(env, root)
     plan = plan_matrix(matrix, env, resolve=resolve, check=check)
     if resolve:
         keep_plan(plan, settings, env, now=now)
@@ -152,7 +152,7 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
         matrix = load_matrix(
             settings.matrix, profile=settings.profile, default_python=settings.python
         )
-        check_uv_once(env)  # a cell's venv is made by uv: said once, not per cell
+        check_uv_once(env, root)  # a cell's venv is made by uv: said once, not per cell
         plan = kept_plan(settings, matrix, env, now=now)
         if plan is None:
             plan = plan_matrix(matrix, env)
@@ -162,25 +162,25 @@ def list_cells(env: Mapping[str, str], *, root: Path, now: datetime) -> Listing:
         return Listing(problem=exc)
 
 
-def check_uv_once(env: Mapping[str, str]) -> None:
+def check_uv_once(env: Mapping[str, str], folder: Path | None = None) -> None:
     """:func:`check_uv_settings`, once for the same settings: not again in this process,
     nor in a process whose ``UV_CHECKED_VARIABLE`` says its starter found these settings
     good (the nox `ftmatrix run` starts: :func:`uv_checked`; nox's sessions and parallel
     children: set here in nox's environment). Settings that differ (a ``UV_*`` variable
     or ``PATH`` set for one command) are checked again."""
-    mark = uv_settings_mark(env)
+    mark = uv_settings_mark(env, folder)
     if env.get(UV_CHECKED_VARIABLE) == mark or mark in _FOUND_GOOD:
         return
-    check_uv_settings(env)
+    check_uv_settings(env, folder)
     _FOUND_GOOD.add(mark)
     if env is os.environ:  # (nox's own) what it starts takes the settings it checked
         os.environ[UV_CHECKED_VARIABLE] = mark
 
 
-def uv_checked(env: Mapping[str, str]) -> dict[str, str]:
+def uv_checked(env: Mapping[str, str], root: Path | None = None) -> dict[str, str]:
     """For a process this one starts with ``env``: the mark that its uv settings were
     found good here, where they were."""
-    mark = uv_settings_mark(env)
+    mark = uv_settings_mark(env, root)
     found = mark in _FOUND_GOOD or env.get(UV_CHECKED_VARIABLE) == mark
     return {UV_CHECKED_VARIABLE: mark} if found else {}
 
@@ -191,11 +191,24 @@ UV_CHECKED_VARIABLE = "FTMATRIX_UV_CHECKED"
 _FOUND_GOOD: set[str] = set()  # the marks of the settings this process found good
 
 
-def uv_settings_mark(env: Mapping[str, str]) -> str:
-    """A short digest of what in ``env`` decides whether uv starts: its ``UV_*`` variables,
-    ``PATH``, and where its cache and settings are by default."""
+def uv_settings_mark(env: Mapping[str, str], folder: Path | None = None) -> str:
+    """A short digest of what decides whether uv starts: ``env``'s ``UV_*`` variables,
+    ``PATH``, where its cache and settings are by default, and the ``folder`` (and its
+    settings files) it runs in."""
     settings = sorted((k, v) for k, v in env.items() if k.startswith("UV_") or k in _UV_READS)
-    return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+    files = [_stamp(folder / name) for name in ("uv.toml", "pyproject.toml")] if folder else []
+    digest = json.dumps([settings, str(folder), files]).encode()
+    return hashlib.sha256(digest).hexdigest()[:16]
+
+
+def _stamp(path: Path) -> list[float] | None:
+    """When ``path`` last changed and its size (None: no such file): a settings file
+    edited since is checked again."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return [found.st_mtime, found.st_size]
 
 
 def with_selection(settings: Settings, plan: Plan, select: Sequence[str] = ()) -> Loaded:
@@ -462,7 +475,7 @@ def run_nox(
     command += ["-s", *sessions, *(["--", *extra] if extra else [])]
     child_env = {
         **env,
-        **uv_checked(env),
+        **uv_checked(env, root),
         "FTMATRIX_RUN_ID": settings.run_id,
         IN_RUN_VARIABLE: settings.run_id,
         "FTMATRIX_MATRIX": str(settings.matrix.resolve()),
