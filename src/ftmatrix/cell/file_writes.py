@@ -83,7 +83,7 @@ class LineAppender:
 
     Each use first checks (fstat) that a kept descriptor is still the file it opened and
     that the file is still in its folder: a file replaced whole (compaction) or removed is
-    opened again by name, and so is a descriptor a case closed (or closed and reused for
+    opened again by name (a removed one's lines written into the new one first), and so is a descriptor a case closed (or closed and reused for
     a file of its own), which is then left alone. :meth:`close` when done.
     """
 
@@ -145,7 +145,9 @@ class LineAppender:
             status = _still(self._file)
             if status is not None:
                 return self._file[0], status.st_size
-            held = _removed_lines(self._file)
+            # Removed (a case removed its folder), its lines are kept; replaced whole by
+            # another file (a compaction), the new file is the one to go on with.
+            held = b"" if self.path.exists() else _removed_lines(self._file)
         self._forget(self._file)
         self._end = None
         try:
