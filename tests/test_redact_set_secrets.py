@@ -137,7 +137,8 @@ def test_the_parts_of_a_value_a_tool_prints_alone_are_masked(text: str, masked: 
         "password = password or self.api_key",
         'api_key = os.environ.get("API_KEY")',
         "client_secret=self.client_secret",
-        "secret = load_secret()",
+        "secret = self.load_secret()",
+        "token=kwargs.get('token')",
         "password=None",
     ],
 )
@@ -146,7 +147,51 @@ def test_code_near_secret_names_stays(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["password=hunter2secret", "password = 'hunter2secret'", "db password: hunter2secret"]
+    "text",
+    [
+        "password=hunter2secret",
+        "password = 'hunter2secret'",
+        "db password: hunter2secret",
+        # shaped like code, but a value: dots, a call's parenthesis, a secret-like word
+        "config: password=hunter2secret.horse.battery",
+        "client_secret=hunter2secret.def456",
+        "password=Hunter2secret_secret",
+        "db.password = hunter2secret(xyzzy",
+        "credentials=hunter2secret.name.here",
+    ],
 )
 def test_a_value_given_to_a_secret_name_is_still_masked(text: str) -> None:
-    assert "hunter2secret" not in redact_text(text, {})
+    assert "hunter2secret" not in redact_text(text, {}).lower()
+
+
+def test_prose_and_the_plain_words_of_a_value_are_not_masked() -> None:
+    """Only pytest's own words of a cut diff mask a line's ends; a value's plain words,
+    a port, a date are not masked alone (its token-shaped password is)."""
+    dsn = "host=db.internal port=5432 user=postgres password=Xk9pQ2mZ7v"
+    text = "the two are not identical\nwords matter\nport=5432 user=postgres on 2024-01-01"
+    env = {"DATABASE_DSN": dsn, "PASSWORD": "hunter2password"}
+    assert redact_text(text, env) == text
+    assert redact_text("auth Xk9pQ2mZ7v", env) == "auth <redacted:DATABASE_DSN>"
+
+
+def test_a_secret_set_after_many_others_is_still_masked() -> None:
+    """The values heard were capped, new ones refused: the 257th secret a case set was
+    published. The newest are kept (the oldest let go), and the redactor follows them."""
+    script = """
+import os
+from ftmatrix.cell import secrets_set
+from ftmatrix.cell.redact import SECRET_NAME, current_redactor, is_secret
+secrets_set.listen(is_secret, SECRET_NAME)
+for i in range(300):
+    os.environ["HF_TOKEN"] = f"fake-token-{i:04d}"
+    del os.environ["HF_TOKEN"]
+    assert current_redactor().text(f"sent fake-token-{i:04d}") == "sent <redacted:HF_TOKEN>"
+os.environ["HF_TOKEN"] = "realsecretvalue123"
+del os.environ["HF_TOKEN"]
+print(current_redactor().text("auth failed with realsecretvalue123"))
+"""
+    ran = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")},
+    )  # fmt: skip
+    assert ran.stdout.strip() == "auth failed with <redacted:HF_TOKEN>"

@@ -378,6 +378,57 @@ def test_a_case_that_removes_the_records_loses_no_other_cases_record(tmp_path: P
     }
 
 
+REMOVES_THE_RECORDS_AND_DIES = """
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+RAN = Path(__file__).parent.parent / "ran.txt"
+
+
+def test_a_first():
+    with RAN.open("a") as ran:
+        ran.write("a\\n")
+
+
+def test_b_removes_the_records_folder_and_dies():
+    time.sleep(1)  # the supervisor has read test_a's record by now
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(".jsonl"):
+            shutil.rmtree(os.path.dirname(target))
+            break
+    os.kill(os.getpid(), signal.SIGKILL)  # before the plugin can carry a line
+
+
+def test_c_after():
+    pass
+"""
+
+
+def test_records_a_dying_case_removed_are_written_again_before_the_next_pass(
+    tmp_path: Path,
+) -> None:
+    """The plugin cannot carry the lines of a file removed by a case that then dies: the
+    supervisor writes again what it read before the next pytest, so no case runs twice."""
+    one_cell(tmp_path, "test_rm.py", REMOVES_THE_RECORDS_AND_DIES)
+    ran = run("cli", tmp_path, FTMATRIX_RUN_ID="20261127T070000Z")
+    output = ran.stdout + ran.stderr
+    assert "the records file lost 1 record(s) under the run" in output, output[-4000:]
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {
+        "test_a_first": "pass",
+        "test_b_removes_the_records_folder_and_dies": "crash",
+        "test_c_after": "pass",
+    }
+    assert (tmp_path / "ran.txt").read_text().split() == ["a"]  # test_a ran once
+
+
 def _small_disk(folder: Path) -> str | None:
     """Mount a 48 MB tmpfs on ``folder``; why it cannot be done here, or None."""
     folder.mkdir()

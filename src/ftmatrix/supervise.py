@@ -45,7 +45,7 @@ from ftmatrix.cell.file_writes import read_note
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.processes import become_subreaper, die_with_parent
 from ftmatrix.cell.record import Record
-from ftmatrix.cell.records import UNWRITTEN_RECORD, RecordScanner
+from ftmatrix.cell.records import UNWRITTEN_RECORD, RecordScanner, restore_lost
 from ftmatrix.cell.redact import Redactor
 from ftmatrix.cell.status import Status
 from ftmatrix.keeper import kept
@@ -136,8 +136,10 @@ def run_cases(
     passes = Passes(sharing=bool(parallel))
     ended: list[Leftover] = []
     inputs = _inputs(command)
-    while (ran := next_pass(passes, before := _cases_now(files, verdicts))) is not None:
-        _put_back(inputs, log)
+    while (
+        _put_back(inputs, watcher, log)
+        and (ran := next_pass(passes, before := _cases_now(files, verdicts))) is not None
+    ):
         args = list(targets) if ran.cases is None else [str(cases_dir / c) for c in ran.cases]
         if ran.cases is None and before.recorded:  # a resume whose list of cases was lost
             args.append(RESUME_ARG)
@@ -153,6 +155,7 @@ def run_cases(
             on_casualty=verdicts.conclude,
             ended=ended,
         )
+        _put_back(inputs, watcher, log)  # before the lists are read for how the pass ended
         verdicts.settle(attempt.unwritten)
         passes, then = after_pass(passes, ran, _how_it_ended(attempt, files, verdicts, before))
         if not _carry_out(
@@ -176,14 +179,24 @@ def _inputs(command: Sequence[str]) -> dict[Path, bytes]:
     return found
 
 
-def _put_back(inputs: Mapping[Path, bytes], log: Log) -> None:
-    """Write again an input a case removed (its records' folder with it): every later
-    pytest of the cell would fail to start, its cases left without a record."""
+def _put_back(inputs: dict[Path, bytes], watcher: _RecordWatcher, log: Log) -> bool:
+    """Before a pytest of the cell starts: write again an input a case removed (its
+    records' folder with it: every later pytest would fail to start), and the records read
+    that the file lost (their cases would run again). True, to go on."""
+    if watcher.collected is not None:  # the plugin's, kept here as it was first seen
+        inputs.setdefault(watcher.collected_at, watcher.collected)
     for path, data in inputs.items():
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             log(f"[ftmatrix] {path.name} was removed under the run (by a case): written again")
+    restored = restore_lost(watcher.scanner.path, watcher.scanner)
+    if restored:
+        log(
+            f"[ftmatrix] the records file lost {restored} record(s) under the run (a case "
+            "removed or replaced it): written again from what was read of it"
+        )
+    return True
 
 
 def _cases_now(files: CellFiles, verdicts: CaseVerdicts) -> Cases:
@@ -293,10 +306,12 @@ def _attempt(
     killed_for: Status | None = None
     cell_deadline_passed = False
     workers = Workers(files, process.pid, limits, lambda: _output(tail, fatal), on_casualty)
+    seen: dict[str, Any] | None = None  # the last running-case note read
     try:
         while not _ended_within(process, POLL_SECONDS):
             continue_if_stopped(process.pid)  # the keeper is ours: no case may stop it
             note = read_note(current)
+            seen = note or seen
             running = workers.poll()
             watcher.poll([note] if note else running)
             if note and time.time() - float(note["started"]) > limits.case_seconds:
@@ -328,7 +343,7 @@ def _attempt(
         tail.append(log_line)
         sys.stdout.write(log_line)
     pump.join(timeout=5)
-    note = read_note(current)
+    note = read_note(current) or _removed_note(current, seen, watcher.scanner)
     left = workers.poll(final=True)  # a worker's death noted just before pytest ended
     watcher.poll([])
     for note_path in [current, *files.workers_running_cases()]:
@@ -359,6 +374,18 @@ def _isolated_cases(files: CellFiles) -> set[str]:
     return set(case_list(files.isolated) or ())
 
 
+def _removed_note(
+    current: Path, seen: dict[str, Any] | None, scanner: RecordScanner
+) -> dict[str, Any] | None:
+    """The running-case note last read, where a case removed the note's file (its
+    records' folder with it) and died: the case it names has no record. None otherwise (a
+    note spoiled after its case's record, a pytest that ended between cases)."""
+    if seen is None or current.exists():
+        return None
+    scanner.scan()
+    return None if seen["case"] in scanner.ever_read() else seen
+
+
 class _RecordWatcher:
     """Turns the plugin's files into progress events: case started, case finished.
 
@@ -372,6 +399,9 @@ class _RecordWatcher:
         self.progress = progress
         self.seen = {r.case for r in scanner.scan().records}
         self.running: set[str] = set()
+        # The plugin's list of the collected cases, as first seen: a case may remove it.
+        self.collected_at = CellFiles(scanner.path).collected
+        self.collected: bytes | None = None
 
     def concluded(self, case: str, status: Status) -> None:
         """``case`` got its record from the supervisor: reported now, not again when read."""
@@ -381,6 +411,9 @@ class _RecordWatcher:
 
     def poll(self, notes: Sequence[Mapping[str, Any]]) -> None:
         """``notes``: the running-case notes now (one per pytest-xdist worker)."""
+        if self.collected is None:
+            with contextlib.suppress(OSError):
+                self.collected = self.collected_at.read_bytes()
         if self.progress is None:
             return
         cases = {str(note["case"]) for note in notes}

@@ -83,8 +83,9 @@ class LineAppender:
 
     Each use first checks (fstat) that a kept descriptor is still the file it opened and
     that the file is still in its folder: a file replaced whole (compaction) or removed is
-    opened again by name (a removed one's lines written into the new one first), and so is a descriptor a case closed (or closed and reused for
-    a file of its own), which is then left alone. :meth:`close` when done.
+    opened again by name (a removed one's lines written into the new one first), and so
+    is a descriptor a case closed (or closed and reused for a file of its own), which is
+    then left alone. :meth:`close` when done.
     """
 
     def __init__(self, path: Path, *, shared: bool = True, short: bool = False) -> None:

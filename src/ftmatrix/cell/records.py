@@ -141,6 +141,10 @@ class RecordScanner:
         taken, self._unclaimed = self._unclaimed, []
         return taken
 
+    def ever_read(self) -> set[str]:
+        """Every case a record was read of, in this file or one it replaced."""
+        return set(self._ever)
+
     def lost(self) -> list[bytes]:
         """The lines of the cases read before whose record the file holds no more (at the
         last scan): a file deleted or replaced under the run."""
@@ -224,12 +228,8 @@ def compact_records(record_file: Path, scanner: RecordScanner | None = None) -> 
     record_file.parent.mkdir(parents=True, exist_ok=True)  # (a case may have removed it)
     with locked_folder(record_file):
         scanner = scanner or RecordScanner(record_file)
-        scan = scanner.scan()
-        lost = scanner.lost()
-        if lost:  # written again, as they were read: a case must not erase the others'
-            with record_file.open("ab") as handle:
-                handle.write(b"".join(line + b"\n" for line in lost))
-            scan = dataclasses.replace(scanner.scan(), restored=len(lost))
+        restored = _restore_lost(record_file, scanner)
+        scan = dataclasses.replace(scanner.scan(), restored=restored)
         if scan.damaged:
             with CellFiles(record_file).quarantine.open("ab") as kept:
                 kept.write(b"".join(line + b"\n" for line in scan.damaged))
@@ -242,6 +242,24 @@ def compact_records(record_file: Path, scanner: RecordScanner | None = None) -> 
         else:
             sync_file(record_file)
     return scan
+
+
+def restore_lost(record_file: Path, scanner: RecordScanner) -> int:
+    """Write again the records ``scanner`` read that ``record_file`` lost (a case removed
+    or replaced it under the run), before the next pytest decides which cases have run:
+    how many. A case must not erase the others' records, nor have them run again."""
+    record_file.parent.mkdir(parents=True, exist_ok=True)
+    with locked_folder(record_file):
+        return _restore_lost(record_file, scanner)
+
+
+def _restore_lost(record_file: Path, scanner: RecordScanner) -> int:
+    scanner.scan()
+    lost = scanner.lost()
+    if lost:  # written again as they were read (masked then)
+        with record_file.open("ab") as handle:
+            handle.write(b"".join(line + b"\n" for line in lost))
+    return len(lost)
 
 
 def operation_from_path(nodeid: str) -> str:

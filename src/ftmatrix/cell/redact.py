@@ -52,7 +52,7 @@ ELLIPSES = ("...", "\u2026")
 # pytest's diff of two long texts says it left out their identical start or end ("Skipping
 # 65 identical leading characters in diff"); each line of the diff then starts (or ends)
 # with the ten characters before (after) the cut. A line, its diff marker skipped:
-DIFF_CUT = " identical "
+DIFF_CUT = re.compile(r"Skipping \d+ identical (?:leading|trailing) characters in diff")
 DIFF_LINE = re.compile(r"(?m)^(?:[E>][ \t]+)?[ \t]*(?:[-+?] )?(.*)$")
 
 # ://userinfo@ : whatever the scheme, and whatever stands before it.
@@ -239,10 +239,10 @@ def current_redactor() -> Redactor:
     now = stored.copy()
     for key in _PER_CASE_KEYS:
         now.pop(key, None)
-    set_by_cases = secrets_set.heard()
-    if _redacted_for is None or _redacted_for[0] != now or _redacted_for[1] != len(set_by_cases):
+    heard = secrets_set.changes()
+    if _redacted_for is None or _redacted_for[0] != now or _redacted_for[1] != heard:
         env = {k: v for k, v in os.environ.items() if k not in _PER_CASE_VARIABLES}
-        _redacted_for = (now, len(set_by_cases), Redactor(env, also=set_by_cases))
+        _redacted_for = (now, heard, Redactor(env, also=secrets_set.heard()))
     return _redacted_for[2]
 
 
@@ -287,13 +287,19 @@ def _pieces(value: str) -> list[str]:
     pieces.append(bare)
     words = bare.split()
     if len(words) > 1:
-        pieces += [word for word in words if _token_like(word)]
+        # A key=value pair's value alone (a DSN's password=...), not its key.
+        values = [word.rsplit("=", 1)[-1] for word in words]
+        pieces += [value for value in values if _token_like(value)]
     return [p for p in dict.fromkeys(pieces) if len(p) >= SHORTEST_SECRET]
 
 
 def _token_like(word: str) -> bool:
-    """A word no prose holds: a digit, a symbol, or capitals after its first letter."""
-    return not word.isalpha() or (not word[1:].islower() and not word.isupper())
+    """A word no prose holds: letters with digits or symbols, or capitals after its first
+    letter (not a date, a port, a host name, a plain or capitalised word)."""
+    if not any(c.isalpha() for c in word):
+        return False
+    marked = any(c.isdigit() or not (c.isalpha() or c in "._-") for c in word)
+    return marked or (not word[1:].islower() and not word.isupper())
 
 
 def _masked(text: str, secrets: list[_Secret]) -> str:
@@ -301,7 +307,8 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
     # A URL's whole userinfo first: the user name goes with the password.
     text = URL_USERINFO.sub(r"\1<redacted>@", text)
     shortened = any(ellipsis in text for ellipsis in ELLIPSES)
-    cut = DIFF_CUT in text  # pytest's diff of two long texts, their common ends left out
+    # pytest's diff of two long texts, their common ends left out
+    cut = " identical " in text and DIFF_CUT.search(text) is not None
     for mask, forms, folded, shortest, encoded in secrets:
         if len(text) < shortest and not (shortened or cut):
             continue  # most strings of a record: a package's name or version
@@ -446,21 +453,25 @@ def _quoted_token(name: str, text: str, value_at: int) -> bool:
 
 
 CODE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+# The first names of code that reads a secret (an attribute, the environment, a call's
+# arguments), never a secret's own text.
+CODE_ROOTS = frozenset({"self", "cls", "os", "kwargs", "args", "config", "settings", "env"})
 
 
-def _code(text: str, value: re.Match[str]) -> bool:
-    """Is the unquoted value given to a lower-case name with ``=`` code rather than a
-    value: an attribute, a call, another secret-looking name (``password = password or
-    self.api_key``, ``api_key = os.environ.get(...)``), as the source lines of a traceback
-    show them?"""
+def _code(text: str, name: str, value: re.Match[str]) -> bool:
+    """Is the unquoted value given to the lower-case ``name`` with ``=`` code rather than a
+    value, as the source lines of a traceback show them: the name itself again
+    (``password = password or ...``), an attribute or a call of code's own roots
+    (``self.api_key``, ``os.environ.get(...)``), or None, True, False? Anything else,
+    dots and calls included (``password=prod.db.secret``), is masked as a value."""
     at = value.start(1)
     if text[at - 1 : at] in ("'", '"') or text[value.start() : value.start() + 1] != "=":
         return False
     word = value[1].split("(", 1)[0].split("[", 1)[0]
     if not CODE_NAME.fullmatch(word):
         return False
-    called = len(word) < len(value[1])
-    return called or "." in word or _secret_assignee(word) or word in ("None", "True", "False")
+    own = name.rsplit(".", 1)[-1]
+    return word in (own, "None", "True", "False") or word.split(".", 1)[0] in CODE_ROOTS
 
 
 def _assigned_values_masked(text: str) -> str:
@@ -477,7 +488,7 @@ def _assigned_values_masked(text: str) -> str:
         name = _name_before(text, at)
         if not _secret_assignee(name) and not _quoted_token(name, text, value.start(1)):
             continue
-        if not name.isupper() and _code(text, value):
+        if not name.isupper() and _code(text, name, value):
             continue
         pieces += [text[end : value.start(1)], "<redacted>"]
         end = value.end(1)

@@ -20,10 +20,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-# At most this many distinct values are kept: a case setting secrets in a loop must not
-# make every record's masking slower without end.
-KEPT = 256
+# The newest this many distinct values are kept (the oldest let go): a case setting a new
+# secret each time must not make every record's masking slower without end, and a value
+# set since is always kept (a record is made at its case's end).
+KEPT = 64
 _heard: dict[tuple[str, str], None] = {}  # (name, value), in the order they were set
+_changes = [0]  # how many times a value was added: a redactor of fewer is out of date
 _listening: list[bool] = []
 
 
@@ -44,16 +46,26 @@ def listen(is_secret: Callable[[str, str], bool], name_pattern: re.Pattern[str])
                 named.clear()
             text = _text(name)
             secret_name = named[name] = name_pattern.search(text) is not None
-        if secret_name and len(_heard) < KEPT:
+        if secret_name:
             text, shown = _text(name), _text(value)
             if is_secret(text, shown):
+                if (text, shown) not in _heard:
+                    _changes[0] += 1
+                _heard.pop((text, shown), None)  # the newest last
                 _heard[(text, shown)] = None
+                while len(_heard) > KEPT:
+                    del _heard[next(iter(_heard))]
 
     os.putenv = putenv_heard
 
 
 def _text(value: Any) -> str:
     return os.fsdecode(value) if isinstance(value, bytes) else str(value)
+
+
+def changes() -> int:
+    """How many times a value was added to :func:`heard`: it changed when this did."""
+    return _changes[0]
 
 
 def heard() -> tuple[tuple[str, str], ...]:

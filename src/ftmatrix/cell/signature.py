@@ -89,6 +89,10 @@ _ESCAPED = r"(?<=\\[ntrvfab0])|(?<=\\x[0-9a-fA-F]{2})|(?<=\\u[0-9a-fA-F]{4})"
 _GLUED = rf"{_ESCAPED}|(?<=(?<![\w-])-[A-Za-z])"
 # A text holding none of these holds no path any pattern below could find.
 _PATH_MARKS = ("/", "\\", "~", "%", "\x1b")
+# After a blank, what starts a path or an option of its own, not the next word of one
+# with a blank in it ("/srv/ci runner/x", "/home/alice -smith/x"): a "/" or a "~", a
+# one- or two-letter option glued to a path (``-I/srv/x``).
+_NOT_NEW = r"(?![/~]|-[A-Za-z]{1,2}/)"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FILE_URL = re.compile(r"\bfile://[^/\s'\"<>]*(?=/)", re.IGNORECASE)
 _ENCODED = r"[^\s%/&?#=;'\"<>]"  # a character of a percent-encoded path's part
@@ -103,7 +107,7 @@ _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(
             rf"(?:(?<![\w-])|{_GLUED})"
             r"(?:/(?:home|Users|export/home|var/home)/|[A-Za-z]:\\+Users\\+"
-            rf"|~(?=[A-Za-z_])){_NAME_CHARS}+(?: (?![/~-]){_NAME_CHARS}+(?=[/\\]))*"
+            rf"|~(?=[A-Za-z_])){_NAME_CHARS}+(?: {_NOT_NEW}{_NAME_CHARS}+(?=[/\\]))*"
         ),
         "~",
     ),
@@ -116,7 +120,7 @@ _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
         # Greedy up to the run's last slash that a path character follows.
         re.compile(
             rf"(?:(?<![\w/.<>-])|{_GLUED})(?:/(?![/\s])|(?:\.\./)+|~/)"
-            rf"(?:{_PATH_CHARS}| (?=(?![/~-]){_PATH_CHARS}*/))*/(?={_PATH_CHARS})"
+            rf"(?:{_PATH_CHARS}| (?={_NOT_NEW}{_PATH_CHARS}*/))*/(?={_PATH_CHARS})"
         ),
         "<path>/",
     ),
