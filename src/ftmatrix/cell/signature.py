@@ -80,7 +80,7 @@ def unwrap_message(message: str) -> str:
 # Every pattern starts only where a run of path characters starts (the lookbehinds)
 # and has no nested repetition: each is tried once per run, so cleaning is linear in
 # the text's length (a megabyte message without a space included).
-_PATH_CHARS = r"[^\s'\"()<>\[\],:;]"
+_PATH_CHARS = r"[^\s'\"()<>\[\],:;{}]"
 _RUN_START = rf"(?<!{_PATH_CHARS})"
 _NAME_CHARS = r"[^/\\\s'\"()<>\[\],:;]"
 # Where a path may start besides after a character that no word holds: after an escape
