@@ -130,6 +130,8 @@ VALUES = st.one_of(
 @example(path=("issues", 0, "affected", "trl"), value="<" + "1" * 5000)
 @example(path=("issues", 0, "id"), value="../../evil")
 @example(path=("issues", 0, "affected", "trl"), value=">=2,<1")
+@example(path=("repositories", "trl"), value="a/b")  # text, but not the links' repository
+@example(path=("repositories",), value={"\n": float("nan")})  # a key with a newline
 def test_a_wrongly_typed_value_anywhere_is_a_problem_at_its_key_path(
     path: tuple[Any, ...], value: Any
 ) -> None:
@@ -139,8 +141,11 @@ def test_a_wrongly_typed_value_anywhere_is_a_problem_at_its_key_path(
         assert exc.problems
         assert all(p.startswith("k.yaml: ") and "\n" not in p for p in exc.problems)
         # Text of the right type can still clash with another key (an empty range holds
-        # the fixed-in version): a problem of the entry; any other value is named at its key.
+        # the fixed-in version; another repository than the entries' links): a problem of
+        # the entry, or of the entries; any other value is named at its key.
         where = shown_path(path) if not isinstance(value, str) else shown_path(path[:2])
+        if isinstance(value, str) and path[0] == "repositories":
+            where = "k.yaml: "
         assert any(p.startswith(where) for p in exc.problems), exc.problems
         return
     for entry in entries:  # read: every part is of its type, and the id a plain name

@@ -709,10 +709,10 @@ except ImportError:
 else:
     checked = interpreters.check_uv_settings
 
-    def counted(env):
+    def counted(env, folder=None):
         with open(os.environ["FTMATRIX_TEST_UV_CHECKS"], "a") as log:
             log.write(f"{os.getpid()}\\n")
-        return checked(env)
+        return checked(env, folder)
 
     interpreters.check_uv_settings = counted
 """

@@ -100,11 +100,19 @@ class ConfigError(FatalError):
     return_code = ExitCode.CONFIG
 
     def __init__(self, problems: Sequence[str]) -> None:
-        # Each problem once, so the count the header gives is the lines that follow.
-        self.problems = tuple(dict.fromkeys(problems))
+        # Each problem once, so the count the header gives is the lines that follow; each
+        # one line, whatever a key or value it names holds (a newline in a YAML key).
+        self.problems = tuple(dict.fromkeys(_one_line(p) for p in problems))
         count = len(self.problems)
         header = f"{count} problem{'s' if count != 1 else ''} in the matrix configuration:"
         super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with each control character as its escape (``\\n``): one line to read."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 class PlanError(FatalError):

@@ -104,7 +104,7 @@ def load(
     matrix = load_matrix(settings.matrix, profile=settings.profile, default_python=settings.python)
     check_cache_folder(cache_dir(env))
     if resolve:  # the resolver, the interpreters and the cells all need uv to start
-        check_uv_once(env, root)
+        check_uv_once(env, _noxfile(root).parent.resolve())  # where nox makes the venvs
     plan = plan_matrix(matrix, env, resolve=resolve, check=check)
     if resolve:
         keep_plan(plan, settings, env, now=now)
@@ -475,7 +475,7 @@ def run_nox(
     command += ["-s", *sessions, *(["--", *extra] if extra else [])]
     child_env = {
         **env,
-        **uv_checked(env, root),
+        **uv_checked(env, noxfile.parent.resolve()),
         "FTMATRIX_RUN_ID": settings.run_id,
         IN_RUN_VARIABLE: settings.run_id,
         "FTMATRIX_MATRIX": str(settings.matrix.resolve()),
