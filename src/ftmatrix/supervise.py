@@ -343,7 +343,7 @@ def _attempt(
         tail.append(log_line)
         sys.stdout.write(log_line)
     pump.join(timeout=5)
-    note = read_note(current) or _removed_note(current, seen, watcher.scanner)
+    note = read_note(current) or _removed_note(files, seen, watcher.scanner)
     left = workers.poll(final=True)  # a worker's death noted just before pytest ended
     watcher.poll([])
     for note_path in [current, *files.workers_running_cases()]:
@@ -375,12 +375,12 @@ def _isolated_cases(files: CellFiles) -> set[str]:
 
 
 def _removed_note(
-    current: Path, seen: dict[str, Any] | None, scanner: RecordScanner
+    files: CellFiles, seen: dict[str, Any] | None, scanner: RecordScanner
 ) -> dict[str, Any] | None:
-    """The running-case note last read, where a case removed the note's file (its
-    records' folder with it) and died: the case it names has no record. None otherwise (a
-    note spoiled after its case's record, a pytest that ended between cases)."""
-    if seen is None or current.exists():
+    """The running-case note last read, where a case removed the cell's files (its
+    records' folder: the note, the list of collected cases) and died, and the case it
+    names has no record. None otherwise: a pytest that ended removes its note itself."""
+    if seen is None or files.running_case().exists() or files.collected.exists():
         return None
     scanner.scan()
     return None if seen["case"] in scanner.ever_read() else seen
