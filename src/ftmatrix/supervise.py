@@ -136,10 +136,7 @@ def run_cases(
     passes = Passes(sharing=bool(parallel))
     ended: list[Leftover] = []
     inputs = _inputs(command)
-    while (
-        _put_back(inputs, watcher, log)
-        and (ran := next_pass(passes, before := _cases_now(files, verdicts))) is not None
-    ):
+    while (ran := next_pass(passes, before := _cases_now(files, verdicts))) is not None:
         args = list(targets) if ran.cases is None else [str(cases_dir / c) for c in ran.cases]
         if ran.cases is None and before.recorded:  # a resume whose list of cases was lost
             args.append(RESUME_ARG)
@@ -179,10 +176,10 @@ def _inputs(command: Sequence[str]) -> dict[Path, bytes]:
     return found
 
 
-def _put_back(inputs: dict[Path, bytes], watcher: _RecordWatcher, log: Log) -> bool:
-    """Before a pytest of the cell starts: write again an input a case removed (its
-    records' folder with it: every later pytest would fail to start), and the records read
-    that the file lost (their cases would run again). True, to go on."""
+def _put_back(inputs: dict[Path, bytes], watcher: _RecordWatcher, log: Log) -> None:
+    """After a pytest of the cell, before how it ended is read: write again an input a case
+    removed (its records' folder with it: every later pytest would fail to start), and the
+    records read that the file lost (their cases would run again)."""
     if watcher.collected is not None:  # the plugin's, kept here as it was first seen
         inputs.setdefault(watcher.collected_at, watcher.collected)
     for path, data in inputs.items():
@@ -196,7 +193,6 @@ def _put_back(inputs: dict[Path, bytes], watcher: _RecordWatcher, log: Log) -> b
             f"[ftmatrix] the records file lost {restored} record(s) under the run (a case "
             "removed or replaced it): written again from what was read of it"
         )
-    return True
 
 
 def _cases_now(files: CellFiles, verdicts: CaseVerdicts) -> Cases:

@@ -309,12 +309,15 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
     shortened = any(ellipsis in text for ellipsis in ELLIPSES)
     # pytest's diff of two long texts, their common ends left out
     cut = " identical " in text and DIFF_CUT.search(text) is not None
-    for mask, forms, folded, shortest, encoded in secrets:
+    lowered = ""  # text.lower(), made once, again only where a secret changed text
+    for secret in secrets:
+        mask, forms, _folded, shortest, _encoded = secret
         if len(text) < shortest and not (shortened or cut):
             continue  # most strings of a record: a package's name or version
-        text = _forms_masked(text, mask, forms, folded, encoded)
+        text, lowered = _forms_masked(text, lowered or text.lower(), secret)
         if shortened or cut:
             text = _cut_ends_masked(text, forms, mask, shortened=shortened, cut=cut)
+            lowered = text.lower()
     if secrets and "\n" in text:
         text = _wrapped_masked(text, secrets)
     if "--" in text:
@@ -326,12 +329,11 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
     return _shapes_masked(text)
 
 
-def _forms_masked(
-    text: str, mask: str, forms: tuple[str, ...], folded: tuple[str, ...], encoded: frozenset[str]
-) -> str:
-    """``text`` with each of a secret's printed ``forms`` masked, in any letter case (a
-    base64 form with the groups it shares with the text around it)."""
-    lowered = text.lower()
+def _forms_masked(text: str, lowered: str, secret: _Secret) -> tuple[str, str]:
+    """``text`` (``lowered``: in lower case) with each of a secret's printed forms masked,
+    in any letter case (a base64 form with the groups it shares with the text around it);
+    and the result in lower case."""
+    mask, forms, folded, _shortest, encoded = secret
     for form, low in zip(forms, folded, strict=True):
         if len(form) <= len(text) and low in lowered:
             if form in encoded and form in text:  # with the groups it shares
@@ -342,7 +344,7 @@ def _forms_masked(
             else:
                 text = re.sub(re.escape(form), _literal(mask), text, flags=re.IGNORECASE)
             lowered = text.lower()
-    return text
+    return text, lowered
 
 
 def _shapes_masked(text: str) -> str:
