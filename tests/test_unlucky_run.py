@@ -376,6 +376,10 @@ def test_a_case_that_removes_the_records_loses_no_other_cases_record(tmp_path: P
         "test_b_removes_the_records_folder": "pass",
         "test_c_after": "pass",
     }
+    # The cell's log was in the folder too: what it held before and what came after.
+    (log,) = (tmp_path / "out" / "records" / "20261127T050000Z").glob("*.log")
+    text = log.read_text()
+    assert "collected 3 items" in text and "test_rm.py::test_c_after" in text, text[-4000:]
 
 
 REMOVES_THE_RECORDS_AND_DIES = """

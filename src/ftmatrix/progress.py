@@ -11,6 +11,7 @@ started the cells (``progress_feed``), which this tells of every cell and case.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections import Counter
@@ -68,8 +69,7 @@ class Progress:
             self._close_log()
             self._log_path = path
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._log_file = path.open("a", encoding="utf-8")
+                self._log_file = _opened(path)
             except OSError as exc:
                 self._log_failed(exc)
 
@@ -152,6 +152,8 @@ class Progress:
         if self._log_file is None:
             return False
         try:
+            if self._log_path is not None and _removed(self._log_file):
+                self._log_file = _moved_back(self._log_file, self._log_path)
             self._log_file.write(text)
             self._log_file.flush()
         except OSError as exc:  # a full disk: the records matter, the log goes to the console
@@ -221,3 +223,26 @@ class Progress:
 
     def _log_line(self, event: str) -> str:
         return f"[ftmatrix] {self.status_line()} | {event}\n"
+
+
+def _opened(path: Path) -> TextIO:
+    """The log at ``path``, for appending and reading back (:func:`_moved_back`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a+", encoding="utf-8")
+
+
+def _removed(log: TextIO) -> bool:
+    """Is ``log`` no longer in its folder (a case removed the records folder it is in)?"""
+    return os.fstat(log.fileno()).st_nlink == 0
+
+
+def _moved_back(log: TextIO, path: Path) -> TextIO:
+    """``log``, removed under the run, made again at ``path`` with what it held (a removed
+    file lives on while it is open): the cell's output before the case that removed it is
+    kept, as its records are (``LineAppender``)."""
+    held = os.pread(log.fileno(), os.fstat(log.fileno()).st_size, 0)
+    again = _opened(path)
+    again.write(held.decode("utf-8", "replace"))
+    with contextlib.suppress(OSError):
+        log.close()
+    return again
