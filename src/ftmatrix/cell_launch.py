@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +35,8 @@ OFFLINE_ENV = {
 BYTECODE_PREFIX = "ftmatrix-bytecode-"
 # The caller's variables a cell never sees (see cell_env).
 CALLERS_ONLY = frozenset({"PYTHONPATH", "PYTEST_PLUGINS"})
+# How many names plugin_root tries in the shared temporary folder before a private copy.
+PLUGIN_FOLDER_TRIES = 8
 PYTEST_INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 
 
@@ -168,23 +171,75 @@ def plugin_root() -> Path:
     """A folder holding only ``ftmatrix/__init__.py`` and ``ftmatrix/cell/``, copied once.
 
     Named by a hash of the files, so every cell and process of one ftmatrix shares it
-    and another version of ftmatrix gets its own.
+    and another version of ftmatrix gets its own. Checked before each use, as it lies in
+    the machine's shared temporary folder: one a temp cleaner emptied in part (a CI
+    runner's, after days) would fail every cell, and one another user made first (its
+    name can be known in advance), or that others may write into, would have every cell
+    run their code. Such a folder is never used: the next name is, made anew.
     """
     package = Path(__file__).resolve().parent
     files = [package / "__init__.py", *sorted((package / "cell").glob("*.py"))]
+    sources = {file.relative_to(package).as_posix(): file.read_bytes() for file in files}
     digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.relative_to(package).as_posix().encode() + b"\0" + file.read_bytes())
-    root = Path(tempfile.gettempdir()) / f"ftmatrix-plugin-{digest.hexdigest()[:16]}"
-    if not root.is_dir():
-        building = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
-        building.chmod(0o755)  # mkdtemp's is private; every user's cells read this one
-        for file in files:
-            target = building / "ftmatrix" / file.relative_to(package)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(file, target)
-        try:
-            building.rename(root)
-        except OSError:  # another process built it first: theirs is the same
-            shutil.rmtree(building, ignore_errors=True)
+    for name, data in sources.items():
+        digest.update(name.encode() + b"\0" + data)
+    name = f"ftmatrix-plugin-{digest.hexdigest()[:16]}"
+    # A folder found damaged or not ours is left as it is and the next name tried: removing
+    # it could take one away from under a cell beside this that made it whole meanwhile.
+    for candidate in [name, *(f"{name}-{n}" for n in range(1, PLUGIN_FOLDER_TRIES))]:
+        root = Path(tempfile.gettempdir()) / candidate
+        if _intact(root, sources):
+            return root
+        if os.path.lexists(root):
+            continue
+        made = _copy(sources, root)
+        if made == root or _intact(root, sources):  # (another process made it first)
+            return root
+        shutil.rmtree(made, ignore_errors=True)
+    return _copy(sources, None)
+
+
+def _copy(sources: Mapping[str, bytes], root: Path | None) -> Path:
+    """``sources`` copied into a new folder, renamed to ``root`` where it can be (where
+    another process made it first it cannot); where it was made (None: a private one)."""
+    folder = Path(tempfile.gettempdir()) if root is None else root.parent
+    building = Path(tempfile.mkdtemp(prefix="ftmatrix-plugin.", dir=folder))
+    for name, data in sources.items():
+        target = building / "ftmatrix" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(0o644)  # whatever the umask: no one else may change what cells run
+    for made in (building / "ftmatrix" / "cell", building / "ftmatrix", building):
+        made.chmod(0o755)  # mkdtemp's is private; every cell of this user reads it
+    if root is None:
+        return building
+    try:
+        building.rename(root)
+    except OSError:
+        return building
     return root
+
+
+def _ours(path: Path, *, folder: bool = True) -> bool:
+    """Is ``path`` a folder (or a plain file) of this user's that no one else may write?"""
+    try:
+        status = path.lstat()
+    except OSError:
+        return False
+    kind = stat.S_ISDIR if folder else stat.S_ISREG
+    return kind(status.st_mode) and status.st_uid == os.getuid() and not status.st_mode & 0o022
+
+
+def _intact(root: Path, sources: Mapping[str, bytes]) -> bool:
+    """Does ``root`` hold exactly ``sources``' bytes, in folders and files of this user's?"""
+    folders = (root, root / "ftmatrix", root / "ftmatrix" / "cell")
+    if not all(_ours(folder) for folder in folders):
+        return False
+    for name, data in sources.items():
+        path = root / "ftmatrix" / name
+        try:
+            if not _ours(path, folder=False) or path.read_bytes() != data:
+                return False
+        except OSError:
+            return False
+    return True
