@@ -9,6 +9,10 @@ Slow tier: real venvs (six only, from uv's cache) and real subprocesses.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -272,3 +276,55 @@ def test_a_worker_that_dies_after_its_channel_closed_is_a_crash_not_a_timeout(
         "the process died during the case: its pytest-xdist worker ended, its exit status unknown"
     )
     assert "timeout" not in json.dumps(died), died
+
+
+STOPS_THE_SUPERVISOR = """
+import os
+import signal
+
+
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_stops_the_supervisor():
+    os.kill(parent_of(os.getppid()), signal.SIGSTOP)  # the keeper's parent
+
+
+def test_b_after():
+    pass
+"""
+
+
+def test_a_case_that_stops_the_supervisor_does_not_stop_the_run(tmp_path: Path) -> None:
+    """The supervisor (its pytest's keeper's parent), stopped, would never see its pytest
+    end: the run waited for ever. The keeper continues it."""
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_stop.py").write_text(STOPS_THE_SUPERVISOR)
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{current_python()}"]\npackages:\n  six: ["1.17.0"]\n'
+        "limits: {workers: 1}\n"  # the case's parent is the keeper, not a worker's controller
+    )
+    env = {
+        **os.environ,
+        "FTMATRIX_MATRIX": str(tmp_path / "matrix.yaml"),
+        "FTMATRIX_CASES": str(tmp_path / "cases"),
+        "FTMATRIX_OUT": str(tmp_path / "out"),
+        "FTMATRIX_RUN_ID": "20261127T090000Z",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ftmatrix", "run"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        for signal_number in (signal.SIGCONT, signal.SIGKILL):
+            os.killpg(process.pid, signal_number)
+        process.communicate()
+        pytest.fail("the run stayed stopped with its supervisor")
+    assert process.returncode == 0, output[-4000:]
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {"test_a_stops_the_supervisor": "pass", "test_b_after": "pass"}

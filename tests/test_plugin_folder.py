@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from conftest import records_of, run
+
 from ftmatrix.cell_launch import plugin_root
 from ftmatrix.runner import current_python
 
