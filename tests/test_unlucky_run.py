@@ -619,6 +619,50 @@ def test_a_run_whose_only_cell_has_no_verdict_still_writes_its_report(
     assert "1 install-error" in summary and "the last run's report" not in summary
 
 
+@pytest.mark.parametrize("at_once", ["1", "2"])
+def test_the_cells_a_nox_stopped_before_they_started_fail_the_report_built_after(
+    tmp_path: Path, at_once: str
+) -> None:
+    """`nox -x -s matrix` stops once a cell fails (no Python for it: an install-error, its
+    verdict): the cells it never started were noted by none, and `ftmatrix report` said the
+    run's first cells as if they were all of it, exit 0. The run's first cell notes every
+    cell its nox queued, in that nox (`-j 1`) or in a child of its parallel scheduler."""
+    missing = absent_python()
+    if missing is None:
+        pytest.skip("this machine has an interpreter for every Python 3.9 to 3.15")
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_a.py").write_text("def test_ok():\n    pass\n")
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{missing}"]\n'
+        'packages:\n  six: ["1.16.0", "1.17.0"]\n  attrs: ["23.2.0", "25.3.0"]\n'
+    )
+    ran = run("nox", tmp_path, "-x", "-j", at_once)
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output[-4000:]
+    # -j 2 starts two cells at once, -j 1 one; -x starts none after the first fails.
+    started = {r["cell_label"] for r in records_of(tmp_path / "out")}
+    assert len(started) == int(at_once), output[-4000:]
+    every = {
+        f"cpu-py{missing}-six{six}-attrs{attrs}"
+        for six in ("1.16.0", "1.17.0")
+        for attrs in ("23.2.0", "25.3.0")
+    }
+    never = sorted(every - started)
+
+    reported = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "report"],
+        env={**os.environ, "FTMATRIX_OUT": str(tmp_path / "out"), "CI": "true"},
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert reported.returncode == 1, reported.stdout + reported.stderr
+    assert (
+        f"ftmatrix: {len(never)} planned cell(s) produced no records, so no verdict "
+        f"(see plan.json): {', '.join(never)}"
+    ) in reported.stderr
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["planned_without_records"] == never
+
+
 @pytest.mark.parametrize(
     ("options", "says", "recorded"),
     [

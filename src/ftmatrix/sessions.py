@@ -18,6 +18,8 @@ makes the noxfile's folder: the user's repository, never this package's location
 from __future__ import annotations
 
 import atexit
+import importlib
+import json
 import logging
 import os
 import subprocess
@@ -26,9 +28,10 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import nox
+from nox import tasks
 
 from ftmatrix.case_selection import check_case_selection, split_pytest_args
 from ftmatrix.case_verdicts import no_verdict
@@ -52,6 +55,9 @@ from ftmatrix.progress_feed import (
 from ftmatrix.runner import CellContext, record_cell_cannot_start, run_cell
 from ftmatrix.sharing import cell_running, cells_at_once, usable_cpus
 from ftmatrix.system_packages import venv_interpreter
+
+if TYPE_CHECKING:
+    from nox.manifest import Manifest
 
 __all__ = ["autobisect", "bisect", "known_issues", "matrix", "plan", "report", "wheelhouse"]
 
@@ -305,9 +311,14 @@ def run_matrix_cell(
         session.log(text)
         PROGRESS.note(text)
 
+    planned = {cell.id: cell.label}
     if not HELD_RUNS:  # from this nox's first cell to its end: the run goes on
         HELD_RUNS.append(hold_run(run_folder))
-    note_planned(run_folder, {cell.id: cell.label})
+        # And every cell this nox queued, before any of them can be lost: a nox that stops
+        # before a cell starts (-x after a failed cell, Ctrl-C, killed) must leave it
+        # planned without records in the report, not leave a partial run looking complete.
+        planned |= cells_queued(session, loaded)
+    note_planned(run_folder, planned)
     with cell_running(run_folder) as end:
         if cannot_start is not None:  # no venv was made (no interpreter): recorded, counted
             records = record_cell_cannot_start(cell, context, cannot_start, log=log)
@@ -343,6 +354,69 @@ def run_matrix_cell(
 # The run's lock, held by this process once it ran a cell (live_runs): a report built
 # meanwhile, between two cells of `nox -j 1`, says the run is in progress.
 HELD_RUNS: list[IO[str]] = []
+
+# The nox the user started hands its arguments to the children it starts for parallel
+# sessions (they inherit its environment), which run one session each: from them a child
+# learns which cells that nox queued (cells_queued).
+NOX_ARGS_VARIABLE = "FTMATRIX_NOX_ARGS"
+# Linux refuses to start a program given an environment string over 128 KiB: arguments
+# longer than this (`ftmatrix run`'s `-s` for each cell of a large matrix; it notes its
+# cells itself) are not handed down, and each child notes its own cell alone.
+NOX_ARGS_LIMIT = 64 * 1024
+if "--parallel-worker" not in sys.argv:
+    NOX_ARGS = json.dumps(sys.argv[1:])  # ASCII: its length is its size
+    if len(NOX_ARGS) <= NOX_ARGS_LIMIT:
+        os.environ[NOX_ARGS_VARIABLE] = NOX_ARGS
+    else:  # nor an outer nox's, inherited
+        os.environ.pop(NOX_ARGS_VARIABLE, None)
+
+
+def cells_queued(session: nox.Session, loaded: Loaded) -> dict[str, str]:
+    """The cells (id -> label) of the matrix sessions this nox invocation queued: those
+    already run and those still to come; {} where nox's queue cannot be read."""
+    labels = queued_labels(session)
+    return {c.id: c.label for c in loaded.selected if c.label in labels}
+
+
+def queued_labels(session: nox.Session) -> set[str]:
+    """The labels of the matrix sessions nox queued in this invocation.
+
+    nox has no public API for its queue; its private one is read here, and where that is
+    not there (another nox), nothing is found and the cell notes itself alone, as its
+    session always does. A session's runner holds the manifest that runs it
+    (``SessionRunner.manifest``), whose sessions queued or consumed are ``in`` it. Under
+    nox's parallel scheduler the session runs in a child nox whose manifest holds only it
+    (``--parallel-worker -s SESSION``); the queue is its parent's, built again here from
+    the parent's arguments by nox's own steps (``nox._cli.execute_workflow``): the same
+    arguments, noxfile and environment as the parent's, so the same queue.
+    """
+    try:
+        if session.parallel:
+            manifest = parents_manifest()
+        else:
+            manifest = session._runner.manifest
+        if manifest is None:
+            return set()
+        return {
+            getattr(runner.func, "call_spec", {})["cell"]
+            for runner, _selected in manifest.list_all_sessions()
+            if runner.name == "matrix" and runner in manifest
+        }
+    # Whatever a moved private API raises (SystemExit: argparse refusing the arguments):
+    # the other cells are noted at best, and never at the cost of this one.
+    except (Exception, SystemExit):
+        return set()
+
+
+def parents_manifest() -> Manifest | None:
+    """The manifest of the nox that started this parallel child, as that nox built it from
+    its arguments (NOX_ARGS_VARIABLE); None where they select nothing nox can run."""
+    options = importlib.import_module("nox._options").options
+    config = options.parse_args(json.loads(os.environ[NOX_ARGS_VARIABLE]))
+    noxfile = sys.modules[__name__]  # its docstring is all nox reads of the module here
+    tasks.merge_noxfile_options(noxfile, config)
+    manifest = tasks.filter_manifest(tasks.discover_manifest(noxfile, config), config)
+    return None if isinstance(manifest, int) else manifest
 
 
 def cell_context(
