@@ -47,6 +47,10 @@ BROKEN = (
     Status.UNINSTALLABLE,
 )
 _BROKEN_VALUES = frozenset(s.value for s in BROKEN)  # what a feed event's status reads as
+# The statuses' texts, in the order a line shows them: read as plain strings (an enum
+# member's value is a property), as the line is made again for every case.
+_FAIL = Status.FAIL.value
+_OTHERS = tuple(s.value for s in Status if s is not Status.FAIL)
 
 
 class FeedWriter:
@@ -130,11 +134,8 @@ class Tally:
     def counts_text(self) -> str:
         cases = sum(self.counts.values())
         # Fails always shown, 0 included: the number a reader looks for first.
-        shown = [f"{self.counts[Status.FAIL.value]} fail"] + [
-            f"{self.counts[s.value]} {s.value}"
-            for s in Status
-            if s is not Status.FAIL and self.counts[s.value]
-        ]
+        counts = self.counts
+        shown = [f"{counts[_FAIL]} fail"] + [f"{counts[s]} {s}" for s in _OTHERS if counts[s]]
         return f"{cases} case{'s' if cases != 1 else ''}: " + ", ".join(shown)
 
     def line(self, now: float, what: str) -> str:
