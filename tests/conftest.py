@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import Record
+from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 
 DATA = Path(__file__).parent / "data"
@@ -72,6 +74,13 @@ def make_record(**overrides: Any) -> Record:
     )
     fields.update(overrides)
     return Record(**fields)
+
+
+def write_records(out: Path, *records: Record) -> None:
+    """``records`` added where a run keeps each: its own cell's file in its own run's
+    folder under ``out`` (a file holds its run's records of its cell only)."""
+    for record in records:
+        CellRecordFile(CellFiles.of(out, record.run_id, record.cell_id).records).add(record)
 
 
 def cell(

@@ -57,6 +57,7 @@ def report(tmp_path: Path) -> Path:
         broken = label == labels[1][1]
         CellRecordFile(CellFiles.of(tmp_path, "r1", cell_id).records).add(
             make_record(
+                run_id="r1",
                 cell_id=cell_id,
                 cell_label=label,
                 pins={
@@ -165,6 +166,7 @@ def pivot_report(tmp_path: Path) -> Path:
     for number, ((tf, trl, peft), statuses) in enumerate(PIVOT_CELLS.items()):
         cell_id = f"cell{number}"
         common = dict(
+            run_id="r1",
             cell_id=cell_id,
             cell_label=f"cpu-py3.11-tf{tf}-trl{trl}-peft{number}",
             pins={"transformers": tf, "trl": trl, "peft": peft},
@@ -483,7 +485,9 @@ def test_a_large_matrix_draws_the_any_two_axes_table_when_scrolled_to(
     monkeypatch.setattr(ftmatrix.report.page_grid, "SERVER_PIVOT_LIMIT", 0)
     for number, label in enumerate(["cpu-a", "cpu-b"]):
         CellRecordFile(CellFiles.of(tmp_path, "r1", f"c{number}").records).add(
-            make_record(cell_id=f"c{number}", cell_label=label, pins={"trl": f"1.{number}.0"})
+            make_record(
+                run_id="r1", cell_id=f"c{number}", cell_label=label, pins={"trl": f"1.{number}.0"}
+            )
         )
     merge_outputs(tmp_path)
     render_report(tmp_path, now=datetime(2026, 11, 22, tzinfo=UTC))
@@ -529,6 +533,7 @@ def causes_report(tmp_path: Path) -> Path:
             lora_broken = tf == "5.23.0" and operation == "lora"
             file.add(
                 make_record(
+                    run_id="r1",
                     cell_id=cell_id,
                     cell_label=f"cpu-py3.11-torch2.13.0-tf{tf}-trl1.16.0",
                     pins={"torch": "2.13.0", "transformers": tf, "trl": "1.16.0"},

@@ -92,7 +92,7 @@ def test_a_cell_whose_records_were_all_unreadable_is_not_said_to_have_collected_
     quarantine.write_bytes(b'{"case": "torn\n{"case": "t.py::b", "started_at": "<redacted>"}\n')
     assert no_verdict([], quarantine) == (
         f"no record of the cell could be read: its quarantine file {quarantine} holds 2 "
-        "unreadable line(s)"
+        "unreadable record line(s)"
     )
     assert no_verdict([make_record()], quarantine) is None
 

@@ -78,7 +78,7 @@ def test_prove_proves_a_real_entry_and_names_the_cell_that_refutes_a_wrong_one(t
 
     # The 4.47.0 cell's records in a report: its red under the doubling's report only.
     report = tmp_path / "report"
-    (cell := report / "records" / "run").mkdir(parents=True)
+    (cell := report / "records" / "cells").mkdir(parents=True)  # the proofs' cells' run
     for path in (out / "proofs" / real["id"] / "records").rglob("*.jsonl"):
         if '"transformers": "4.47.0"' in path.read_text():
             (cell / path.name).write_text(path.read_text())

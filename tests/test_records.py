@@ -99,7 +99,8 @@ def test_cell_file_is_rewritten_whole_after_each_record(tmp_path: Path):
 def test_adding_a_record_writes_the_others_back_as_they_were(tmp_path: Path):
     """A case costs one record's serialization: the lines already there (redacted when
     they were written) are kept byte for byte, not rebuilt from the file each time."""
-    path = CellFiles.of(tmp_path, "run1", "cell1").records
+    record = make_record()
+    path = CellFiles.of(tmp_path, record.run_id, record.cell_id).records
     file = CellRecordFile(path)
     file.add(make_record(case="a"))
     first = path.read_text()
@@ -119,10 +120,11 @@ def test_adding_a_record_writes_the_others_back_as_they_were(tmp_path: Path):
 
 def test_corrupt_and_truncated_lines_are_skipped_with_reasons(tmp_path: Path):
     path = CellFiles.of(tmp_path, "run1", "cell1").records
-    CellRecordFile(path).add(make_record())
+    ours = make_record(run_id="run1", cell_id="cell1")
+    CellRecordFile(path).add(ours)
     with path.open("a") as handle:
         handle.write('{"schema": 1, "status": "pass"\n')  # truncated
-        handle.write(json.dumps({**make_record().to_dict(), "status": "exploded"}) + "\n")
+        handle.write(json.dumps({**ours.to_dict(), "status": "exploded"}) + "\n")
     result = read_records(tmp_path)
     assert len(result.records) == 1
     assert len(result.problems) == 2

@@ -12,11 +12,9 @@ from html import escape
 from pathlib import Path
 
 import pytest
-from conftest import make_record
+from conftest import make_record, write_records
 
-from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import WHOLE_CELL, Record
-from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
 from ftmatrix.errors import ConfigError, ExitCode
 from ftmatrix.known_issues import KnownIssue, parse_known_issues
@@ -100,9 +98,7 @@ def test_failure_detail_has_the_reproduce_command():
 
 
 def test_markdown_and_json_reports(tmp_path: Path):
-    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(
-        make_record(status=Status.FAIL, message="a | b\nsecond line")
-    )
+    write_records(tmp_path, make_record(status=Status.FAIL, message="a | b\nsecond line"))
     merge_outputs(tmp_path)
     grid = render_report(tmp_path, now=NOW)
     assert len(grid.records) == 1
@@ -116,7 +112,7 @@ def test_markdown_and_json_reports(tmp_path: Path):
 
 def test_rendering_reads_the_history_and_never_writes_it(tmp_path: Path):
     # Merging is its own step: records not merged yet are not in the report, nor the history.
-    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(make_record(status=Status.FAIL))
+    write_records(tmp_path, make_record(status=Status.FAIL))
     assert len(render_report(tmp_path, now=NOW).records) == 0
     assert newest_records(tmp_path / "history.sqlite") == []
     merged = merge_outputs(tmp_path)
@@ -194,8 +190,9 @@ def test_pass_rate_per_operation_per_run():
 
 
 def test_badges_and_embedded_data_cannot_break_out_of_the_page(tmp_path: Path):
-    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(
-        make_record(status=Status.FAIL, message=XSS, pins={"trl": "</script><script>alert(3)"})
+    write_records(
+        tmp_path,
+        make_record(status=Status.FAIL, message=XSS, pins={"trl": "</script><script>alert(3)"}),
     )
     merge_outputs(tmp_path)
     render_report(tmp_path, now=NOW)
@@ -463,8 +460,8 @@ def test_probes_are_shown_apart_and_the_plan_findings_as_a_matrix(tmp_path: Path
         operation="grpo",
         case="test_grpo.py::test_grpo",
     )
-    CellRecordFile(CellFiles.of(tmp_path, "r1", plain.cell_id).records).add(plain)
-    CellRecordFile(CellFiles.of(tmp_path, "r1", probe.cell_id).records).add(probe)
+    write_records(tmp_path, plain)
+    write_records(tmp_path, probe)
     merge_outputs(tmp_path)
     grid = render_report(tmp_path, now=NOW)
     assert grid.rows == ("cpu-py3.11-trl1.16.0",)  # the probe is not a row of the grid
@@ -517,7 +514,7 @@ def test_published_reports_show_no_path_of_the_machine(tmp_path: Path):
         reason=f"see {tmp_path}/log.txt",
         attempts=({"status": "fail", "message": message},),
     )
-    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(record)
+    write_records(tmp_path, record)
     merge_outputs(tmp_path)
     render_report(tmp_path, now=NOW)
     machine = (site, stdlib, str(cases), str(tmp_path), str(Path.home()))
@@ -590,17 +587,14 @@ def test_headline_says_what_broke_with_the_package_that_moved_and_the_largest_ca
 def test_a_first_run_is_not_said_to_have_changed_nothing(tmp_path: Path):
     """The GPU host's first report said "Nothing broke and nothing was fixed since the
     previous run" of a history holding one run: there was no previous run to compare."""
-    files = CellFiles.of(tmp_path, "r1", "c1")
-    CellRecordFile(files.records).add(make_record(run_id="r1", status=Status.FAIL, message="x"))
+    write_records(tmp_path, make_record(run_id="r1", status=Status.FAIL, message="x"))
     merge_outputs(tmp_path)
     render_report(tmp_path, now=NOW)
     page = (tmp_path / "index.html").read_text()
     assert "Nothing broke" not in page and "Nothing changed" not in page
     assert page.count(NO_EARLIER_RUN) == 2  # the headline and the changes section
     # A second run of the same cell is compared with the first, and says how much.
-    CellRecordFile(CellFiles.of(tmp_path, "r2", "c1").records).add(
-        make_record(run_id="r2", status=Status.FAIL, message="x")
-    )
+    write_records(tmp_path, make_record(run_id="r2", status=Status.FAIL, message="x"))
     merge_outputs(tmp_path)
     render_report(tmp_path, now=NOW)
     page = (tmp_path / "index.html").read_text()
@@ -611,11 +605,11 @@ def test_a_first_run_is_not_said_to_have_changed_nothing(tmp_path: Path):
 def test_an_earlier_run_with_none_of_these_results_is_not_called_no_earlier_run(tmp_path: Path):
     """A first night whose cell did not install (its one record the whole cell's), a second
     that ran the cases: there was an earlier run, with nothing to compare."""
-    CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(
-        make_record(run_id="r1", case=WHOLE_CELL, status=Status.INSTALL_ERROR, reason="x")
+    write_records(
+        tmp_path, make_record(run_id="r1", case=WHOLE_CELL, status=Status.INSTALL_ERROR, reason="x")
     )
     merge_outputs(tmp_path)
-    CellRecordFile(CellFiles.of(tmp_path, "r2", "c1").records).add(make_record(run_id="r2"))
+    write_records(tmp_path, make_record(run_id="r2"))
     merge_outputs(tmp_path)
     render_report(tmp_path, now=NOW)
     page = (tmp_path / "index.html").read_text()
@@ -738,8 +732,9 @@ def test_a_summary_of_many_cases_counts_each_cells_statuses_instead_of_a_wall() 
 
 def test_known_issues_kept_apart_from_the_matrix_explain_its_failures(tmp_path: Path) -> None:
     # A matrix kept in a folder of its own (ci/gpu-host/'s) read no known issues at all.
-    CellRecordFile(CellFiles.of(tmp_path / "out", "r1", "c1").records).add(
-        make_record(status=Status.FAIL, message="the planted break", exception_type="ValueError")
+    write_records(
+        tmp_path / "out",
+        make_record(status=Status.FAIL, message="the planted break", exception_type="ValueError"),
     )
     entry = {"id": "planted", "title": "a planted break", "package": "trl",
              "upstream": "https://github.com/huggingface/trl/issues/1",

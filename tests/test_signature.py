@@ -10,11 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import make_record, run_plugin
+from conftest import make_record, run_plugin, write_records
 
-from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import Record
-from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.signature import (
     blame,
     clean_paths,
@@ -288,8 +286,7 @@ def test_real_hybridcache_failures_form_one_group_blamed_on_peft(tmp_path: Path)
     raw = "\n".join(f"{r.raw_message}\n{r.raw_traceback}" for r in records)
     machine = set(re.findall(r"(/[^\s'\"()]+?)/lib/python3\.\d+/site-packages/", raw))
     assert machine
-    for number, record in enumerate(records):
-        CellRecordFile(CellFiles.of(tmp_path, "r1", f"c{number}").records).add(record)
+    write_records(tmp_path, *records)
     merge_outputs(tmp_path)
     render_report(tmp_path, now=datetime(2026, 11, 23, tzinfo=UTC))
     for name in ("index.html", "summary.md", "results.json"):

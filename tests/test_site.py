@@ -118,7 +118,9 @@ def test_the_plan_json_example_has_the_keys_plan_prints(
 
 def test_the_results_json_table_names_every_key(tmp_path: Path):
     CellRecordFile(CellFiles.of(tmp_path, "r1", "c1").records).add(
-        make_record(cell_id="c1", status=Status.FAIL, exception_type="ValueError", message="x")
+        make_record(
+            run_id="r1", cell_id="c1", status=Status.FAIL, exception_type="ValueError", message="x"
+        )
     )
     merge_outputs(tmp_path)
     render_report(tmp_path, now=datetime(2026, 11, 25, tzinfo=UTC))

@@ -52,8 +52,9 @@ def test_merge_order_does_not_matter(tmp_path: Path, order):
 
 def test_shards_merge_and_corrupt_files_are_counted_not_fatal(tmp_path: Path):
     shard_one, shard_two = tmp_path / "one", tmp_path / "two"
-    CellRecordFile(CellFiles.of(shard_one, "r1", "c1").records).add(make_record(cell_id="c1"))
-    CellRecordFile(CellFiles.of(shard_two, "r1", "c2").records).add(make_record(cell_id="c2"))
+    for shard, cell_id in ((shard_one, "c1"), (shard_two, "c2")):
+        record = make_record(run_id="r1", cell_id=cell_id)
+        CellRecordFile(CellFiles.of(shard, "r1", cell_id).records).add(record)
     broken = CellFiles.of(shard_two, "r1", "c3").records
     broken.write_text('{"schema": 1, "status": "pa')  # a truncated upload
     result = merge_records(tmp_path / "h.sqlite", [shard_one, shard_two])

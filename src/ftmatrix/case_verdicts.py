@@ -28,6 +28,8 @@ from ftmatrix.cell.records import (
     CellRecordFile,
     RecordScanner,
     compact_records,
+    lines_kept_apart,
+    quarantined_lines,
     read_records,
     redact,
 )
@@ -192,16 +194,15 @@ class CaseVerdicts:
             )
         if scan.damaged:
             kept = self.files.quarantine
-            self.log(f"[ftmatrix] {len(scan.damaged)} unreadable record line(s) moved to {kept}")
+            self.log(f"[ftmatrix] {scan.kept_apart()} moved to {kept}")
         return list(scan.records)
 
 
-def _lines_in(path: Path) -> int:
+def _quarantined(quarantine: Path) -> tuple[int, int]:
     try:
-        with path.open("rb") as handle:
-            return sum(1 for line in handle if line.strip())
+        return quarantined_lines(quarantine)
     except OSError:
-        return 0
+        return 0, 0
 
 
 def case_list(path: Path) -> list[str] | None:
@@ -274,13 +275,14 @@ def _note_leftovers(files: CellFiles, leftovers: Sequence[Leftover], log: Log) -
 
 def no_verdict(records: Sequence[Record], quarantine: Path | None = None) -> str | None:
     """Why a cell's records hold no verdict on the frameworks, or None when they do.
-    ``quarantine``: the cell's file of unreadable record lines, where it may have one."""
+    ``quarantine``: the cell's file of record lines kept apart (unreadable, or another
+    run's or cell's), where it may have one."""
     if not records:
-        lines = _lines_in(quarantine) if quarantine is not None else 0
-        if lines:  # the cases ran: their records could not be read back
+        kept = _quarantined(quarantine) if quarantine is not None else (0, 0)
+        if any(kept):  # the cases ran: no record of theirs could be read back
             return (
                 f"no record of the cell could be read: its quarantine file {quarantine} "
-                f"holds {lines} unreadable line(s)"
+                f"holds {lines_kept_apart(*kept)}"
             )
         return "no case was collected (check the selection and pytest's -k/-m options)"
     if all(

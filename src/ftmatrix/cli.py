@@ -151,7 +151,7 @@ def _report(args: argparse.Namespace, call: _Call) -> int:
     # The report is written and shows them; the night still failed.
     _warn(reported.missing, f"planned cell(s) produced no records, so no verdict (see {PLAN_FILE})")
     _warn_unfinished(reported.unfinished)
-    again = "a resumed run keeps unreadable lines apart and runs their cases again"
+    again = "a resumed run keeps those lines apart and runs their cases again"
     _warn(reported.unreadable, f"{UNREADABLE} ({again})", "; ")
     return ExitCode.FAILED if reported.failed else ExitCode.OK
 

@@ -201,10 +201,10 @@ def _run_cell(
     run.say(f"cell {cell.id}, run {ctx.run_id}")
     if not ctx.resume:  # a run id named again without FTMATRIX_RESUME: its cell anew
         _start_afresh(run, "run started again without FTMATRIX_RESUME")
-    elif damaged := len(compact_records(run.files.records).damaged):
-        # Lines that cannot be read (torn, damaged): kept apart, and their cases run again.
+    elif (scan := compact_records(run.files.records)).damaged:
+        # Lines that cannot be its records (torn, another run's): kept apart, cases run again.
         run.say(
-            f"{damaged} unreadable record line(s) moved to "
+            f"{scan.kept_apart()} moved to "
             f"{run.files.quarantine}; the cases without a record run again"
         )
         run.files.done.unlink(missing_ok=True)

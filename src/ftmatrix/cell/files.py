@@ -17,14 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RECORDS_SUFFIX = ".jsonl"
+# The folder under a reports folder that holds one folder per run.
+RECORDS_FOLDER = "records"
 # Beside a cell's records once a run finished it: what it was run with (its reuse key).
 DONE_SUFFIX = ".done.json"
 COLLECTED_SUFFIX = RECORDS_SUFFIX + ".cases"  # what a cell that never finished leaves
 # Beside a cell's records, locked while a run writes the cell.
 OWNER_SUFFIX = ".owner"
-_QUARANTINE = ".quarantine"
-# A cell's unreadable record lines, kept byte for byte out of its records.
-QUARANTINE_SUFFIX = RECORDS_SUFFIX + _QUARANTINE
+# Beside a cell's records, its record lines that cannot be its records, kept byte for
+# byte: unreadable, or another run's or cell's.
+QUARANTINE = ".quarantine"
+QUARANTINE_SUFFIX = RECORDS_SUFFIX + QUARANTINE
 
 # A run id names a folder under records/ and work/: a plain name, never a path. Checked
 # wherever an id enters: the settings, a record read (merge, report, restore-history).
@@ -53,7 +56,7 @@ class CellFiles:
     @classmethod
     def of(cls, out_dir: Path, run_id: str, cell_id: str) -> CellFiles:
         """The files of cell ``cell_id`` in run ``run_id``: ``<out>/records/<run-id>/``."""
-        return cls(out_dir / "records" / run_id / f"{cell_id}{RECORDS_SUFFIX}")
+        return cls(out_dir / RECORDS_FOLDER / run_id / f"{cell_id}{RECORDS_SUFFIX}")
 
     @property
     def cell_id(self) -> str:
@@ -63,6 +66,19 @@ class CellFiles:
     def run_folder(self) -> Path:
         """The folder of the run: every cell of the run has its files there."""
         return self.records.parent
+
+    @property
+    def run_id(self) -> str:
+        """The run whose folder holds the files (the folder's name)."""
+        return self.run_folder.name
+
+    @property
+    def in_a_run(self) -> bool:
+        """Are the records where a run keeps a cell's (``records/<run-id>/<cell-id>.jsonl``)?
+        There the file's place says whose records it holds: that run's, of that cell."""
+        return self.records.name.endswith(RECORDS_SUFFIX) and self.run_folder.parent.name == (
+            RECORDS_FOLDER
+        )
 
     def _named(self, suffix: str) -> Path:
         return self.records.with_name(f"{self.cell_id}{suffix}")
@@ -108,8 +124,9 @@ class CellFiles:
 
     @property
     def quarantine(self) -> Path:
-        """Where the cell's unreadable record lines are kept, byte for byte."""
-        return self._beside_records(_QUARANTINE)
+        """Where the cell's record lines that cannot be its records (unreadable, or another
+        run's or cell's) are kept, byte for byte."""
+        return self._beside_records(QUARANTINE)
 
     @property
     def set_aside(self) -> Path:

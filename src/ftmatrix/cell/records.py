@@ -27,7 +27,7 @@ from ftmatrix.cell.file_writes import (
     sync_file,
     write_atomically,
 )
-from ftmatrix.cell.files import CellFiles
+from ftmatrix.cell.files import QUARANTINE, CellFiles
 from ftmatrix.cell.record import FIELDS, Record
 from ftmatrix.cell.record_json import LINE_ERRORS, parse_line
 from ftmatrix.cell.redact import Redactor, current_redactor, redact_text
@@ -42,8 +42,10 @@ class CellRecordFile:
     time, adds to one file) and costs that line only, whatever the file holds already. A
     case recorded again (a second try, a note added) gets a later line; the last line of a
     case is its record. A line that cannot be read (torn by a full disk or a lost machine,
-    damaged by hand) is never rewritten away: readers report it, and a resumed run moves it
-    to the cell's quarantine file (:func:`compact_records`) and runs the case again.
+    damaged by hand), or that is another run's or cell's record (copied, renamed or
+    concatenated in, written by a case), is never rewritten away nor taken for this cell's:
+    readers report it, and a resumed run moves it to the cell's quarantine file
+    (:func:`compact_records`) and runs the case again.
     """
 
     def __init__(self, path: Path) -> None:
@@ -83,16 +85,80 @@ class Scan:
     records: tuple[Record, ...]
     problems: tuple[str, ...]  # "<file>:<line>: skipped: <why>", one per damaged line
     damaged: tuple[bytes, ...]  # those lines' bytes, as found
+    foreign: int = 0  # of them, whole records of another run or cell (:func:`foreign_to`)
     lines: tuple[bytes, ...] = ()  # each record's line, as written (redacted then)
     superseded: int = 0  # lines of a case that a later line recorded again
     restored: int = 0  # records the file lost under the run (a case deleted it), written again
 
+    def kept_apart(self) -> str:
+        """What ``damaged`` holds, in words: '2 unreadable record line(s)', '1 record
+        line(s) of another run or cell', or both."""
+        return lines_kept_apart(len(self.damaged) - self.foreign, self.foreign)
+
+
+def lines_kept_apart(unreadable: int, foreign: int) -> str:
+    """'2 unreadable record line(s) and 1 record line(s) of another run or cell' (either
+    part alone where the other is 0)."""
+    parts = [f"{unreadable} unreadable record line(s)"] if unreadable or not foreign else []
+    parts += [f"{foreign} record line(s) of another run or cell"] if foreign else []
+    return " and ".join(parts)
+
 
 def scan_records(path: Path) -> Scan:
     """Read ``path`` line by line: the last record of each case, and every line that is
-    not a whole record (not UTF-8, not JSON, not an object, not a record, or the torn end
-    of a write that never finished), with its number and why."""
+    not a whole record of the file's cell (not UTF-8, not JSON, not an object, not a
+    record, another run's or cell's record, or the torn end of a write that never
+    finished), with its number and why."""
     return RecordScanner(path).scan()
+
+
+def foreign_to(files: CellFiles, record: Record) -> str | None:
+    """Why ``record`` cannot be one of the records ``files`` names, or None where it can.
+
+    A cell's records file in a run (``records/<run-id>/<cell-id>.jsonl``) holds that run's
+    records of that cell only: every flow that writes one writes them so (the plugin, the
+    supervisor's verdicts, the records reuse carries into a run, with tonight's run id). A
+    line of another run or cell was put there by hand or by a case: it is no verdict of
+    this cell's, and taken for one it would stand for a case never run (a resume would skip
+    it) or count in another run's or cell's results. A file elsewhere names no run: None.
+    """
+    if not files.in_a_run:
+        return None
+    wrong = [
+        f"{field} {_shown(value)}, not this file's {_shown(expected)}"
+        for field, value, expected in (
+            ("run_id", record.run_id, files.run_id),
+            ("cell_id", record.cell_id, files.cell_id),
+        )
+        if value != expected
+    ]
+    return f"a record of another run or cell ({'; '.join(wrong)})" if wrong else None
+
+
+def quarantined_lines(quarantine: Path) -> tuple[int, int]:
+    """What a cell's quarantine file (:attr:`CellFiles.quarantine`) keeps: how many lines
+    could not be read, and how many are whole records of another run or cell (OSError
+    where it cannot be read)."""
+    files = CellFiles(quarantine.with_name(quarantine.name.removesuffix(QUARANTINE)))
+    unreadable = foreign = 0
+    for raw in quarantine.read_bytes().split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            value = parse_line(raw)
+            record = Record.from_mapping(value) if isinstance(value, dict) else None
+        except LINE_ERRORS:
+            record = None
+        if record is not None and foreign_to(files, record) is not None:
+            foreign += 1
+        else:
+            unreadable += 1
+    return unreadable, foreign
+
+
+def _shown(value: str) -> str:
+    """``value`` quoted on one line, at most 80 characters of it."""
+    return repr(value if len(value) <= 80 else value[:80] + "...")
 
 
 @dataclass(frozen=True)
@@ -118,6 +184,10 @@ class RecordScanner:
         self.path = path
         # Records read and not yet taken by :meth:`new_records` (None: nobody takes them).
         self._unclaimed: list[Record] | None = None
+        # Whose records the file holds, by its place (None: a file no run names), checked
+        # at the cost of one comparison a line.
+        self._files = CellFiles(path)
+        self._own = (self._files.run_id, self._files.cell_id) if self._files.in_a_run else None
         # Each case's last line ever read, kept across a file deleted or replaced under the
         # run (a case that removed the records folder): what it lost is written again.
         self._ever: dict[str, bytes] = {}
@@ -131,6 +201,7 @@ class RecordScanner:
         self._superseded = 0
         self._problems: list[str] = []
         self._damaged: list[bytes] = []
+        self._foreign = 0
 
     def new_records(self) -> list[Record]:
         """The records read since the last call, by this look or any scan between (the
@@ -171,6 +242,7 @@ class RecordScanner:
             damaged=tuple(damaged),
             lines=tuple(line for _, line in self._latest.values()),
             superseded=self._superseded,
+            foreign=self._foreign,
         )
 
     def _read_more(self) -> _Look:
@@ -210,6 +282,13 @@ class RecordScanner:
         except LINE_ERRORS as exc:  # UnicodeDecodeError is a ValueError
             self._problems.append(f"{self.path}:{self._lines}: skipped: {exc}")
             self._damaged.append(raw)
+            return
+        if self._own is not None and (record.run_id, record.cell_id) != self._own:
+            # Kept apart as a damaged line is: never this cell's verdict.
+            foreign = foreign_to(self._files, record)
+            self._problems.append(f"{self.path}:{self._lines}: skipped: {foreign}")
+            self._damaged.append(raw)
+            self._foreign += 1
             return
         self._superseded += self._latest.pop(record.case, None) is not None
         self._latest[record.case] = (record, raw)

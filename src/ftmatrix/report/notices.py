@@ -1,7 +1,8 @@
 """What a report must say before its grid: a run still going on (the report is partial),
-record lines that could not be read (damaged, or kept apart in a quarantine file) or
-records kept out of the history (finished after the report's time: a clock ahead),
-planned cells that left no record, and cells a run stopped in the middle of.
+record lines that could not be read or are another run's or cell's (in a records file, or
+kept apart in its cell's quarantine file) or records kept out of the history (finished
+after the report's time: a clock ahead), planned cells that left no record, and cells a
+run stopped in the middle of.
 
 Shown first in the HTML page and the Markdown summary, and listed in results.json
 (``in_progress``, ``unreadable_records``, ``planned_without_records``,
@@ -16,6 +17,7 @@ from html import escape
 from pathlib import Path
 
 from ftmatrix.cell.files import QUARANTINE_SUFFIX
+from ftmatrix.cell.records import lines_kept_apart, quarantined_lines
 from ftmatrix.cell.signature import clean_paths
 from ftmatrix.live_runs import RunInProgress
 from ftmatrix.report.md_text import md_code, md_text
@@ -27,10 +29,9 @@ def quarantined(records_root: Path) -> list[str]:
     pattern = f"*{QUARANTINE_SUFFIX}"
     found = []
     for path in sorted(records_root.rglob(pattern)) if records_root.is_dir() else []:
-        lines = sum(1 for line in path.read_bytes().split(b"\n") if line.strip())
         found.append(
-            f"{path}: {lines} unreadable record line(s) kept apart (quarantined); "
-            "a resumed run ran their cases again"
+            f"{path}: {lines_kept_apart(*quarantined_lines(path))} kept apart "
+            "(quarantined); a resumed run ran their cases again"
         )
     return found
 
