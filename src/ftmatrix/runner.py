@@ -367,7 +367,8 @@ class _CellRun:
         )
         file = CellRecordFile(self.files.records)
         file.records = [record]
-        file.save()
+        if moved := file.save():
+            self.say(f"{moved} record line(s) it had are set aside in {self.files.set_aside}")
         if done:
             # Resume skips it; an install-error is not 'done': a later run may get through.
             write_atomically(self.files.done, json.dumps({"whole_cell": status.value}))

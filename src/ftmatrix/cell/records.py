@@ -72,10 +72,24 @@ class CellRecordFile:
             self._records.pop(record.case, None)
             self._records[record.case] = record
 
-    def save(self) -> None:
-        """Replace the file by ``records``, one line each."""
+    def save(self) -> int:
+        """Replace the file by ``records``, one line each. Each line it held before that is
+        not one of them (an earlier pass's records, on resume, of a cell that now ends as a
+        whole: an install that fails, another machine) is appended to the cell's set-aside
+        file, never dropped unsaid: how many lines."""
+        text = "".join(_line(r) for r in self.records)
         with locked_folder(self.path):
-            write_atomically(self.path, "".join(_line(r) for r in self.records))
+            try:
+                held = self.path.read_bytes()
+            except FileNotFoundError:
+                held = b""
+            kept = set(text.encode("utf-8").splitlines())
+            moved = [line for line in held.splitlines() if line.strip() and line not in kept]
+            if moved:
+                with CellFiles(self.path).set_aside.open("ab") as aside:
+                    aside.write(b"".join(line + b"\n" for line in moved))
+            write_atomically(self.path, text)
+        return len(moved)
 
 
 @dataclass(frozen=True, kw_only=True)
