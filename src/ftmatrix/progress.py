@@ -152,8 +152,6 @@ class Progress:
         if self._log_file is None:
             return False
         try:
-            if self._log_path is not None and _removed(self._log_file):
-                self._log_file = _moved_back(self._log_file, self._log_path)
             self._log_file.write(text)
             self._log_file.flush()
         except OSError as exc:  # a full disk: the records matter, the log goes to the console
@@ -173,6 +171,8 @@ class Progress:
             log, self._log_file = self._log_file, None
             # What it still held could not be written: said when it failed.
             with contextlib.suppress(OSError):
+                if self._log_path is not None and _removed(log):
+                    _write_again(log, self._log_path)
                 log.close()
 
     def status_line(self) -> str:
@@ -226,7 +226,7 @@ class Progress:
 
 
 def _opened(path: Path) -> TextIO:
-    """The log at ``path``, for appending and reading back (:func:`_moved_back`)."""
+    """The log at ``path``, for appending and reading back (:func:`_write_again`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return path.open("a+", encoding="utf-8")
 
@@ -236,13 +236,12 @@ def _removed(log: TextIO) -> bool:
     return os.fstat(log.fileno()).st_nlink == 0
 
 
-def _moved_back(log: TextIO, path: Path) -> TextIO:
-    """``log``, removed under the run, made again at ``path`` with what it held (a removed
-    file lives on while it is open): the cell's output before the case that removed it is
-    kept, as its records are (``LineAppender``)."""
+def _write_again(log: TextIO, path: Path) -> None:
+    """``log``, removed under the run, made again at ``path`` with all it holds (a removed
+    file lives on while it is open, and took every line since): the cell's output before
+    and after the case that removed it is kept, as its records are (``LineAppender``).
+    Once the cell is over, never while a case may still be removing the folder."""
+    log.flush()
     held = os.pread(log.fileno(), os.fstat(log.fileno()).st_size, 0)
-    again = _opened(path)
-    again.write(held.decode("utf-8", "replace"))
-    with contextlib.suppress(OSError):
-        log.close()
-    return again
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(held)
