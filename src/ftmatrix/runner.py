@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ftmatrix.case_ends import CaseLimits
-from ftmatrix.cell.file_writes import DISK_FULL_ERRNOS, read_json, write_atomically
+from ftmatrix.cell.file_writes import DISK_FULL_ERRNOS, append_line, read_json, write_atomically
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.gpu_lease import lease_env
 from ftmatrix.cell.hardware import probe_hardware
@@ -265,8 +265,7 @@ def _start_afresh(run: _CellRun, why: str) -> None:
     files = run.files
     held = files.records.read_bytes() if files.records.is_file() else b""
     if held.strip():
-        with files.set_aside.open("ab") as kept:
-            kept.write(held if held.endswith(b"\n") else held + b"\n")
+        append_line(files.set_aside, held if held.endswith(b"\n") else held + b"\n")
         run.say(
             f"{why}: the {len(held.strip().splitlines())} record line(s) run {run.ctx.run_id} "
             f"had of it are set aside in {files.set_aside}; its cases run again"

@@ -86,8 +86,8 @@ class CellRecordFile:
             kept = set(text.encode("utf-8").splitlines())
             moved = [line for line in held.splitlines() if line.strip() and line not in kept]
             if moved:
-                with CellFiles(self.path).set_aside.open("ab") as aside:
-                    aside.write(b"".join(line + b"\n" for line in moved))
+                aside = CellFiles(self.path).set_aside
+                append_line(aside, b"".join(line + b"\n" for line in moved))
             write_atomically(self.path, text)
         return len(moved)
 
@@ -350,8 +350,7 @@ def _restore_lost(record_file: Path, scanner: RecordScanner) -> int:
     scanner.scan()
     lost = scanner.lost()
     if lost:  # written again as they were read (masked then)
-        with record_file.open("ab") as handle:
-            handle.write(b"".join(line + b"\n" for line in lost))
+        append_line(record_file, b"".join(line + b"\n" for line in lost))
     return len(lost)
 
 
