@@ -37,15 +37,12 @@ def test_a_line_per_event_names_cells_done_cases_and_fails_so_far():
         f"[ftmatrix 00:01] cells 0/2 done, 1 running | 0 cases: 0 fail | {A}: started"
     )
     assert tally.apply({"kind": "case-started", "cell": A, "case": "t.py::x"}, 2, own_pid=0) is None
-    line = tally.apply(
-        {"kind": "case-finished", "cell": A, "case": "t.py::x", "status": "fail"}, 65, own_pid=0
-    )
-    assert (
-        line == f"[ftmatrix 01:05] cells 0/2 done, 1 running | 1 case: 1 fail | {A}: t.py::x: fail"
-    )
-    tally.apply(
-        {"kind": "case-finished", "cell": A, "case": "t.py::y", "status": "pass"}, 66, own_pid=0
-    )
+    # The cases a cell saw end since its last look come as one event: a line each.
+    ended = [["t.py::x", "fail"], ["t.py::y", "pass"]]
+    assert tally.lines({"kind": "cases-finished", "cell": A, "cases": ended}, 65, own_pid=0) == [
+        f"[ftmatrix 01:05] cells 0/2 done, 1 running | 1 case: 1 fail | {A}: t.py::x: fail",
+        f"[ftmatrix 01:05] cells 0/2 done, 1 running | 2 cases: 1 fail, 1 pass | {A}: t.py::y: pass",
+    ]
     # A note from a cell in another process is a line; this process's own were printed by nox.
     note = {"kind": "note", "cell": A, "text": f"[ftmatrix] {A}: installing 7 packages", "pid": 7}
     assert tally.apply(note, 67, own_pid=7) is None
@@ -63,6 +60,22 @@ def test_a_line_per_event_names_cells_done_cases_and_fails_so_far():
         f"[ftmatrix]   fail: {A}: t.py::x",
         f"[ftmatrix] pytest's output of {A}: /r/a.log",
     ]
+
+
+def test_a_feed_event_of_the_wrong_shape_is_left_out_not_a_traceback():
+    """The feed is a file anyone may write: what this version never writes is skipped."""
+    tally = Tally(total=1, started=0.0)
+    for cases in (None, "t.py::x", [["t.py::x"]], [{"case": "t.py::x"}], [[1, 2, 3]]):
+        assert (
+            tally.lines({"kind": "cases-finished", "cell": A, "cases": cases}, 1, own_pid=0) == []
+        )
+    kept = [["t.py::x", "pass"], "junk", ["t.py::y", "crash"]]
+    lines = tally.lines({"kind": "cases-finished", "cell": A, "cases": kept}, 1, own_pid=0)
+    assert [line.rsplit(" | ", 1)[1] for line in lines] == [
+        f"{A}: t.py::x: pass",
+        f"{A}: t.py::y: crash",
+    ]
+    assert tally.summary(2)[1] == f"[ftmatrix]   crash: {A}: t.py::y"
 
 
 def test_the_tail_reads_what_cells_append_and_ends_with_a_summary(tmp_path: Path):

@@ -95,20 +95,20 @@ class Progress:
         self.cases_finished([(case, status)])
 
     def cases_finished(self, finished: Sequence[tuple[str, Status]]) -> None:
-        """Cases that ended since the last look, in order: one event (and log line) each,
-        written together (a poll finds dozens of quick cases at once)."""
+        """Cases that ended since the last look, in order: one event for them all, and a
+        log line each (a poll finds dozens of quick cases at once)."""
         if not finished:
             return
         with self._lock:
-            events, lines = [], []
+            ended, lines = [], []
             for case, status in finished:
                 self.counts[status] += 1
                 self.running.discard(case)
-                events.append(("case-finished", {"case": case, "status": status.value}))
+                ended.append((case, status.value))
                 if not self.live and (self.feed is None or not self.feed.printed):
                     lines.append(self._log_line(f"{case}: {status.value}"))
-            if self.feed is not None and self.cell is not None:
-                self.feed.emit_all(events, cell=self.cell)
+            # One event for them all: an event a case was most of the progress's cost.
+            self._emit("cases-finished", cases=ended)
             if self.live:
                 self._show()
             elif lines:
@@ -143,7 +143,7 @@ class Progress:
             self.stream.write(line)
             self._show()
 
-    def _emit(self, kind: str, **fields: str) -> None:
+    def _emit(self, kind: str, **fields: object) -> None:
         if self.feed is not None and self.cell is not None:
             self.feed.emit(kind, cell=self.cell, **fields)
 

@@ -3,10 +3,11 @@
 nox runs cells side by side each in a child nox whose output it buffers and prints as one
 block when the child ends: a log (a file, a pipe, a CI job) saw nothing for minutes, then
 every cell's whole pytest output at once. So each cell appends its events (cell started,
-case finished, what it is doing) as JSON lines to one feed file, named by
+cases finished, what it is doing) as JSON lines to one feed file, named by
 ``FTMATRIX_PROGRESS_FEED``, and the nox process the user started tails it and prints a line
-per event, a line every ``HEARTBEAT_SECONDS`` while nothing happens, and a short summary at
-the end. The cells' pytest output goes to a log file per cell, which those lines name.
+per finished case and per other event, a line every ``HEARTBEAT_SECONDS`` while nothing
+happens, and a short summary at the end. The cells' pytest output goes to a log file per
+cell, which those lines name.
 
 The tally is pure (events in, lines out, the clock passed in); the writer and the tail are
 the file's two ends.
@@ -62,17 +63,10 @@ class FeedWriter:
         # Whether the feed's lines reach the console (else each cell prints its own).
         self.printed = printed
 
-    def emit(self, kind: str, **fields: str) -> None:
-        self.emit_all([(kind, fields)])
-
-    def emit_all(self, events: Sequence[tuple[str, Mapping[str, str]]], **shared: str) -> None:
-        """Each (kind, fields) as its line, with ``shared`` fields, in one write: whole
-        lines only, so the lines of cells side by side never interleave."""
-        pid = os.getpid()
-        text = "".join(
-            json.dumps({"kind": kind, "pid": pid, **shared, **fields}) + "\n"
-            for kind, fields in events
-        )
+    def emit(self, kind: str, **fields: object) -> None:
+        """The event as its line, in one write: whole lines only, so the lines of cells
+        side by side never interleave."""
+        text = json.dumps({"kind": kind, "pid": os.getpid(), **fields}) + "\n"
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError:
@@ -97,9 +91,9 @@ class Tally:
     logs: dict[str, str] = field(default_factory=dict)
 
     def apply(self, event: Mapping[str, Any], now: float, *, own_pid: int) -> str | None:
-        """Take one event in; the progress line it deserves, or None (a case starting is
-        shown by the heartbeat, not a line of its own; this process's own notes were
-        printed already by nox)."""
+        """Take one event in (any but ``cases-finished``, which :meth:`lines` takes); the
+        progress line it deserves, or None (a case starting is shown by the heartbeat, not
+        a line of its own; this process's own notes were printed already by nox)."""
         kind, cell = str(event.get("kind")), str(event.get("cell", ""))
         if kind == "cell-started":
             self.running[cell] = "starting"
@@ -109,12 +103,6 @@ class Tally:
         if kind == "case-started":
             self.running[cell] = str(event.get("case", ""))
             return None
-        if kind == "case-finished":
-            status, case = str(event.get("status")), str(event.get("case", ""))
-            self.counts[status] += 1
-            if status in _BROKEN_VALUES:
-                self.failures.append((cell, case, status))
-            return self.line(now, f"{cell}: {case}: {status}")
         if kind == "note":
             text = str(event.get("text", "")).removeprefix("[ftmatrix] ").strip()
             if cell in self.running and not text.startswith(f"{cell}:"):
@@ -131,20 +119,46 @@ class Tally:
             )
         return None
 
+    def lines(self, event: Mapping[str, Any], now: float, *, own_pid: int) -> list[str]:
+        """Take one event in; the progress lines it deserves: one a case of a
+        ``cases-finished`` event (the cases a cell saw end since its last look), else what
+        :meth:`apply` says."""
+        if event.get("kind") != "cases-finished":
+            line = self.apply(event, now, own_pid=own_pid)
+            return [] if line is None else [line]
+        cell, cases = str(event.get("cell", "")), event.get("cases")
+        if not isinstance(cases, list):
+            return []
+        head, lines = self._head(now), []  # the same time and cells for the whole look
+        for ended in cases:
+            if not isinstance(ended, list) or len(ended) != 2:
+                continue  # not a feed this version writes: left out, never a traceback
+            case, status = str(ended[0]), str(ended[1])
+            self.counts[status] += 1
+            if status in _BROKEN_VALUES:
+                self.failures.append((cell, case, status))
+            lines.append(f"{head}{self.counts_text()} | {cell}: {case}: {status}")
+        return lines
+
     def counts_text(self) -> str:
         cases = sum(self.counts.values())
         # Fails always shown, 0 included: the number a reader looks for first.
-        counts = self.counts
-        shown = [f"{counts[_FAIL]} fail"] + [f"{counts[s]} {s}" for s in _OTHERS if counts[s]]
+        counts = self.counts  # read with get: a Counter's missing key is a Python call
+        shown = [f"{counts.get(_FAIL, 0)} fail"]
+        shown += [f"{n} {s}" for s in _OTHERS if (n := counts.get(s))]
         return f"{cases} case{'s' if cases != 1 else ''}: " + ", ".join(shown)
 
     def line(self, now: float, what: str) -> str:
         """``[ftmatrix 01:05] cells 0/2 done, 2 running | 37 cases: 2 fail, 35 pass | what``"""
+        return f"{self._head(now)}{self.counts_text()} | {what}"
+
+    def _head(self, now: float) -> str:
+        """``[ftmatrix 01:05] cells 0/2 done, 2 running | ``: a line's start."""
         total = max(self.total, self.cells_done + len(self.running))
         cells = f"cells {self.cells_done}/{total} done"
         if self.running:
             cells += f", {len(self.running)} running"
-        return f"[ftmatrix {_clock(now - self.started)}] {cells} | {self.counts_text()} | {what}"
+        return f"[ftmatrix {_clock(now - self.started)}] {cells} | "
 
     def heartbeat(self, now: float) -> str:
         doing = "; ".join(f"{cell}: {what}" for cell, what in sorted(self.running.items()))
@@ -220,9 +234,7 @@ class FeedTail:
             lines = []
             for event in self._new_events():
                 self._seen = True
-                line = self.tally.apply(event, now, own_pid=os.getpid())
-                if line is not None:
-                    lines.append(line)
+                lines.extend(self.tally.lines(event, now, own_pid=os.getpid()))
             if (
                 self._seen
                 and self.tally.running
