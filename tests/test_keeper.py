@@ -13,7 +13,9 @@ from ftmatrix.keeper import kept
 @pytest.mark.parametrize(
     ("script", "returncode"),
     [
+        ("exit 0", 0),
         ("exit 3", 3),
+        ("exit 255", 255),
         ("kill -SEGV $$", -11),
         ("kill -ABRT $$", -6),
         # The kernel's OOM killer, a kill -9, a case that kills its own process: no handler

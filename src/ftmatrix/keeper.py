@@ -53,7 +53,7 @@ if code < 0:
     except OSError:  # SIGKILL, SIGSTOP: no handler to reset
         pass
     os.kill(keeper, -code)
-sys.exit(code)
+os._exit(code)  # nothing to flush or finalize: the run waits for this end (25 ms less)
 """
 
 
