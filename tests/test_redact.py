@@ -464,8 +464,9 @@ def test_machine_paths():
     )
 
 
-@pytest.mark.parametrize("where", ["/home/zelda/data"])  # a path in the case's id
-def test_path_in_an_id(where, record_property):
+# A path in the case's id, alone and after the "-" pytest joins an id's values with.
+@pytest.mark.parametrize(("n", "where"), [(0, "/home/zelda/data"), (1, "/srv/zelda/data")])
+def test_path_in_an_id(n, where, record_property):
     record_property("C:\\\\Users\\\\zelda\\\\cache", where)  # and in a metric
 """
 
@@ -492,7 +493,7 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
         "--ftmatrix-record", str(CellFiles.of(out, run_id, "cell1").records),
     )  # fmt: skip
     records = CellFiles.of(out, run_id, "cell1").records.read_text()
-    assert records.count("\n") == 6 and "<redacted:LONG_TOKEN>" in records
+    assert records.count("\n") == 7 and "<redacted:LONG_TOKEN>" in records
     # The runner marks the cell done once its pytest has ended (else: a cell that stopped).
     CellFiles.of(out, run_id, "cell1").done.write_text("{}")
     subprocess.run(
