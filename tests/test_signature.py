@@ -386,6 +386,7 @@ def test_cleaning_a_megabyte_of_text_is_linear(text: str) -> None:
         # after the "-" that joins a parametrize id's values (pytest's case id)
         ("t.py::test_load[1-/home/zelda/data]", "t.py::test_load[1-~/data]"),
         ("t.py::test_load[bf16-/srv/zelda/model.bin-2]", "t.py::test_load[bf16-<path>/model.bin-2]"),
+        ("t.py::t[<redacted:HF_TOKEN>-/srv/zelda/x]", "t.py::t[<redacted:HF_TOKEN>-<path>/x]"),
         ("t.py::test_load[x-C:\\Users\\zelda\\x.py]", "t.py::test_load[x-~\\x.py]"),
         ("t.py::test_load[x-D:\\ci\\zelda\\x.py]", "t.py::test_load[x-<path>/x.py]"),
     ],

@@ -87,7 +87,7 @@ _NAME_CHARS = r"[^/\\\s'\"()<>\[\],:;]"
 # a repr() prints, and after a one-letter option (``-I``) that a blank or a quote starts.
 _ESCAPED = r"(?<=\\[ntrvfab0])|(?<=\\x[0-9a-fA-F]{2})|(?<=\\u[0-9a-fA-F]{4})"
 # And after the "-" pytest joins a parametrize id's values with (``test[1-/srv/x]``).
-_ID_JOINED = r"(?<=\w-)"
+_ID_JOINED = r"(?<=[^\s/\\-]-)"
 _GLUED = rf"{_ESCAPED}|(?<=(?<![\w-])-[A-Za-z])|{_ID_JOINED}"
 # A text holding none of these holds no path any pattern below could find.
 _PATH_MARKS = ("/", "\\", "~", "%", "\x1b")
