@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ftmatrix.cell.status import Status
+from ftmatrix.console import masked, shown_case
 from ftmatrix.progress_feed import FeedWriter
 
 
@@ -86,6 +87,7 @@ class Progress:
             self._show()
 
     def case_started(self, case: str) -> None:
+        case = shown_case(case)  # raw from the plugin's note: it reaches the console
         with self._lock:
             self.running.add(case)
             self._emit("case-started", case=case)
@@ -101,7 +103,8 @@ class Progress:
             return
         with self._lock:
             ended, lines = [], []
-            for case, status in finished:
+            for raw_case, status in finished:
+                case = shown_case(raw_case)
                 self.counts[status] += 1
                 self.running.discard(case)
                 ended.append((case, status.value))
@@ -128,6 +131,7 @@ class Progress:
     def note(self, text: str) -> None:
         """A line of the run about the current cell (resolving, installing, ...): into the
         cell's log file and the feed (nox prints it on the console itself)."""
+        text = masked(text)
         with self._lock:
             self._write_log(text + "\n")
             self._emit("note", text=text)

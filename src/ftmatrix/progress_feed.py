@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ftmatrix.cell.status import Status
+from ftmatrix.console import masked, shown_case
 
 FEED_ENV = "FTMATRIX_PROGRESS_FEED"
 # "1" where the nox process that tails the feed prints its lines (its output is no
@@ -234,7 +235,7 @@ class FeedTail:
             lines = []
             for event in self._new_events():
                 self._seen = True
-                lines.extend(self.tally.lines(event, now, own_pid=os.getpid()))
+                lines.extend(self.tally.lines(_shown(event), now, own_pid=os.getpid()))
             if (
                 self._seen
                 and self.tally.running
@@ -266,7 +267,8 @@ class FeedTail:
 
     def _print(self, lines: Sequence[str]) -> None:
         try:
-            self.stream.write("".join(line + "\n" for line in lines))
+            # The console is a CI job's public log: every line masked, whoever wrote the feed.
+            self.stream.write("".join(masked(line) + "\n" for line in lines))
             self.stream.flush()
         except (OSError, ValueError):
             # The reader went away (`| head`) or the stream is closed: the run goes on.
@@ -291,6 +293,22 @@ class FeedTail:
             if isinstance(event, dict):
                 events.append(event)
         return events
+
+
+def _shown(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with its case ids as a published record shows them (masked, no machine
+    paths): a feed's case ids are pytest's, a parametrize id's values and paths in them."""
+    if isinstance(event.get("case"), str):
+        event["case"] = shown_case(event["case"])
+    cases = event.get("cases")
+    if isinstance(cases, list):
+        event["cases"] = [
+            [shown_case(ended[0]), ended[1]]
+            if isinstance(ended, list) and ended and isinstance(ended[0], str)
+            else ended
+            for ended in cases
+        ]
+    return event
 
 
 # nox's selectors of sessions, among its arguments (before any "--").
