@@ -138,6 +138,14 @@ def b64(text: str) -> str:
         # word shaped like a token is masked on its own too)
         (wrapped(PASSPHRASE), "<redacted:DEPLOY_PASSPHRASE>\nE   <redacted:DEPLOY_PASSPHRASE> <redacted:DEPLOY_PASSPHRASE>"),
         ("c0rrect\\horse'batt\"ery\n  staple&%", "<redacted:DEPLOY_PASSPHRASE>\n  <redacted:DEPLOY_PASSPHRASE>"),
+        # split by a terminal's colour codes (a coloured diff, a logger), the codes inside it
+        # going with it
+        (f"{PASSPHRASE[:9]}\x1b[1;31m{PASSPHRASE[9:]}\x1b[0m", "<redacted:DEPLOY_PASSPHRASE>\x1b[0m"),
+        ("\x1b[32m" + "\x1b[0m\x1b[32m".join(PASSPHRASE), "\x1b[32m<redacted:DEPLOY_PASSPHRASE>"),
+        # some of its characters percent-encoded: another encoder's set than quote()'s
+        # (JavaScript's encodeURIComponent), or a few by hand, in either letter case
+        (quote(PASSPHRASE, safe="-_.!~*'()"), "<redacted:DEPLOY_PASSPHRASE>"),
+        (PASSPHRASE.replace(" ", "%20").replace("'", "%27").replace("o", "%6f"), "<redacted:DEPLOY_PASSPHRASE>"),
     ],
 )  # fmt: skip
 def test_a_value_is_masked_in_the_forms_the_first_round_missed(printed: str, masked: str) -> None:
@@ -230,6 +238,9 @@ TOOL_FORMS = {
     "upper case": str.upper,
     "lower case": str.lower,
     "wrapped": wrapped,
+    "coloured": lambda v: "\x1b[1m".join(v[i : i + 3] for i in range(0, len(v), 3)) + "\x1b[0m",
+    "partly encoded": lambda v: "".join(quote(c, safe="") if i % 2 else c for i, c in enumerate(v)),
+    "encodeURIComponent": lambda v: quote(v, safe="-_.!~*'()"),
 }
 
 
@@ -464,6 +475,12 @@ def test_machine_paths():
     )
 
 
+def test_coloured_and_partly_encoded(record_property):
+    record_property("coloured", LONG[:50] + "\\x1b[1;31m" + LONG[50:] + "\\x1b[0m")
+    print("\\x1b[32m" + PASSPHRASE[:10] + "\\x1b[0m" + PASSPHRASE[10:])
+    raise AssertionError("GET /hook?u=" + quote(WEBHOOK, safe="-_.!~*'()") + "&p=" + PASSPHRASE.replace(" ", "%20"))
+
+
 # A path in the case's id, alone and after the "-" pytest joins an id's values with.
 @pytest.mark.parametrize(("n", "where"), [(0, "/home/zelda/data"), (1, "/srv/zelda/data")])
 def test_path_in_an_id(n, where, record_property):
@@ -493,7 +510,7 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
         "--ftmatrix-record", str(CellFiles.of(out, run_id, "cell1").records),
     )  # fmt: skip
     records = CellFiles.of(out, run_id, "cell1").records.read_text()
-    assert records.count("\n") == 7 and "<redacted:LONG_TOKEN>" in records
+    assert records.count("\n") == 8 and "<redacted:LONG_TOKEN>" in records
     # The runner marks the cell done once its pytest has ended (else: a cell that stopped).
     CellFiles.of(out, run_id, "cell1").done.write_text("{}")
     subprocess.run(
