@@ -364,7 +364,7 @@ class _CellRun:
             case=WHOLE_CELL,
             operation=operation,
             status=status,
-            reason=reason,
+            reason=redact(reason, self.ctx.env),  # uv's stderr: the session prints it too
             started_at=self.started,
         )
         file = CellRecordFile(self.files.records)
