@@ -506,7 +506,7 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
     (tmp_path / "cell.json").write_text(json.dumps(cell))
     pytester.makepyfile(test_printing=PRINTING_CASES)
     pytester.runpytest_subprocess(
-        "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(tmp_path / "cell.json"),
+        "-l", "--color=yes", "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(tmp_path / "cell.json"),
         "--ftmatrix-record", str(CellFiles.of(out, run_id, "cell1").records),
     )  # fmt: skip
     records = CellFiles.of(out, run_id, "cell1").records.read_text()
