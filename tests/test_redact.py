@@ -146,6 +146,10 @@ def b64(text: str) -> str:
         # (JavaScript's encodeURIComponent), or a few by hand, in either letter case
         (quote(PASSPHRASE, safe="-_.!~*'()"), "<redacted:DEPLOY_PASSPHRASE>"),
         (PASSPHRASE.replace(" ", "%20").replace("'", "%27").replace("o", "%6f"), "<redacted:DEPLOY_PASSPHRASE>"),
+        # its quotes doubled (a YAML single-quoted scalar, a CSV field, SQL), XML-escaped
+        ("p: '" + PASSPHRASE.replace("'", "''") + "'", "p: '<redacted:DEPLOY_PASSPHRASE>'"),
+        ('"' + PASSPHRASE.replace('"', '""') + '"', '"<redacted:DEPLOY_PASSPHRASE>"'),
+        (html.escape(PASSPHRASE).replace("&#x27;", "&apos;"), "<redacted:DEPLOY_PASSPHRASE>"),
     ],
 )  # fmt: skip
 def test_a_value_is_masked_in_the_forms_the_first_round_missed(printed: str, masked: str) -> None:
@@ -241,6 +245,9 @@ TOOL_FORMS = {
     "coloured": lambda v: "\x1b[1m".join(v[i : i + 3] for i in range(0, len(v), 3)) + "\x1b[0m",
     "partly encoded": lambda v: "".join(quote(c, safe="") if i % 2 else c for i, c in enumerate(v)),
     "encodeURIComponent": lambda v: quote(v, safe="-_.!~*'()"),
+    "YAML": lambda v: "'" + v.replace("'", "''") + "'",
+    "CSV": lambda v: '"' + v.replace('"', '""') + '"',
+    "XML": lambda v: html.escape(v).replace("&#x27;", "&apos;"),
 }
 
 
@@ -478,7 +485,8 @@ def test_machine_paths():
 def test_coloured_and_partly_encoded(record_property):
     record_property("coloured", LONG[:50] + "\\x1b[1;31m" + LONG[50:] + "\\x1b[0m")
     print("\\x1b[32m" + PASSPHRASE[:10] + "\\x1b[0m" + PASSPHRASE[10:])
-    raise AssertionError("GET /hook?u=" + quote(WEBHOOK, safe="-_.!~*'()") + "&p=" + PASSPHRASE.replace(" ", "%20"))
+    yaml = "passphrase: '" + PASSPHRASE.replace("'", "''") + "'"  # yaml.safe_dump's
+    raise AssertionError("GET /hook?u=" + quote(WEBHOOK, safe="-_.!~*'()") + "&p=" + PASSPHRASE.replace(" ", "%20") + yaml)
 
 
 # A path in the case's id, alone and after the "-" pytest joins an id's values with.

@@ -1,9 +1,9 @@
 """A secret's value in every form a tool prints it: as Python's ``repr()`` and ``ascii()``
-show it, JSON-escaped, URL-encoded, shell-quoted, HTML-escaped, each of those forms of
-another, and base64 (alone, or inside a longer encoded text); and the pattern of it split
-by a terminal's colour codes or with some of its characters percent-encoded
-(:func:`loose_pattern`). ftmatrix.cell.redact masks each form it finds. Standard library
-only (runs inside cells).
+show it, JSON-escaped, URL-encoded, shell-quoted, HTML- or XML-escaped, with its quotes
+doubled (YAML, CSV, SQL), each of those forms of another, and base64 (alone, or inside a
+longer encoded text); and the pattern of it split by a terminal's colour codes or with
+some of its characters percent-encoded (:func:`loose_pattern`). ftmatrix.cell.redact
+masks each form it finds. Standard library only (runs inside cells).
 """
 
 from __future__ import annotations
@@ -65,6 +65,14 @@ def _html_forms(text: str) -> Iterable[str]:
     yield html.escape(text)
     yield html.escape(text, quote=False)
     yield text.replace("'", "&#39;")
+    yield html.escape(text).replace("&#x27;", "&apos;")  # XML's
+
+
+def _doubled_quote_forms(text: str) -> Iterable[str]:
+    # A quote written twice inside quotes: YAML's single-quoted scalars (a config dumped),
+    # CSV's fields (a metrics log), SQL's literals.
+    yield text.replace("'", "''")
+    yield text.replace('"', '""')
 
 
 _ESCAPES: tuple[Callable[[str], Iterable[str]], ...] = (
@@ -73,6 +81,7 @@ _ESCAPES: tuple[Callable[[str], Iterable[str]], ...] = (
     _url_forms,
     _shell_forms,
     _html_forms,
+    _doubled_quote_forms,
 )
 
 
