@@ -313,13 +313,10 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
     cut = " identical " in text and DIFF_CUT.search(text) is not None
     lowered = ""  # text.lower(), made once, again only where a secret changed text
     for secret in secrets:
-        mask, forms, _folded, shortest, _encoded, loose = secret
+        mask, forms, _folded, shortest, _encoded, _loose = secret
         if len(text) < shortest and not (shortened or cut):
             continue  # most strings of a record: a package's name or version
         text, lowered = _forms_masked(text, lowered or text.lower(), secret)
-        if loose is not None and ("\x1b" in text or "%" in text) and loose.search(text):
-            text = loose.sub(_literal(mask), text)  # split by a terminal's codes, or encoded
-            lowered = text.lower()
         if shortened or cut:
             text = _cut_ends_masked(text, forms, mask, shortened=shortened, cut=cut)
             lowered = text.lower()
@@ -336,9 +333,9 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
 
 def _forms_masked(text: str, lowered: str, secret: _Secret) -> tuple[str, str]:
     """``text`` (``lowered``: in lower case) with each of a secret's printed forms masked,
-    in any letter case (a base64 form with the groups it shares with the text around it);
-    and the result in lower case."""
-    mask, forms, folded, _shortest, encoded, _loose = secret
+    in any letter case (a base64 form with the groups it shares with the text around it),
+    and its loose pattern's matches; and the result in lower case."""
+    mask, forms, folded, _shortest, encoded, loose = secret
     for form, low in zip(forms, folded, strict=True):
         if len(form) <= len(text) and low in lowered:
             if form in encoded and form in text:  # with the groups it shares
@@ -349,6 +346,9 @@ def _forms_masked(text: str, lowered: str, secret: _Secret) -> tuple[str, str]:
             else:
                 text = re.sub(re.escape(form), _literal(mask), text, flags=re.IGNORECASE)
             lowered = text.lower()
+    if loose is not None and ("\x1b" in text or "%" in text) and loose.search(text):
+        text = loose.sub(_literal(mask), text)  # split by a terminal's codes, or encoded
+        lowered = text.lower()
     return text, lowered
 
 
