@@ -156,6 +156,14 @@ def test_a_value_is_masked_in_the_forms_the_first_round_missed(printed: str, mas
     assert redact_text(printed, {"DEPLOY_PASSPHRASE": PASSPHRASE}) == masked
 
 
+@pytest.mark.parametrize("show", [repr, json.dumps, lambda text: text.replace("\x1b", "\\033")])
+def test_a_value_split_by_a_terminals_code_shown_as_its_escape_is_masked(show) -> None:
+    """An assertion on coloured output: pytest shows the text's repr(), "\\x1b[31m" in it."""
+    printed = show(f"{SECRET[:7]}\x1b[31m{SECRET[7:]}\x1b[0m")
+    out = redact_text(f"E   assert {printed} == ''", {"MY_TOKEN": SECRET})
+    assert SECRET[:7] not in out and SECRET[7:] not in out and "<redacted:MY_TOKEN>" in out, out
+
+
 @pytest.mark.parametrize("value", ["k3y9Qz", "k3y9Qz7", "Ab0-+x/y"])
 def test_the_shortest_values_split_in_the_middle_by_a_wrapper_are_masked(value: str) -> None:
     """Six characters split three and three leave no four on either side of the break,

@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ftmatrix.cell import secrets_set
+from ftmatrix.cell import secret_forms, secrets_set
 from ftmatrix.cell.secret_forms import SHORTEST_SECRET, base64_forms, loose_pattern, printed_forms
 
 # Names by pattern, not a list: a word anywhere in the name (DB_PASSPHRASE,
@@ -346,7 +346,7 @@ def _forms_masked(text: str, lowered: str, secret: _Secret) -> tuple[str, str]:
             else:
                 text = re.sub(re.escape(form), _literal(mask), text, flags=re.IGNORECASE)
             lowered = text.lower()
-    if loose is not None and ("\x1b" in text or "%" in text) and loose.search(text):
+    if loose is not None and secret_forms.loosely_held(loose, text):
         text = loose.sub(_literal(mask), text)  # split by a terminal's codes, or encoded
         lowered = text.lower()
     return text, lowered

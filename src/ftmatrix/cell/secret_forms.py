@@ -26,7 +26,10 @@ SHORTEST_BASE64 = 8
 # A terminal's control sequence (a colour, "erase the line"): one may stand between any two
 # characters of a value a tool coloured (pytest's diff, a logger), and a console shows them
 # as one word.
-TERMINAL_CODES = r"(?:\x1b\[[0-9;?]*[ -/]*[@-~])*"
+# A repr() or JSON shows its escape as text ("\\x1b[31m": an assertion on coloured output).
+TERMINAL_CODES = r"(?:(?:\x1b|\\x1b|\\033|\\u001b|\\e)\[[0-9;?]*[ -/]*[@-~])*"
+# What a text that holds such a code or a percent-encoded character holds.
+LOOSE_MARKS = ("\x1b", "%", "\\x1b", "\\033", "\\u001b", "\\e[")
 # Longer values (a whole PEM key) get no loose pattern: their lines and words have theirs.
 LOOSE_LONGEST = 1024
 
@@ -128,3 +131,9 @@ def loose_pattern(value: str) -> re.Pattern[str] | None:
         # The encoded form first: a "%" of the value is also where its "%25" starts.
         characters.append(f"(?:{encoded}{plus}|{re.escape(char)})")
     return re.compile(TERMINAL_CODES.join(characters), re.IGNORECASE)
+
+
+def loosely_held(pattern: re.Pattern[str], text: str) -> bool:
+    """Does ``text`` hold a value by its :func:`loose_pattern`? Looked for only where the
+    text holds a terminal's code (or its escape) or a "%" (found at C speed)."""
+    return any(mark in text for mark in LOOSE_MARKS) and pattern.search(text) is not None
