@@ -10,7 +10,7 @@ record). A case id is shown as the published record shows it: masked, its paths 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ftmatrix.cell.redact import Redactor, current_redactor
 from ftmatrix.cell.signature import clean_paths
@@ -30,3 +30,10 @@ def masked(text: str) -> str:
 def shown_case(case: str) -> str:
     """A case's id as a console line may show it: masked, machine paths replaced."""
     return clean_paths(current_redactor().text(case))
+
+
+def shown_cases(cases: Iterable[str]) -> list[str]:
+    """:func:`shown_case` of each of ``cases``, the environment looked at once (a poll
+    finds hundreds of quick cases at once, and each look copies the environment)."""
+    redactor = current_redactor()
+    return [clean_paths(redactor.text(case)) for case in cases]
