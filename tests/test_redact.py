@@ -138,10 +138,30 @@ def b64(text: str) -> str:
         # word shaped like a token is masked on its own too)
         (wrapped(PASSPHRASE), "<redacted:DEPLOY_PASSPHRASE>\nE   <redacted:DEPLOY_PASSPHRASE> <redacted:DEPLOY_PASSPHRASE>"),
         ("c0rrect\\horse'batt\"ery\n  staple&%", "<redacted:DEPLOY_PASSPHRASE>\n  <redacted:DEPLOY_PASSPHRASE>"),
+        # split by a terminal's colour codes (a coloured diff, a logger), the codes inside it
+        # going with it
+        (f"{PASSPHRASE[:9]}\x1b[1;31m{PASSPHRASE[9:]}\x1b[0m", "<redacted:DEPLOY_PASSPHRASE>\x1b[0m"),
+        ("\x1b[32m" + "\x1b[0m\x1b[32m".join(PASSPHRASE), "\x1b[32m<redacted:DEPLOY_PASSPHRASE>"),
+        # some of its characters percent-encoded: another encoder's set than quote()'s
+        # (JavaScript's encodeURIComponent), or a few by hand, in either letter case
+        (quote(PASSPHRASE, safe="-_.!~*'()"), "<redacted:DEPLOY_PASSPHRASE>"),
+        (PASSPHRASE.replace(" ", "%20").replace("'", "%27").replace("o", "%6f"), "<redacted:DEPLOY_PASSPHRASE>"),
+        # its quotes doubled (a YAML single-quoted scalar, a CSV field, SQL), XML-escaped
+        ("p: '" + PASSPHRASE.replace("'", "''") + "'", "p: '<redacted:DEPLOY_PASSPHRASE>'"),
+        ('"' + PASSPHRASE.replace('"', '""') + '"', '"<redacted:DEPLOY_PASSPHRASE>"'),
+        (html.escape(PASSPHRASE).replace("&#x27;", "&apos;"), "<redacted:DEPLOY_PASSPHRASE>"),
     ],
 )  # fmt: skip
 def test_a_value_is_masked_in_the_forms_the_first_round_missed(printed: str, masked: str) -> None:
     assert redact_text(printed, {"DEPLOY_PASSPHRASE": PASSPHRASE}) == masked
+
+
+@pytest.mark.parametrize("show", [repr, json.dumps, lambda text: text.replace("\x1b", "\\033")])
+def test_a_value_split_by_a_terminals_code_shown_as_its_escape_is_masked(show) -> None:
+    """An assertion on coloured output: pytest shows the text's repr(), "\\x1b[31m" in it."""
+    printed = show(f"{SECRET[:7]}\x1b[31m{SECRET[7:]}\x1b[0m")
+    out = redact_text(f"E   assert {printed} == ''", {"MY_TOKEN": SECRET})
+    assert SECRET[:7] not in out and SECRET[7:] not in out and "<redacted:MY_TOKEN>" in out, out
 
 
 @pytest.mark.parametrize("value", ["k3y9Qz", "k3y9Qz7", "Ab0-+x/y"])
@@ -230,6 +250,12 @@ TOOL_FORMS = {
     "upper case": str.upper,
     "lower case": str.lower,
     "wrapped": wrapped,
+    "coloured": lambda v: "\x1b[1m".join(v[i : i + 3] for i in range(0, len(v), 3)) + "\x1b[0m",
+    "partly encoded": lambda v: "".join(quote(c, safe="") if i % 2 else c for i, c in enumerate(v)),
+    "encodeURIComponent": lambda v: quote(v, safe="-_.!~*'()"),
+    "YAML": lambda v: "'" + v.replace("'", "''") + "'",
+    "CSV": lambda v: '"' + v.replace('"', '""') + '"',
+    "XML": lambda v: html.escape(v).replace("&#x27;", "&apos;"),
 }
 
 
@@ -464,8 +490,16 @@ def test_machine_paths():
     )
 
 
-@pytest.mark.parametrize("where", ["/home/zelda/data"])  # a path in the case's id
-def test_path_in_an_id(where, record_property):
+def test_coloured_and_partly_encoded(record_property):
+    record_property("coloured", LONG[:50] + "\\x1b[1;31m" + LONG[50:] + "\\x1b[0m")
+    print("\\x1b[32m" + PASSPHRASE[:10] + "\\x1b[0m" + PASSPHRASE[10:])
+    yaml = "passphrase: '" + PASSPHRASE.replace("'", "''") + "'"  # yaml.safe_dump's
+    raise AssertionError("GET /hook?u=" + quote(WEBHOOK, safe="-_.!~*'()") + "&p=" + PASSPHRASE.replace(" ", "%20") + yaml)
+
+
+# A path in the case's id, alone and after the "-" pytest joins an id's values with.
+@pytest.mark.parametrize(("n", "where"), [(0, "/home/zelda/data"), (1, "/srv/zelda/data")])
+def test_path_in_an_id(n, where, record_property):
     record_property("C:\\\\Users\\\\zelda\\\\cache", where)  # and in a metric
 """
 
@@ -488,11 +522,11 @@ def test_no_form_of_a_planted_secret_reaches_a_published_file(
     (tmp_path / "cell.json").write_text(json.dumps(cell))
     pytester.makepyfile(test_printing=PRINTING_CASES)
     pytester.runpytest_subprocess(
-        "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(tmp_path / "cell.json"),
+        "-l", "--color=yes", "-p", "ftmatrix.cell.plugin", "--ftmatrix-cell", str(tmp_path / "cell.json"),
         "--ftmatrix-record", str(CellFiles.of(out, run_id, "cell1").records),
     )  # fmt: skip
     records = CellFiles.of(out, run_id, "cell1").records.read_text()
-    assert records.count("\n") == 6 and "<redacted:LONG_TOKEN>" in records
+    assert records.count("\n") == 8 and "<redacted:LONG_TOKEN>" in records
     # The runner marks the cell done once its pytest has ended (else: a cell that stopped).
     CellFiles.of(out, run_id, "cell1").done.write_text("{}")
     subprocess.run(

@@ -383,6 +383,12 @@ def test_cleaning_a_megabyte_of_text_is_linear(text: str) -> None:
         ("\x1b[1m/srv/zelda/out.log\x1b[0m", "<path>/out.log"),
         ("u=file%3A%2F%2F%2Fsrv%2Fzelda%2Fdata.bin", "u=file%3A<path>%2Fdata.bin"),
         ("u=file%3a%2f%2fhome%2fzelda%2fx", "u=file%3a~%2fx"),
+        # after the "-" that joins a parametrize id's values (pytest's case id)
+        ("t.py::test_load[1-/home/zelda/data]", "t.py::test_load[1-~/data]"),
+        ("t.py::test_load[bf16-/srv/zelda/model.bin-2]", "t.py::test_load[bf16-<path>/model.bin-2]"),
+        ("t.py::t[<redacted:HF_TOKEN>-/srv/zelda/x]", "t.py::t[<redacted:HF_TOKEN>-<path>/x]"),
+        ("t.py::test_load[x-C:\\Users\\zelda\\x.py]", "t.py::test_load[x-~\\x.py]"),
+        ("t.py::test_load[x-D:\\ci\\zelda\\x.py]", "t.py::test_load[x-<path>/x.py]"),
     ],
 )  # fmt: skip
 def test_every_machine_path_loses_its_folders(text: str, cleaned: str) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ftmatrix.cell.status import Status
+from ftmatrix.console import masked, shown_case, shown_cases
 from ftmatrix.progress_feed import FeedWriter
 
 
@@ -47,7 +48,8 @@ class Progress:
         self.started = clock()
         self.cells_done = 0
         self.cell: str | None = None
-        self.running: set[str] = set()
+        # The running cases, by their ids, as a console line may show them.
+        self.running: dict[str, str] = {}
         self.counts: Counter[Status] = Counter()
         self.cells_at_once = 1
         self.workers = 1
@@ -86,9 +88,10 @@ class Progress:
             self._show()
 
     def case_started(self, case: str) -> None:
+        shown = shown_case(case)  # raw from the plugin's note: it reaches the console
         with self._lock:
-            self.running.add(case)
-            self._emit("case-started", case=case)
+            self.running[case] = shown
+            self._emit("case-started", case=shown)
             self._show()
 
     def case_finished(self, case: str, status: Status) -> None:
@@ -100,13 +103,19 @@ class Progress:
         if not finished:
             return
         with self._lock:
-            ended, lines = [], []
             for case, status in finished:
                 self.counts[status] += 1
-                self.running.discard(case)
-                ended.append((case, status.value))
-                if not self.live and (self.feed is None or not self.feed.printed):
-                    lines.append(self._log_line(f"{case}: {status.value}"))
+                self.running.pop(case, None)
+            # The feed's reader shows each id as a console may (FeedTail): the records'
+            # ids, masked as they were written, go as they are.
+            ended = [(case, status.value) for case, status in finished]
+            lines = []
+            if not self.live and (self.feed is None or not self.feed.printed):
+                shown = shown_cases(case for case, _ in finished)
+                lines = [
+                    self._log_line(f"{case}: {value}")
+                    for case, (_, value) in zip(shown, ended, strict=True)
+                ]
             # One event for them all: an event a case was most of the progress's cost.
             self._emit("cases-finished", cases=ended)
             if self.live:
@@ -128,6 +137,7 @@ class Progress:
     def note(self, text: str) -> None:
         """A line of the run about the current cell (resolving, installing, ...): into the
         cell's log file and the feed (nox prints it on the console itself)."""
+        text = masked(text)
         with self._lock:
             self._write_log(text + "\n")
             self._emit("note", text=text)
@@ -190,7 +200,7 @@ class Progress:
         if sharing:
             cells += ", " + ", ".join(sharing)
         if self.running:
-            where = " ".join(filter(None, [where, ", ".join(sorted(self.running))]))
+            where = " ".join(filter(None, [where, ", ".join(sorted(self.running.values()))]))
         counts = " ".join(f"{self.counts[s]} {s.value}" for s in Status if self.counts[s])
         return " ".join(
             filter(None, [f"[{cells}]", where, f"{elapsed // 60:02d}:{elapsed % 60:02d}"])

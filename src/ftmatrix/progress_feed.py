@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ftmatrix.cell.status import Status
+from ftmatrix.console import masked, shown_case, shown_cases
 
 FEED_ENV = "FTMATRIX_PROGRESS_FEED"
 # "1" where the nox process that tails the feed prints its lines (its output is no
@@ -234,7 +235,7 @@ class FeedTail:
             lines = []
             for event in self._new_events():
                 self._seen = True
-                lines.extend(self.tally.lines(event, now, own_pid=os.getpid()))
+                lines.extend(self.tally.lines(_shown(event), now, own_pid=os.getpid()))
             if (
                 self._seen
                 and self.tally.running
@@ -266,6 +267,7 @@ class FeedTail:
 
     def _print(self, lines: Sequence[str]) -> None:
         try:
+            # (The events' texts were masked as they were read: _shown.)
             self.stream.write("".join(line + "\n" for line in lines))
             self.stream.flush()
         except (OSError, ValueError):
@@ -291,6 +293,37 @@ class FeedTail:
             if isinstance(event, dict):
                 events.append(event)
         return events
+
+
+def _shown(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` as the console may show it, whoever wrote the feed (an older ftmatrix, a
+    cell whose own environment held no such secret): the console is a CI job's public log.
+    Its texts masked, its case ids as a published record shows them (masked, no machine
+    paths: pytest's ids hold a parametrize id's values). The lines are made of these and
+    of the tail's own words, so each text is masked once, not each line it is printed in
+    (a line's counts, "2 pass", cost the line masking's slow path: 40 us a case)."""
+    for key in ("cell", "text", "log"):
+        if isinstance(event.get(key), str):
+            event[key] = masked(event[key])
+    if isinstance(event.get("case"), str):
+        event["case"] = shown_case(event["case"])
+    cases = event.get("cases")
+    if isinstance(cases, list):
+        # What this version does not write is left out (Tally.lines skips it).
+        kept = [e for e in cases if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)]
+        shown = shown_cases(case for case, _ in kept)
+        event["cases"] = [
+            [case, _shown_status(status)] for case, (_, status) in zip(shown, kept, strict=True)
+        ]
+    return event
+
+
+def _shown_status(status: object) -> str:
+    text = str(status)
+    return text if text in _STATUS_VALUES else masked(text)
+
+
+_STATUS_VALUES = frozenset(s.value for s in Status)
 
 
 # nox's selectors of sessions, among its arguments (before any "--").

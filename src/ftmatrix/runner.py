@@ -50,6 +50,7 @@ from ftmatrix.cell_launch import (
     worker_count,
 )
 from ftmatrix.config import HardwareClass, InstallOptions, Limits, Timeouts
+from ftmatrix.console import masked_log
 from ftmatrix.errors import OutputFullError, RunBusyError
 from ftmatrix.gpu_pool import default_lock_dir, lease_devices
 from ftmatrix.plan import Cell
@@ -117,6 +118,7 @@ def run_cell(
     progress: Progress | None = None,
 ) -> list[Record]:
     """Run every case of ``cell`` in the venv of ``venv_python``; return its records."""
+    log = masked_log(log, ctx.env)
     if progress:
         progress.cell_started(cell.label)
     try:
@@ -141,6 +143,7 @@ def record_cell_cannot_start(
 ) -> list[Record]:
     """The one record of a cell whose environment cannot even be made (no interpreter for
     its Python here): an ``install-error``, not done, so a later run tries it again."""
+    log = masked_log(log, ctx.env)
     with owning_cell(CellFiles.of(ctx.out_dir, ctx.run_id, cell.id), cell.label, ctx.run_id):
         run = _CellRun(
             cell=cell,
@@ -361,7 +364,7 @@ class _CellRun:
             case=WHOLE_CELL,
             operation=operation,
             status=status,
-            reason=reason,
+            reason=redact(reason, self.ctx.env),  # uv's stderr: the session prints it too
             started_at=self.started,
         )
         file = CellRecordFile(self.files.records)

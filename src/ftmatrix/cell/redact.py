@@ -11,7 +11,8 @@ record is passed through :func:`redact_text` where records are written (a
   tool prints them (:func:`printed_forms`: as Python's ``repr()`` and ``ascii()`` show
   them, JSON-escaped, URL-encoded, shell-quoted, HTML-escaped, those forms of each other,
   and base64, alone or inside a longer encoded text), in any letter case, across a line
-  break a tool wrapped them at, each line of a value of several lines (a PEM key), and
+  break a tool wrapped them at, split by a terminal's colour codes or with some of their
+  characters percent-encoded, each line of a value of several lines (a PEM key), and
   the ends of a value a tool shortened around ``...`` (pytest's ``repr()`` of a long text);
 - the value assigned to a secret-looking name in the text itself (``DB_PASSPHRASE=...``,
   ``"api_key": "..."``, ``--hf-token ...``, ``Authorization: Bearer ...``), whatever the
@@ -36,8 +37,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ftmatrix.cell import secrets_set
-from ftmatrix.cell.secret_forms import SHORTEST_SECRET, base64_forms, printed_forms
+from ftmatrix.cell import secret_forms, secrets_set
+from ftmatrix.cell.secret_forms import SHORTEST_SECRET, base64_forms, loose_pattern, printed_forms
 
 # Names by pattern, not a list: a word anywhere in the name (DB_PASSPHRASE,
 # SLACK_WEBHOOK_URL, GITLAB_PAT). PWD alone is the working folder, not a password.
@@ -257,8 +258,8 @@ def writable(text: str) -> str:
 
 
 # (mask, the value's printed forms longest first, the same in lower case, the shortest
-# form's length, its base64 forms)
-_Secret = tuple[str, tuple[str, ...], tuple[str, ...], int, frozenset[str]]
+# form's length, its base64 forms, its loose pattern)
+_Secret = tuple[str, tuple[str, ...], tuple[str, ...], int, frozenset[str], re.Pattern[str] | None]
 # The base64 characters beside a value's own inside a longer encoded text: the group of
 # four that holds its first (or last) bytes with another's.
 _BASE64_EDGE = "[A-Za-z0-9+/_-]{0,4}"
@@ -271,7 +272,8 @@ def _known(env: Mapping[str, str], also: Iterable[tuple[str, str]] = ()) -> list
             forms = printed_forms(piece)
             folded = tuple(form.lower() for form in forms)
             encoded = frozenset(base64_forms(piece))
-            known.append((f"<redacted:{name}>", forms, folded, len(forms[-1]), encoded))
+            loose = loose_pattern(piece)
+            known.append((f"<redacted:{name}>", forms, folded, len(forms[-1]), encoded, loose))
     return known
 
 
@@ -311,7 +313,7 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
     cut = " identical " in text and DIFF_CUT.search(text) is not None
     lowered = ""  # text.lower(), made once, again only where a secret changed text
     for secret in secrets:
-        mask, forms, _folded, shortest, _encoded = secret
+        mask, forms, _folded, shortest, _encoded, _loose = secret
         if len(text) < shortest and not (shortened or cut):
             continue  # most strings of a record: a package's name or version
         text, lowered = _forms_masked(text, lowered or text.lower(), secret)
@@ -331,9 +333,9 @@ def _masked(text: str, secrets: list[_Secret]) -> str:
 
 def _forms_masked(text: str, lowered: str, secret: _Secret) -> tuple[str, str]:
     """``text`` (``lowered``: in lower case) with each of a secret's printed forms masked,
-    in any letter case (a base64 form with the groups it shares with the text around it);
-    and the result in lower case."""
-    mask, forms, folded, _shortest, encoded = secret
+    in any letter case (a base64 form with the groups it shares with the text around it),
+    and its loose pattern's matches; and the result in lower case."""
+    mask, forms, folded, _shortest, encoded, loose = secret
     for form, low in zip(forms, folded, strict=True):
         if len(form) <= len(text) and low in lowered:
             if form in encoded and form in text:  # with the groups it shares
@@ -344,6 +346,9 @@ def _forms_masked(text: str, lowered: str, secret: _Secret) -> tuple[str, str]:
             else:
                 text = re.sub(re.escape(form), _literal(mask), text, flags=re.IGNORECASE)
             lowered = text.lower()
+    if loose is not None and secret_forms.loosely_held(loose, text):
+        text = loose.sub(_literal(mask), text)  # split by a terminal's codes, or encoded
+        lowered = text.lower()
     return text, lowered
 
 
@@ -371,7 +376,7 @@ def _wrapped_masked(text: str, secrets: list[_Secret]) -> str:
     # Most breaks have no piece of any secret on either side: looked up at C speed, as the
     # ellipses are (a value split in two has four characters or more on one side, or is
     # one of the shortest split in the middle, which a piece across the break finds).
-    fragments = _all_fragments(tuple(folded for _m, _f, folded, _s, _e in secrets))
+    fragments = _all_fragments(tuple(secret[2] for secret in secrets))
     if not any(
         before[-SHORTEST_FRAGMENT:].lower() in fragments
         or after[:SHORTEST_FRAGMENT].lower() in fragments
@@ -387,7 +392,7 @@ def _wrapped_masked(text: str, secrets: list[_Secret]) -> str:
         for piece in pieces:
             end += len(joiner) + len(piece)
             ends.append(end)
-        for mask, _forms, folded, _shortest, _encoded in secrets:
+        for mask, _forms, folded, *_ in secrets:
             for low in folded:
                 found = joined.find(low)
                 while found != -1:

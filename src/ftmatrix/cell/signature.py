@@ -86,7 +86,9 @@ _NAME_CHARS = r"[^/\\\s'\"()<>\[\],:;]"
 # Where a path may start besides after a character that no word holds: after an escape
 # a repr() prints, and after a one-letter option (``-I``) that a blank or a quote starts.
 _ESCAPED = r"(?<=\\[ntrvfab0])|(?<=\\x[0-9a-fA-F]{2})|(?<=\\u[0-9a-fA-F]{4})"
-_GLUED = rf"{_ESCAPED}|(?<=(?<![\w-])-[A-Za-z])"
+# And after the "-" pytest joins a parametrize id's values with (``test[1-/srv/x]``).
+_ID_JOINED = r"(?<=[^\s/\\-]-)"
+_GLUED = rf"{_ESCAPED}|(?<=(?<![\w-])-[A-Za-z])|{_ID_JOINED}"
 # A text holding none of these holds no path any pattern below could find.
 _PATH_MARKS = ("/", "\\", "~", "%", "\x1b")
 # After a blank, what starts a path or an option of its own, not the next word of one
@@ -114,7 +116,7 @@ _CLEAN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/(?:site|dist)-packages/"), "<venv>/.../"),
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/lib/python\d+(?:\.\d+)?/"), "<python>/"),
     (re.compile(rf"{_RUN_START}{_PATH_CHARS}*?/cases/(?={_PATH_CHARS})"), "<cases>/"),
-    (re.compile(r"(?<![\w.-])[A-Za-z]:\\+(?:[^\\\s'\"<>]+\\+)+"), "<path>/"),
+    (re.compile(rf"(?:(?<![\w.-])|{_ID_JOINED})[A-Za-z]:\\+(?:[^\\\s'\"<>]+\\+)+"), "<path>/"),
     (re.compile(r"(?<![\w.\\-])\\{2,}(?:[^\\\s'\"<>]+\\+)+"), "<path>/"),  # UNC
     (
         # Greedy up to the run's last slash that a path character follows.
