@@ -102,13 +102,13 @@ class ConfigError(FatalError):
     def __init__(self, problems: Sequence[str]) -> None:
         # Each problem once, so the count the header gives is the lines that follow; each
         # one line, whatever a key or value it names holds (a newline in a YAML key).
-        self.problems = tuple(dict.fromkeys(_one_line(p) for p in problems))
+        self.problems = tuple(dict.fromkeys(one_line(p) for p in problems))
         count = len(self.problems)
         header = f"{count} problem{'s' if count != 1 else ''} in the matrix configuration:"
         super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """``text`` with each control character as its escape (``\\n``): one line to read."""
     if text.isprintable():
         return text

@@ -1,0 +1,103 @@
+"""Command-line arguments a user can get wrong, through the real CLI: exit 2 in one line that
+names the argument, never a typo that goes unseen and never a value that breaks the line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftmatrix.errors import ExitCode
+
+DATA = Path(__file__).parent / "data"
+RESULTS = DATA / "default_results.json"
+NEWLINE = "x\ny\x1b[2J"  # a value that would break an error line in two and clear a terminal
+BISECT = ["bisect", "--case", "test_a.py::test_one", "--good", "1.16.0", "--bad", "1.17.0"]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "matrix.yaml").write_text("packages: {six: ['1.17.0']}\n", encoding="utf-8")
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "test_a.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "freeze.txt").write_text("transformers==4.57.6\n", encoding="utf-8")
+    return tmp_path
+
+
+def ftmatrix(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ftmatrix", *argv],
+        env={**os.environ, "FTMATRIX_OUT": str(folder / "out")},
+        cwd=folder, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def assert_usage_line(ran: subprocess.CompletedProcess[str], says: str) -> None:
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output, output[-3000:]
+    assert ran.returncode == ExitCode.USAGE, output[-3000:]
+    assert len(ran.stderr.splitlines()) == 1 and says in ran.stderr, output[-3000:]
+
+
+# Every command but run (whose extra arguments go to pytest) and check (which refused them
+# already): an option misspelt, or a word too many, was ignored and the command went on
+# as if it were not there: `autobisect --dryrun` built cells, `report --ot x` wrote elsewhere.
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--no-resolve", "--jsno"],
+        ["plan", "--no-resolve", "extra"],
+        ["autobisect", "--dryrun"],
+        ["report", "--ot", "elsewhere"],
+        ["ci-matrix", "--cells-per-shard", "2", "extra"],
+        ["known-issues", "prove", "--bogus"],
+        ["wheelhouse", "wh", "--python", "3.11", "--platform", "win_amd64", "--bogus"],
+        ["restore-history", "nothing.jsonl", "--missing-ok", "--bogus"],
+        ["init", "--bogus"],
+        [*BISECT, "--axis", "six", "--bogus"],
+    ],
+)
+def test_an_argument_no_command_takes_is_refused(folder: Path, argv: list[str]) -> None:
+    ran = ftmatrix(folder, *argv)
+    assert_usage_line(ran, f"ftmatrix: {argv[0]}: unrecognized arguments: ")
+    assert not (folder / "elsewhere").exists() and not (folder / "out" / "bisect").exists()
+
+
+def test_an_unrecognized_argument_is_echoed_in_one_line(folder: Path) -> None:
+    assert_usage_line(ftmatrix(folder, "plan", NEWLINE), "unrecognized arguments: x\\ny\\x1b[2J")
+
+
+# check's inputs echoed as given: a newline in a path, a URL or a name split the one line
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--results", NEWLINE], "--results x\\ny\\x1b[2J: cannot be read"),
+        (["--results", f"http://{NEWLINE}"], "--results http://x\\ny\\x1b[2J: cannot be read"),
+        (["--results", str(RESULTS), "--freeze", NEWLINE], "--freeze x\\ny\\x1b[2J: cannot be"),
+        (["--results", str(RESULTS), "--python", NEWLINE], "--python x\\ny\\x1b[2J: cannot be"),
+        (["--results", str(RESULTS), "--freeze", "freeze.txt", "--operation", NEWLINE],
+         "--operation x\\ny\\x1b[2J: the results have no such operation"),
+        (["--results", str(RESULTS), "--freeze", "freeze.txt", "--hardware", NEWLINE],
+         "--hardware x\\ny\\x1b[2J: the results have no such hardware class"),
+    ],
+)  # fmt: skip
+def test_a_check_input_with_a_newline_is_echoed_in_one_line(
+    folder: Path, argv: list[str], says: str
+) -> None:
+    assert_usage_line(ftmatrix(folder, "check", *argv), says)
+
+
+def test_check_names_files_with_a_newline_in_one_line_each(folder: Path) -> None:
+    shutil.copy(RESULTS, folder / "res\nults.json")
+    (folder / "fr\neeze.txt").write_text("garbage\n", encoding="utf-8")
+    ran = ftmatrix(folder, "check", "--results", "res\nults.json", "--freeze", "fr\neeze.txt")
+    assert_usage_line(ran, "fr\\neeze.txt:1: 'garbage' is not a pinned version")
+    (folder / "fr\neeze.txt").write_text("transformers==4.57.6\n", encoding="utf-8")
+    ran = ftmatrix(folder, "check", "--results", "res\nults.json", "--freeze", "fr\neeze.txt")
+    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    assert "stack: fr\\neeze.txt (pip freeze)" in ran.stdout.splitlines()[0], ran.stdout
+    assert "results: res\\nults.json: " in ran.stdout.splitlines()[1], ran.stdout
