@@ -71,6 +71,32 @@ def test_an_unrecognized_argument_is_echoed_in_one_line(folder: Path) -> None:
     assert_usage_line(ftmatrix(folder, "plan", NEWLINE), "unrecognized arguments: x\\ny\\x1b[2J")
 
 
+# A name that goes into a requirements file and an index URL: an option line or a path
+# once passed for a package (the index was asked for /simple/x\ny/, exit 8 in two lines).
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        ([*BISECT, "--axis", NEWLINE], "bisect --axis 'x\\ny\\x1b[2J': 'x\\ny\\x1b[2J' is not a"),
+        ([*BISECT, "--axis=--index-url=http://127.0.0.1:9/simple"], "is not a distribution"),
+        ([*BISECT, "--axis", "../../etc"], "bisect --axis '../../etc': '../../etc' is not a"),
+        ([*BISECT, "--axis", "six", "--pins", "six; os_name=='nt'==1.0"], "is not a distribution"),
+        ([*BISECT, "--axis", "six", "--pins", "../x==1.0"], "--pins '../x==1.0': '../x' is not"),
+    ],
+)
+def test_a_bisect_package_that_is_no_distribution_name_is_refused(
+    folder: Path, argv: list[str], says: str
+) -> None:
+    assert_usage_line(ftmatrix(folder, *argv), says)
+
+
+def test_a_bisect_case_in_no_file_is_refused_before_a_cell_is_built(folder: Path) -> None:
+    # It built the good end's cell first, then said exit 5: 'the good end is not good'
+    argv = ["bisect", "--case", "test_b.py::test_one", "--axis", "six"]
+    ran = ftmatrix(folder, *argv, "--good", "1.16.0", "--bad", "1.17.0")
+    assert_usage_line(ran, "bisect --case: 'test_b.py::test_one': no such file or folder")
+    assert not (folder / "out").exists() or not any((folder / "out").rglob("*.jsonl"))
+
+
 # check's inputs echoed as given: a newline in a path, a URL or a name split the one line
 @pytest.mark.parametrize(
     ("argv", "says"),
