@@ -81,6 +81,12 @@ class Settings:
     def from_env(cls, env: Mapping[str, str], *, root: Path, now: datetime) -> Settings:
         """Settings from ``env``; relative paths are taken from ``root``."""
         labels = env.get("FTMATRIX_RUNNER_LABELS", "")
+        runner_labels = tuple(x.strip() for x in labels.split(",") if x.strip())
+        if not all(label.isprintable() for label in runner_labels):  # recorded in every record
+            raise SettingsError(
+                f"{echoed('FTMATRIX_RUNNER_LABELS', labels)}: a label holds a control character "
+                "or bytes that are no text; labels are text, such as 'self-hosted,gpu,l4'"
+            )
         out = root / env.get("FTMATRIX_OUT", "reports")
         found = kind_of(out)
         if found not in (None, "a folder"):
@@ -131,7 +137,7 @@ class Settings:
             cases=cases,
             out=out,
             run_id=run_id,
-            runner_labels=tuple(x.strip() for x in labels.split(",") if x.strip()),
+            runner_labels=runner_labels,
             shard=parse_shard(env.get("FTMATRIX_SHARD", "")),
             resume=resume,
             select=tuple(g.strip() for g in env.get("FTMATRIX_SELECT", "").split(",") if g.strip()),
