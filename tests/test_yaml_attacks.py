@@ -26,6 +26,10 @@ ATTACKS = [
     ("x: 2024-13-01 10:00:00\n", 2, "reads as a date but is not one (month must be in 1..12)"),
     ("x: [0000-01-01]\n", 2, "'0000-01-01' reads as a date but is not one (year 0"),
     ("x: {a: !!bool maybe}\n", 2, "'maybe' reads as true or false but is not one"),
+    # YAML 1.1 reads these as other numbers than written: a timeout of 8 s or 90 s, quietly
+    ("timeouts: {case: 010}\n", 2, "010 reads as 8 (octal, as YAML 1.1 reads it)"),
+    ("timeouts: {cell: 1:30}\n", 2, "1:30 reads as 90 (base 60, as YAML 1.1 reads it)"),
+    ("limits: {workers: 0_10}\n", 2, "0_10 reads as 8 (octal"),
     # an alias inside the value it names: a RecursionError once
     ("x: &a [*a]\n", 2, "an alias stands inside the value it names"),
     ("x: &a {b: [1, *a]}\n", 2, "an alias stands inside the value it names"),

@@ -16,6 +16,7 @@ line and what is wrong, never a traceback:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,16 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
     def construct_yaml_int(self, node: Any) -> Any:
+        written = str(node.value).replace("_", "").lstrip("+-")
+        if node.style is None and _MISREAD_INT.fullmatch(written):
+            # YAML 1.1 reads 010 as 8 and 1:30 as 90: a timeout quietly other than written
+            base = "base 60" if ":" in written else "octal"
+            value = super().construct_yaml_int(node)
+            raise _Refused(
+                f"{node.value} reads as {value} ({base}, as YAML 1.1 reads it); write the "
+                "number without a leading 0 or ':'",
+                node.start_mark,
+            )
         try:
             return super().construct_yaml_int(node)
         except ValueError:
@@ -100,6 +111,7 @@ class _StrictLoader(yaml.SafeLoader):
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+_MISREAD_INT = re.compile(r"0[0-7]+|[1-9][0-9]*(:[0-5]?[0-9])+")
 _KINDS = {"timestamp": "a date", "float": "a number", "int": "a number", "bool": "true or false"}
 
 
