@@ -89,3 +89,25 @@ def test_a_merge_key_merges_and_the_keys_written_beside_it_win(tmp_path: Path) -
     ran = ftmatrix(tmp_path, "plan", "--no-resolve", FTMATRIX_PROFILE="later")
     assert ran.returncode == ExitCode.OK, ran.stdout + ran.stderr
     assert "six==1.17.0" in ran.stdout and "attrs" not in ran.stdout, ran.stdout
+
+
+def test_a_file_of_millions_of_values_is_refused_as_they_come(tmp_path: Path) -> None:
+    # All of them were built before they were counted: 4 million took 3 GB (and 100 s)
+    # to be refused. Under 1 GiB of address space the refusal must come all the same.
+    items = ",".join(["1"] * 4_000_000)
+    (tmp_path / "m.yaml").write_text(f"{MATRIX}x: [{items}]\n", encoding="utf-8")
+    ran = subprocess.run(
+        [sys.executable, "-c", LIMITED, "plan", "--no-resolve"],
+        env={**os.environ, "FTMATRIX_OUT": str(tmp_path / "out"), "FTMATRIX_MATRIX": "m.yaml"},
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert_one_line(ran, "m.yaml:2:", "holds more than 100,000 values")
+
+
+# python -m ftmatrix, under a limit on its memory
+LIMITED = """
+import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+sys.argv = ["ftmatrix", *sys.argv[1:]]
+runpy.run_module("ftmatrix", run_name="__main__")
+"""
