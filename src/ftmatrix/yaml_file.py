@@ -8,11 +8,11 @@ line and what is wrong, never a traceback:
   keep the last one, and a matrix would quietly test other versions than written);
 - more values than any matrix holds (counted as they are read, so a flow list of
   millions never fills the memory), nesting deeper than any matrix needs, aliases that
-  expand past a bound (the
-  "billion laughs") or an alias inside the value it names: refused before anything is
-  built from them;
+  expand past a bound (the "billion laughs") or an alias inside the value it names:
+  refused before anything is built from them;
 - a value that reads as a date, a number or another tagged kind but is none (2024-02-30,
-  !!float abc) or a character YAML does not allow (NUL, other control codes): its line;
+  !!float abc), a number YAML 1.1 reads as another (010 is 8, 1:30 is 90) or a character
+  YAML does not allow (NUL, other control codes): its line;
 - merge keys (``<<: *base``) merge, as YAML defines them; keys written after them win.
 """
 
