@@ -127,3 +127,26 @@ def test_check_names_files_with_a_newline_in_one_line_each(folder: Path) -> None
     assert ran.returncode in (0, 1), ran.stdout + ran.stderr
     assert "stack: fr\\neeze.txt (pip freeze)" in ran.stdout.splitlines()[0], ran.stdout
     assert "results: res\\nults.json: " in ran.stdout.splitlines()[1], ran.stdout
+
+
+# A file given and not needed (install.system-packages is off) was never read: one that is
+# not there, or not a freeze, went unsaid and the wheelhouse was made as if none were given
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "--host-packages host.txt: No such file or directory"),
+        ("garbage\n", "--host-packages host.txt:1: 'garbage' is not name==version"),
+    ],
+)
+def test_a_host_packages_file_that_cannot_be_read_is_refused_when_unneeded(
+    folder: Path, content: str | None, says: str
+) -> None:
+    if content is not None:
+        (folder / "host.txt").write_text(content, encoding="utf-8")
+    argv = ["wheelhouse", "wh", "--python", "3.11", "--platform", "manylinux_2_28_x86_64"]
+    ran = ftmatrix(folder, *argv, "--host-packages", "host.txt")
+    output = ran.stdout + ran.stderr
+    assert "Traceback" not in output and ran.returncode == ExitCode.WHEELHOUSE, output[-3000:]
+    said = [line for line in ran.stderr.splitlines() if line.startswith("ftmatrix: ")]
+    assert len(said) == 1 and says in said[0], output[-3000:]
+    assert not any((folder / "wh").glob("*.whl")), output[-3000:]
