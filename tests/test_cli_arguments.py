@@ -150,3 +150,23 @@ def test_a_host_packages_file_that_cannot_be_read_is_refused_when_unneeded(
     said = [line for line in ran.stderr.splitlines() if line.startswith("ftmatrix: ")]
     assert len(said) == 1 and says in said[0], output[-3000:]
     assert not any((folder / "wh").glob("*.whl")), output[-3000:]
+
+
+# An empty value (`--matrix "$UNSET"`) was taken for the option left out: the default
+# matrix planned, the default folder written, as if the user had asked for them
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--no-resolve", "--matrix", ""],
+        ["plan", "--no-resolve", "--profile", ""],
+        ["run", "--profile", ""],
+        ["report", "--out", ""],
+        ["restore-history", "nothing.jsonl", "--missing-ok", "--out", ""],
+        ["autobisect", "--dry-run", "--matrix", ""],
+        [*BISECT, "--axis", "six", "--matrix", ""],
+    ],
+)
+def test_an_option_given_empty_is_refused(folder: Path, argv: list[str]) -> None:
+    option = argv[argv.index("") - 1]
+    assert_usage_line(ftmatrix(folder, *argv), f"ftmatrix: {option} '': names nothing")
+    assert not (folder / "index.html").exists() and not (folder / "out").exists()

@@ -120,6 +120,9 @@ def dispatch(
     if extra and args.command != "run":  # run's go to pytest; elsewhere a typo went unseen
         given = one_line(" ".join(extra))
         raise UsageError(f"{args.command}: unrecognized arguments: {given}; see --help")
+    for option in ("matrix", "profile", "out"):  # an empty one was taken for none given
+        if getattr(args, option, None) == "":
+            raise UsageError(f"--{option} '': names nothing; give one, or leave the option out")
     return HANDLERS[args.command](args, _Call(extra=extra, env=env, root=root, now=now))
 
 
@@ -177,10 +180,8 @@ def _restore_history(args: argparse.Namespace, call: _Call) -> int:
     except NotFound as exc:
         if not args.missing_ok:
             raise
-        print(
-            f"restore-history: nothing published yet "
-            f"({exc.describe().removeprefix('ftmatrix: ')}); {store} unchanged"
-        )
+        said = exc.describe().removeprefix("ftmatrix: ")
+        print(f"restore-history: nothing published yet ({said}); {store} unchanged")
         return ExitCode.OK
     print(f"restore-history: {added} records and {findings} bisect findings added to {store}")
     return ExitCode.OK
