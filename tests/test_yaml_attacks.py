@@ -111,3 +111,21 @@ resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 sys.argv = ["ftmatrix", *sys.argv[1:]]
 runpy.run_module("ftmatrix", run_name="__main__")
 """
+
+
+# A control character in a URL or path: planned without a word, then every cell an
+# install-error (uv: no such file) or the index refused as unreadable (exit 8), not the file's
+@pytest.mark.parametrize(
+    ("install", "at"),
+    [
+        ('{index-url: "http://127.0.0.1:9/a\\nb"}', "install.index-url: 'http://127.0.0.1:9/a\\nb'"),
+        ('{extra-index-urls: ["http://x\\e[2J"]}', "install.extra-index-urls[0]: 'http://x\\x1b[2J'"),
+        ('{find-links: [wheels, "a\\tb"]}', "install.find-links[1]: 'a\\tb'"),
+    ],
+)  # fmt: skip
+def test_a_control_character_in_an_install_url_or_path_is_the_files_problem(
+    tmp_path: Path, install: str, at: str
+) -> None:
+    (tmp_path / "m.yaml").write_text(f"{MATRIX}install: {install}\n", encoding="utf-8")
+    ran = ftmatrix(tmp_path, "plan", "--no-resolve", FTMATRIX_MATRIX="m.yaml")
+    assert_one_line(ran, "m.yaml: ", f"{at} holds a control character; a URL or path has none")
