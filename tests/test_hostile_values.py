@@ -108,6 +108,30 @@ def test_a_hostile_matrix_value_is_one_line_per_problem_never_a_traceback(
         )
 
 
+# YAML written as a user writes it, which PyYAML's constructors read into other values than
+# written (010 is 8) or choke on (a date of no day, a tag its text cannot be, an alias in
+# itself): each is the matrix's problem at its line, whatever place it takes.
+YAML_FORMS = st.sampled_from(
+    ["2024-02-30", "0000-01-01", "2024-13-01 10:00:00", "!!float abc", "!!bool maybe",
+     "!!int abc", "!!timestamp x", "!!binary '@@'", "010", "1:30", "0_10", "&a [*a]",
+     "&a {b: *a}", "!!set {a}", "!!omap [a]", "!!python/object:os.system x", "!!map [1]"]
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(place=st.sampled_from(MATRIX_PLACES), form=YAML_FORMS)
+@example(place=MATRIX_PLACES[0], form="2024-02-30")  # a ValueError traceback once
+@example(place=MATRIX_PLACES[2], form="&a [*a]")  # a RecursionError traceback once
+def test_a_hostile_yaml_form_is_the_matrix_problem_at_its_line(place: str, form: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "matrix.yaml").write_text(place.format(v=form), encoding="utf-8")
+        code, _, err = run(["plan", "--no-resolve"], root)
+    assert code in (ExitCode.CONFIG, ExitCode.PLAN), (code, err[-2000:])
+    assert "Traceback" not in err
+    assert all(line.startswith(("ftmatrix: ", "  - ")) for line in err.strip().splitlines()), err
+
+
 RESULTS = json.loads((DATA / "default_results.json").read_text(encoding="utf-8"))
 RESULTS["records"] = RESULTS["records"][:12]  # a few cells: each example stays quick
 RECORD_FIELDS = sorted(RESULTS["records"][0])

@@ -26,7 +26,7 @@ from ftmatrix.check.command import add_check_parser, run_check
 from ftmatrix.ci import bisect_jobs, carry_reused, ci_matrix
 from ftmatrix.config import Matrix, load_matrix
 from ftmatrix.download import NotFound, download_timeout
-from ftmatrix.errors import ExitCode, FatalError, os_error_line
+from ftmatrix.errors import ExitCode, FatalError, UsageError, one_line, os_error_line
 from ftmatrix.init import add_init_parser, run_init
 from ftmatrix.pipeline import Loaded, load, report, resolve_cells, run_cells
 from ftmatrix.planview import interpreters_of, plan_json, print_plan, show_plan
@@ -34,7 +34,7 @@ from ftmatrix.prove import add_known_issues_parser, run_known_issues
 from ftmatrix.report.notices import UNREADABLE
 from ftmatrix.report.planned import PLAN_FILE, write_plan
 from ftmatrix.report.publish import restore_history
-from ftmatrix.report.unfinished import UNFINISHED_WARNING, UnfinishedCell
+from ftmatrix.report.unfinished import UNFINISHED_WARNING
 from ftmatrix.settings import Settings
 from ftmatrix.wheelhouse import run_wheelhouse
 
@@ -117,6 +117,12 @@ def dispatch(
     now: datetime,
 ) -> int:
     """Run one subcommand; fatal errors propagate to :func:`main`."""
+    if extra and args.command != "run":  # run's go to pytest; elsewhere a typo went unseen
+        given = one_line(" ".join(extra))
+        raise UsageError(f"{args.command}: unrecognized arguments: {given}; see --help")
+    for option in ("matrix", "profile", "out"):  # an empty one was taken for none given
+        if getattr(args, option, None) == "":
+            raise UsageError(f"--{option} '': names nothing; give one, or leave the option out")
     return HANDLERS[args.command](args, _Call(extra=extra, env=env, root=root, now=now))
 
 
@@ -138,7 +144,7 @@ def _run(args: argparse.Namespace, call: _Call) -> int:
     ended = run_cells(loaded, call.env, extra, root=call.root, now=call.now)
     run = loaded.settings.run_id  # each below is shown in the report too
     _warn(ended.unrecorded, f"cell(s) of run {run} produced no records, so no verdict")
-    _warn_unfinished(ended.unfinished)
+    _warn([cell.describe() for cell in ended.unfinished], UNFINISHED_WARNING, "; ")
     if ended.report_problem is not None:
         problem = ended.report_problem.describe().removeprefix("ftmatrix: ")
         sys.stderr.write(f"ftmatrix: the report could not be built again to show them: {problem}\n")
@@ -150,14 +156,10 @@ def _report(args: argparse.Namespace, call: _Call) -> int:
     print(reported.written)
     # The report is written and shows them; the night still failed.
     _warn(reported.missing, f"planned cell(s) produced no records, so no verdict (see {PLAN_FILE})")
-    _warn_unfinished(reported.unfinished)
+    _warn([cell.describe() for cell in reported.unfinished], UNFINISHED_WARNING, "; ")
     again = "a resumed run keeps those lines apart and runs their cases again"
     _warn(reported.unreadable, f"{UNREADABLE} ({again})", "; ")
     return ExitCode.FAILED if reported.failed else ExitCode.OK
-
-
-def _warn_unfinished(cells: Sequence[UnfinishedCell]) -> None:
-    _warn([cell.describe() for cell in cells], UNFINISHED_WARNING, "; ")
 
 
 def _warn(items: Sequence[str], what: str, separator: str = ", ") -> None:
@@ -178,10 +180,8 @@ def _restore_history(args: argparse.Namespace, call: _Call) -> int:
     except NotFound as exc:
         if not args.missing_ok:
             raise
-        print(
-            f"restore-history: nothing published yet "
-            f"({exc.describe().removeprefix('ftmatrix: ')}); {store} unchanged"
-        )
+        said = exc.describe().removeprefix("ftmatrix: ")
+        print(f"restore-history: nothing published yet ({said}); {store} unchanged")
         return ExitCode.OK
     print(f"restore-history: {added} records and {findings} bisect findings added to {store}")
     return ExitCode.OK

@@ -476,6 +476,11 @@ def _install(checker: Checker, raw: Any) -> InstallOptions:
     if index_url is not None and not isinstance(index_url, str):
         checker.add("install.index-url", f"must be a URL or null, got {index_url!r}")
         return InstallOptions()
+    listed = {"find-links": find_links, "extra-index-urls": extra}
+    places = [(f"install.{key}[{i}]", v) for key, vs in listed.items() for i, v in enumerate(vs)]
+    for at, where in [*places, ("install.index-url", index_url or "")]:
+        if not where.isprintable():  # uv and the index reader fail on it, cell by cell
+            checker.add(at, f"{where!r} holds a control character; a URL or path has none")
     return InstallOptions(
         find_links=tuple(find_links),
         index_url=index_url,

@@ -77,6 +77,9 @@ class FatalError(Exception):
     return_code: ClassVar[ExitCode] = ExitCode.FAILED
     # What failed, between "ftmatrix:" and the message, where the message does not say it.
     context: ClassVar[str] = ""
+    # Only an error that lists several problems has several lines; any other is one,
+    # whatever a path or value it echoes holds (FTMATRIX_OUT with a newline in it).
+    lists_problems: ClassVar[bool] = False
 
     def describe(self) -> str:
         """The line (or block, for several problems) the user reads: ``ftmatrix: ...``.
@@ -85,30 +88,33 @@ class FatalError(Exception):
         of secret-named variables are masked.
         """
         text = ": ".join(part for part in ("ftmatrix", self.context, str(self)) if part)
-        return shortened(printable(redact_text(text, os.environ)))
+        text = printable(redact_text(text, os.environ))
+        return shortened(text if self.lists_problems else one_line(text))
 
 
 class UsageError(FatalError):
     """Command-line arguments that cannot be used as given (argparse's own errors exit 2 too)."""
 
     return_code = ExitCode.USAGE
+    lists_problems = True
 
 
 class ConfigError(FatalError):
     """One or more problems in a matrix file, each a line naming file, key and value."""
 
     return_code = ExitCode.CONFIG
+    lists_problems = True
 
     def __init__(self, problems: Sequence[str]) -> None:
         # Each problem once, so the count the header gives is the lines that follow; each
         # one line, whatever a key or value it names holds (a newline in a YAML key).
-        self.problems = tuple(dict.fromkeys(_one_line(p) for p in problems))
+        self.problems = tuple(dict.fromkeys(one_line(p) for p in problems))
         count = len(self.problems)
         header = f"{count} problem{'s' if count != 1 else ''} in the matrix configuration:"
         super().__init__("\n".join([header, *(f"  - {p}" for p in self.problems)]))
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """``text`` with each control character as its escape (``\\n``): one line to read."""
     if text.isprintable():
         return text
@@ -119,6 +125,7 @@ class PlanError(FatalError):
     """A plan that cannot be made: a rule or selector that matches no cell, or no cell left."""
 
     return_code = ExitCode.PLAN
+    lists_problems = True
 
 
 class BisectError(FatalError):

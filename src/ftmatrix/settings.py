@@ -80,7 +80,6 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, root: Path, now: datetime) -> Settings:
         """Settings from ``env``; relative paths are taken from ``root``."""
-        labels = env.get("FTMATRIX_RUNNER_LABELS", "")
         out = root / env.get("FTMATRIX_OUT", "reports")
         found = kind_of(out)
         if found not in (None, "a folder"):
@@ -131,7 +130,7 @@ class Settings:
             cases=cases,
             out=out,
             run_id=run_id,
-            runner_labels=tuple(x.strip() for x in labels.split(",") if x.strip()),
+            runner_labels=runner_labels(env),
             shard=parse_shard(env.get("FTMATRIX_SHARD", "")),
             resume=resume,
             select=tuple(g.strip() for g in env.get("FTMATRIX_SELECT", "").split(",") if g.strip()),
@@ -206,6 +205,18 @@ def parse_shard(text: str) -> tuple[int, int] | None:
             f"most {MAX_SHARDS:,}, such as '1/4'"
         )
     return shard
+
+
+def runner_labels(env: Mapping[str, str]) -> tuple[str, ...]:
+    """FTMATRIX_RUNNER_LABELS's labels; recorded in every record, so each must be text."""
+    labels = env.get("FTMATRIX_RUNNER_LABELS", "")
+    found = tuple(x.strip() for x in labels.split(",") if x.strip())
+    if not all(label.isprintable() for label in found):
+        raise SettingsError(
+            f"{echoed('FTMATRIX_RUNNER_LABELS', labels)}: a label holds a control character "
+            "or bytes that are no text; labels are text, such as 'self-hosted,gpu,l4'"
+        )
+    return found
 
 
 def echoed(name: str, value: str) -> str:

@@ -387,14 +387,16 @@ def _host_stack(
     install: InstallOptions, target: Target, host_freeze: Path | None
 ) -> HostStack | None:
     """The host's packages a system-packages cell takes, from ``--host-packages``."""
+    # Read whenever given: a file that is not there, or not a freeze, was ignored unsaid
+    host = None if host_freeze is None else read_host_packages(host_freeze, target)
     if not install.system_packages:
         return None
-    if host_freeze is None:
+    if host is None:
         raise WheelhouseError(
             "install.system-packages takes packages from the host: pass --host-packages "
             "FILE, the output of `python -m pip list --format=freeze` on that host"
         )
-    stack = choose(read_host_packages(host_freeze, target), install.system_packages)
+    stack = choose(host, install.system_packages)
     if stack.missing:
         names = ", ".join(repr(n) for n in stack.missing)
         raise WheelhouseError(

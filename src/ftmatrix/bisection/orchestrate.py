@@ -20,9 +20,10 @@ from packaging.version import InvalidVersion
 from ftmatrix.bisection.auto import AutoJob, ReleasesUnavailable, choose_bisects, immediate_finding
 from ftmatrix.bisection.cells import BisectRequest, finding_document, run_bisect
 from ftmatrix.bisection.search import BisectFinding
+from ftmatrix.case_selection import check_case_selection
 from ftmatrix.cell.file_writes import write_atomically
 from ftmatrix.cell.record import Record
-from ftmatrix.config import Matrix
+from ftmatrix.config import DISTRIBUTION_NAME, Matrix
 from ftmatrix.errors import BisectError, PackageIndexError, UsageError
 from ftmatrix.known_issues import load_known_issues
 from ftmatrix.pipeline import index_releases
@@ -41,6 +42,7 @@ def parse_pins(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
         package, sep, version = text.partition("==")
         if not sep or not package or not version:
             raise UsageError(f"--pins {shown(text)}: expected PKG==VERSION, such as trl==0.19.1")
+        _check_name(f"--pins {shown(text)}", package)
         try:
             parse_version(version)
         except InvalidVersion:
@@ -51,9 +53,20 @@ def parse_pins(texts: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pins)
 
 
+def _check_name(option: str, package: str) -> None:
+    # A name goes into a requirements file and an index URL: an option line
+    # (--index-url=...) or a path there must never pass for a package.
+    if not DISTRIBUTION_NAME.fullmatch(package):
+        raise UsageError(
+            f"{option}: {shown(package)} is not a distribution name (letters, digits, '.', "
+            "'_' and '-', starting and ending with a letter or digit), such as 'trl'"
+        )
+
+
 def check_request(request: BisectRequest, matrix: Matrix, env: Mapping[str, str]) -> None:
     """The ends are versions, the hardware class exists, the Python can be found: else a
     UsageError before any cell is built."""
+    _check_name(f"bisect --axis {shown(request.axis)}", request.axis)
     for flag, text in (("--good", request.good), ("--bad", request.bad)):
         try:
             parse_version(text)
@@ -90,6 +103,10 @@ def bisect_once(
 ) -> str:
     """``ftmatrix bisect``: the request checked, the search run; what it found, in a line."""
     check_request(request, matrix, env)
+    # before a cell is built: a case in no file of the cases folder is never found
+    check_case_selection(
+        settings.cases, [request.case], source="bisect --case", from_command_line=True
+    )
     finding = run_bisect(request, matrix, cases_dir=settings.cases, out_dir=settings.out, env=env)
     return f"{describe_finding(request.axis, finding)}; {len(finding.steps)} cells built" + (
         f", skipped {', '.join(finding.skipped)}" if finding.skipped else ""

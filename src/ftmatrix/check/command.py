@@ -29,7 +29,7 @@ from ftmatrix.check.verdict import (
     problem_lines,
 )
 from ftmatrix.download import download_timeout
-from ftmatrix.errors import UsageError, printable
+from ftmatrix.errors import UsageError, one_line, printable
 from ftmatrix.user_files import MB, read_stdin_text, read_user_text
 
 VERDICT_ORDER = ("broken", "flaky", "mixed", "pass", "n/a", "untested")
@@ -261,7 +261,8 @@ def _results_text(report: CheckReport) -> str:
     results = report.results
     cells = len({r.cell_id for r in results.records})
     runs = ", ".join(results.runs) or "no run"
-    return f"{results.source}: {len(results.records)} records of {cells} cells (run {runs})"
+    said = one_line(results.source)
+    return f"{said}: {len(results.records)} records of {cells} cells (run {runs})"
 
 
 def _names(values: Sequence[str]) -> list[str]:
@@ -269,11 +270,11 @@ def _names(values: Sequence[str]) -> list[str]:
 
 
 def _source(where: str) -> str:
-    return "<stdin>" if where == "-" else where
+    return "<stdin>" if where == "-" else one_line(where)  # said in messages: one line
 
 
 def _read(where: str, option: str, kind: str) -> str:
-    what = f"{option} {where}"
+    what = f"{option} {one_line(where)}"
     if where == "-":
         return read_stdin_text(what, limit=STACK_LIMIT, kind=kind)
     try:

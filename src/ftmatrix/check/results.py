@@ -20,7 +20,7 @@ from packaging.version import InvalidVersion
 from ftmatrix.cell.record import Record
 from ftmatrix.constraints import ConstraintSet, derive_constraints
 from ftmatrix.download import read_text
-from ftmatrix.errors import UsageError
+from ftmatrix.errors import UsageError, one_line
 from ftmatrix.versions import parse_version, shown, too_long
 
 RESULTS_SCHEMA = 1  # what ftmatrix.report.results_json writes (its "schema")
@@ -81,7 +81,7 @@ def group_key(record: Record) -> str:
 
 def read_results(where: str, *, timeout: float = 30) -> Results:
     """results.json from a path or an ``https://`` (or ``http://``) URL."""
-    what = f"--results {where}"
+    what = f"--results {one_line(where)}"
     text = read_text(where, what, timeout=timeout, kind="a results.json")
     try:
         payload = json.loads(text)

@@ -27,7 +27,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion
 
-from ftmatrix.errors import UsageError
+from ftmatrix.errors import UsageError, one_line
 from ftmatrix.versions import parse_version, shown, too_long
 
 FREEZE_FORMAT = "name==version, name @ URL, -e ..., or a # comment"
@@ -219,7 +219,7 @@ print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "packages": found}))
 
 def ask_interpreter(python: str, *, option: str = "--python", timeout: float = 120) -> Stack:
     """What ``python`` (a path or a command) has installed, read by importlib.metadata there."""
-    what = f"{option} {python}"
+    what = f"{option} {one_line(python)}"
     done = _run_alone([python, "-c", _ASK], what, timeout=timeout)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -232,7 +232,7 @@ def ask_interpreter(python: str, *, option: str = "--python", timeout: float = 1
         series = str(answer["python"])
     except (ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(f"{what}: did not answer as a Python interpreter does") from None
-    return Stack(source=python, kind="interpreter", packages=packages, python=series)
+    return Stack(source=one_line(python), kind="interpreter", packages=packages, python=series)
 
 
 def _run_alone(argv: list[str], what: str, *, timeout: float) -> subprocess.CompletedProcess[str]:

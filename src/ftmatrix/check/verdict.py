@@ -52,7 +52,7 @@ from ftmatrix.check.compare import (
 from ftmatrix.check.results import KnownIssueLink, Results
 from ftmatrix.check.stack import Stack
 from ftmatrix.constraints import Constraint
-from ftmatrix.errors import ExitCode, UsageError
+from ftmatrix.errors import ExitCode, UsageError, one_line
 from ftmatrix.messages import headline, root_message
 
 PYTHON = "python"  # the axis name of the Python series
@@ -268,7 +268,7 @@ def _groups(
         for name in asked:
             if name not in known:
                 raise UsageError(
-                    f"{option} {name}: the results have no such "
+                    f"{option} {one_line(name)}: the results have no such "
                     f"{'operation' if option == '--operation' else 'hardware class'} "
                     f"(they have: {', '.join(known) or 'none'})"
                 )
