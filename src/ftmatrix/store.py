@@ -212,17 +212,18 @@ def history(path: Path) -> Iterator[sqlite3.Connection]:
 
 
 def merge_records(
-    path: Path, sources: Sequence[Path], *, now: datetime | None = None
+    path: Path, sources: Sequence[Path], *, now: datetime | None = None, runs: bool = False
 ) -> MergeResult:
-    """Merge every record file under ``sources`` (folders or files) into the history,
-    except the records that finished after ``now`` (default: the clock's; see
+    """Merge every record file under ``sources`` (folders or files; ``runs``: reports
+    folders' ``records/``, see :func:`read_records`) into the history, except the records
+    that finished after ``now`` (default: the clock's; see
     :data:`ftmatrix.record_order.CLOCK_SKEW`): kept out, each cell run's said as a problem,
     until their time."""
     now = now or datetime.now(UTC)
     records: list[Record] = []
     problems: list[str] = []
     for source in sources:
-        result = read_records(source)
+        result = read_records(source, runs=runs)
         records += result.records
         problems += result.problems
     records, ahead = split_clock_ahead(records, now)
@@ -236,7 +237,7 @@ def merge_outputs(out_dir: Path, *, now: datetime | None = None) -> MergeResult:
     ``history.sqlite``. ``now``: the merge's time (default: the clock's), past which no
     record can have finished."""
     store = out_dir / "history.sqlite"
-    merged = merge_records(store, [out_dir / "records"], now=now)
+    merged = merge_records(store, [out_dir / "records"], now=now, runs=True)
     merge_cell_runs(store, out_dir / "records")
     problems = list(merged.problems)
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
