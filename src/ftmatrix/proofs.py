@@ -123,8 +123,30 @@ class EntryProof:
 
 
 def entry_proofs(stored: Mapping[str, Mapping[str, Any]]) -> dict[str, EntryProof]:
-    """The history's proofs (entry id -> its stored mapping) as values."""
-    return {entry: EntryProof.from_mapping(data) for entry, data in stored.items()}
+    """The history's proofs (entry id -> its stored mapping) as values; one an earlier
+    ftmatrix kept though damaged is left out (a proof is checked before it is kept now),
+    never a traceback on every report after."""
+    return {
+        entry: EntryProof.from_mapping(data)
+        for entry, data in stored.items()
+        if proof_problem(data) is None
+    }
+
+
+def proof_problem(data: Mapping[str, Any]) -> str | None:
+    """Why ``data`` (a proof.json, a history line's proof) is no proof the history can keep
+    and read back, or None: a damaged one kept would end every report after in a traceback."""
+    if not isinstance(data.get("entry"), str):
+        return "its 'entry' is not text"
+    if not isinstance(data.get("cells"), list):
+        return "its 'cells' is not a list"
+    try:
+        EntryProof.from_mapping(data)
+    except KeyError as exc:
+        return f"it lacks {exc}"
+    except (TypeError, ValueError, AttributeError) as exc:
+        return f"it cannot be read ({exc})"
+    return None
 
 
 class NotProvable(ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +25,7 @@ from ftmatrix.cell.record import Record
 from ftmatrix.cell.record_json import strict_data
 from ftmatrix.cell.records import read_records
 from ftmatrix.errors import HistoryError
+from ftmatrix.proofs import proof_problem
 from ftmatrix.record_order import split_clock_ahead
 
 # Passed and judged cases per operation, for the runs the ``runs`` subquery names.
@@ -241,26 +242,43 @@ def merge_outputs(out_dir: Path, *, now: datetime | None = None) -> MergeResult:
     merge_cell_runs(store, out_dir / "records")
     problems = list(merged.problems)
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
-        finding = _kept_object(finding_file, ("case", "axis"), problems)
+        finding = _kept_object(finding_file, finding_problem, problems)
         if finding is not None:
             save_finding(store, finding)
     # Known issues' range proofs (ftmatrix known-issues prove) made in this folder or
     # downloaded into it from another job.
     for proof_file in sorted((out_dir / "proofs").glob("*/proof.json")):
-        proof = _kept_object(proof_file, ("entry",), problems)
+        proof = _kept_object(proof_file, proof_problem, problems)
         if proof is not None:
             save_proof(store, proof, proven_at=str(proof.pop("proven_at", proof.get("date"))))
     return dataclasses.replace(merged, problems=tuple(problems))
 
 
-def _kept_object(path: Path, keys: Sequence[str], problems: list[str]) -> dict[str, Any] | None:
-    """The JSON object in ``path`` with text at ``keys``; None, and a problem said, where
-    it is damaged (a report names it beside the damaged record lines)."""
+def _kept_object(
+    path: Path, problem_of: Callable[[Mapping[str, Any]], str | None], problems: list[str]
+) -> dict[str, Any] | None:
+    """The JSON object in ``path``, if ``problem_of`` finds nothing wrong with it; None, and
+    a problem said, where it is damaged (a report names it beside the damaged record lines)."""
     data = read_json(path)
-    if isinstance(data, dict) and all(isinstance(data.get(k), str) for k in keys):
+    if not isinstance(data, dict):
+        problem: str | None = "not a JSON object"
+    elif (problem := problem_of(data)) is None:
         return data
-    wanted = ", ".join(repr(k) for k in keys)
-    problems.append(f"{path}: skipped: not a JSON object with text at {wanted} (damaged)")
+    problems.append(f"{path}: skipped: {problem} (damaged)")
+    return None
+
+
+def finding_problem(finding: Mapping[str, Any]) -> str | None:
+    """Why ``finding`` (a finding.json, a history line's finding) is no bisect finding the
+    history can keep, or None: SQLite cannot keep a list where a version belongs."""
+    for key in ("case", "axis"):
+        if not isinstance(finding.get(key), str):
+            return f"its {key!r} is not text"
+    for key in ("last_good", "first_bad", "hardware"):
+        if not isinstance(finding.get(key), str | None):
+            return f"its {key!r} is neither text nor null"
+    if not isinstance(finding.get("held", {}), dict):
+        return "its 'held' is not an object of pins"
     return None
 
 

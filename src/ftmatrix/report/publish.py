@@ -23,8 +23,10 @@ from ftmatrix.cell.record import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import read_text
 from ftmatrix.errors import PathKindError, UsageError
+from ftmatrix.proofs import proof_problem
 from ftmatrix.record_order import split_clock_ahead
 from ftmatrix.store import (
+    finding_problem,
     load_cell_runs,
     load_findings,
     load_history,
@@ -185,15 +187,17 @@ def _parse_history(
                 records.append(Record.from_mapping(item["record"]))
             elif isinstance(item, dict) and isinstance(item.get("finding"), dict):
                 finding = item["finding"]
-                if not {"case", "axis"} <= finding.keys():
-                    raise ValueError("a finding names its case and axis")
+                if (problem := finding_problem(finding)) is not None:
+                    raise ValueError(f"a finding, but {problem}")
                 findings.append(finding)
             elif isinstance(item, dict) and isinstance(item.get("cell_run"), dict):
                 cell_runs.append(_cell_run(item["cell_run"]))
             elif isinstance(item, dict) and isinstance(item.get("proof"), dict):
                 proof = item["proof"]
-                if not {"entry", "proven_at", "cells"} <= proof.keys():
-                    raise ValueError("a proof names its entry, proven_at and cells")
+                if not isinstance(proof.get("proven_at"), str):
+                    raise ValueError("a proof, but its 'proven_at' is not text")
+                if (problem := proof_problem(proof)) is not None:
+                    raise ValueError(f"a proof, but {problem}")
                 proofs.append(proof)
             else:
                 raise ValueError(
