@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from ftmatrix.cell.record import Record
 from ftmatrix.cell.status import Status
+from ftmatrix.history_checks import proof_problem
 from ftmatrix.known_issues import KnownIssue, cell_statuses
 
 # What a cell shows of an entry: its signature (fails), its cases all passing (passes), or
@@ -131,22 +132,6 @@ def entry_proofs(stored: Mapping[str, Mapping[str, Any]]) -> dict[str, EntryProo
         for entry, data in stored.items()
         if proof_problem(data) is None
     }
-
-
-def proof_problem(data: Mapping[str, Any]) -> str | None:
-    """Why ``data`` (a proof.json, a history line's proof) is no proof the history can keep
-    and read back, or None: a damaged one kept would end every report after in a traceback."""
-    if not isinstance(data.get("entry"), str):
-        return "its 'entry' is not text"
-    if not isinstance(data.get("cells"), list):
-        return "its 'cells' is not a list"
-    try:
-        EntryProof.from_mapping(data)
-    except KeyError as exc:
-        return f"it lacks {exc}"
-    except (TypeError, ValueError, AttributeError) as exc:
-        return f"it cannot be read ({exc})"
-    return None
 
 
 class NotProvable(ValueError):

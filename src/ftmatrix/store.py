@@ -25,7 +25,13 @@ from ftmatrix.cell.record import Record
 from ftmatrix.cell.record_json import strict_data
 from ftmatrix.cell.records import read_records
 from ftmatrix.errors import HistoryError
-from ftmatrix.proofs import proof_problem
+from ftmatrix.history_checks import (
+    check_tables,
+    finding_problem,
+    proof_problem,
+    statements,
+    tables,
+)
 from ftmatrix.record_order import split_clock_ahead
 
 # Passed and judged cases per operation, for the runs the ``runs`` subquery names.
@@ -147,6 +153,7 @@ def open_store(path: Path) -> sqlite3.Connection:
     try:
         if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
             _migrate(connection, path)
+        check_tables(connection, MIGRATIONS)
     except BaseException:
         connection.close()
         raise
@@ -162,12 +169,18 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
     try:
         connection.execute("BEGIN IMMEDIATE")
         version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0 and tables(connection):  # never made by a migration: another's
+            raise sqlite3.DatabaseError(
+                "a database of another program: it holds tables but no ftmatrix schema version"
+            )
         if version > SCHEMA_VERSION:
             raise sqlite3.DatabaseError(
                 f"{path}: history schema {version} is newer than this ftmatrix ({SCHEMA_VERSION})"
             )
+        # Before a table is added to it: a file that is not ours is left as it was.
+        check_tables(connection, MIGRATIONS[:version])
         for number in range(version, SCHEMA_VERSION):
-            for statement in _statements(MIGRATIONS[number]):
+            for statement in statements(MIGRATIONS[number]):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version = {number + 1}")
         connection.execute("COMMIT")
@@ -177,19 +190,6 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
         raise
     finally:
         connection.isolation_level = manages
-
-
-def _statements(script: str) -> Iterator[str]:
-    """The statements of a migration script, one at a time (``executescript`` would
-    commit the transaction that keeps the migration whole)."""
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            yield pending.strip()
-            pending = ""
-    if pending.strip():
-        yield pending.strip()
 
 
 @contextmanager
@@ -265,20 +265,6 @@ def _kept_object(
     elif (problem := problem_of(data)) is None:
         return data
     problems.append(f"{path}: skipped: {problem} (damaged)")
-    return None
-
-
-def finding_problem(finding: Mapping[str, Any]) -> str | None:
-    """Why ``finding`` (a finding.json, a history line's finding) is no bisect finding the
-    history can keep, or None: SQLite cannot keep a list where a version belongs."""
-    for key in ("case", "axis"):
-        if not isinstance(finding.get(key), str):
-            return f"its {key!r} is not text"
-    for key in ("last_good", "first_bad", "hardware"):
-        if not isinstance(finding.get(key), str | None):
-            return f"its {key!r} is neither text nor null"
-    if not isinstance(finding.get("held", {}), dict):
-        return "its 'held' is not an object of pins"
     return None
 
 

@@ -23,10 +23,9 @@ from ftmatrix.cell.record import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import read_text
 from ftmatrix.errors import PathKindError, UsageError
-from ftmatrix.proofs import proof_problem
+from ftmatrix.history_checks import finding_problem, proof_problem
 from ftmatrix.record_order import split_clock_ahead
 from ftmatrix.store import (
-    finding_problem,
     load_cell_runs,
     load_findings,
     load_history,
