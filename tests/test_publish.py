@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -213,3 +213,26 @@ def test_reports_into_one_folder_at_once_all_succeed(tmp_path: Path):
         assert [code for code, _ in ended] == [0] * 6, [err for _, err in ended if err]
     assert (out / "site" / "history.jsonl").read_text().startswith('{"ftmatrix-history"')
     assert not list(out.glob(".site.building*"))
+
+
+@pytest.mark.parametrize(
+    ("name", "edit"),
+    [
+        ("a byte-order mark", lambda data: b"\xef\xbb\xbf" + data),
+        ("CRLF line ends", lambda data: data.replace(b"\n", b"\r\n")),
+        ("both", lambda data: b"\xef\xbb\xbf" + data.replace(b"\n", b"\r\n")),
+    ],
+)
+def test_a_published_history_saved_again_by_an_editor_restores_whole(
+    tmp_path: Path, name: str, edit: Callable[[bytes], bytes]
+) -> None:
+    out = tmp_path / "reports"
+    a_history(out)
+    published = tmp_path / "history.jsonl"
+    published.write_bytes(edit((write_site(out) / "history.jsonl").read_bytes()))
+    fresh = tmp_path / "fresh"
+    ran = restore_cli(str(published), out=fresh)
+    assert ran.returncode == 0, f"{name}: {ran.stderr}"
+    assert ran.stdout.strip() == (
+        f"restore-history: 2 records and 1 bisect findings added to {fresh / 'history.sqlite'}"
+    )

@@ -164,7 +164,8 @@ def _parse_history(
     list[tuple[str, str, dict[str, Any]]],
     list[dict[str, Any]],
 ]:
-    lines = text.splitlines()
+    # A byte-order mark: the file saved again by an editor that writes one.
+    lines = text.removeprefix("\ufeff").splitlines()
     try:
         header = json.loads(lines[0]) if lines else None
     except (ValueError, RecursionError):  # not JSON; a number of too many digits
