@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -362,3 +364,49 @@ def test_a_damaged_proof_an_earlier_version_kept_never_ends_a_report(tmp_path: P
     save_proof(tmp_path / "history.sqlite", {"entry": "x"}, proven_at="2026-11-27")
     ran = report(tmp_path)
     assert (ran.returncode, ran.stderr) == (0, ""), ran.stderr
+
+
+def restore_into(published: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "restore-history", str(published), "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("run_id", "text"),
+    [
+        ("20261127T000000Z", "[1]"),
+        ("20261127T000000Z", '"done"'),
+        ("20261127T000000Z", '{"key": '),
+        ("not a run", '{"key": "k"}'),
+    ],
+)
+def test_a_damaged_done_marker_is_named_and_never_published(
+    tmp_path: Path, run_id: str, text: str
+) -> None:
+    """A marker that is JSON but no object was kept silently and published: the next
+    night's restore-history refused the whole published history ('a cell run names its
+    run_id, cell_id and data; nothing was restored')."""
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    marker = CellFiles.of(tmp_path, run_id, "abc123def456").done
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(text)
+    ran = report(tmp_path)
+    assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr
+    assert f"{marker}: skipped: " in ran.stderr
+    assert "its cell's results are not reused" in ran.stderr
+    restored = restore_into(tmp_path / "site" / "history.jsonl", tmp_path / "next")
+    assert restored.returncode == 0, restored.stderr
+
+
+def test_a_damaged_done_marker_an_earlier_version_kept_is_not_published(tmp_path: Path) -> None:
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    assert report(tmp_path).returncode == 0
+    with closing(sqlite3.connect(tmp_path / "history.sqlite")) as connection, connection:
+        connection.execute("INSERT INTO cell_runs VALUES ('20261127T000000Z', 'c', '[1]')")
+    assert report(tmp_path).returncode == 0
+    restored = restore_into(tmp_path / "site" / "history.jsonl", tmp_path / "next")
+    assert restored.returncode == 0, restored.stderr

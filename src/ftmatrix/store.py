@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.file_writes import read_json
-from ftmatrix.cell.files import DONE_SUFFIX
+from ftmatrix.cell.files import DONE_SUFFIX, RUN_ID_RULE, is_run_id
 from ftmatrix.cell.record import Record
 from ftmatrix.cell.record_json import strict_data
 from ftmatrix.cell.records import read_records
@@ -239,8 +239,7 @@ def merge_outputs(out_dir: Path, *, now: datetime | None = None) -> MergeResult:
     record can have finished."""
     store = out_dir / "history.sqlite"
     merged = merge_records(store, [out_dir / "records"], now=now, runs=True)
-    merge_cell_runs(store, out_dir / "records")
-    problems = list(merged.problems)
+    problems = [*merged.problems, *merge_cell_runs(store, out_dir / "records")]
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
         finding = _kept_object(finding_file, finding_problem, problems)
         if finding is not None:
@@ -354,22 +353,32 @@ def restore(
     return added
 
 
-def merge_cell_runs(path: Path, records_dir: Path) -> int:
-    """Keep each finished cell run's marker (``<run>/<cell-id>.done.json``); returns how many.
+def merge_cell_runs(path: Path, records_dir: Path) -> list[str]:
+    """Keep each finished cell run's marker (``<run>/<cell-id>.done.json``); returns the
+    problems of those that cannot be kept.
 
-    Unreadable markers are skipped: without one, a cell's results are never reused.
+    A damaged marker (not a JSON object, or in a folder that names no run) is skipped and
+    said: kept, it was published, and the next restore-history of the published copy
+    refused the whole of it. Without a marker, a cell's results are never reused.
     """
     rows = []
+    problems = []
     for marker in sorted(records_dir.glob(f"*/*{DONE_SUFFIX}")):
         try:
             data = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            why = None if isinstance(data, dict) else "not a JSON object"
+        except (OSError, ValueError, RecursionError) as exc:
+            why = f"cannot be read ({exc})"
+        if why is None and not is_run_id(marker.parent.name):
+            why = f"its folder's name is not a run id ({RUN_ID_RULE})"
+        if why is not None:
+            problems.append(f"{marker}: skipped: {why}; its cell's results are not reused")
             continue
         cell_id = marker.name.removesuffix(DONE_SUFFIX)
         rows.append((marker.parent.name, cell_id, json.dumps(data, sort_keys=True)))
     with history(path) as connection, connection:
         connection.executemany("INSERT OR REPLACE INTO cell_runs VALUES (?, ?, ?)", rows)
-    return len(rows)
+    return problems
 
 
 def load_cell_runs(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
@@ -378,7 +387,13 @@ def load_cell_runs(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
         return []
     with history(path) as connection:
         rows = connection.execute("SELECT run_id, cell_id, data FROM cell_runs ORDER BY 1, 2")
-        return [(run, cell, json.loads(data)) for run, cell, data in rows]
+        found = [(run, cell, json.loads(data)) for run, cell, data in rows]
+        # A damaged marker an earlier version kept: published, it failed every restore.
+        return [
+            (run, cell, data)
+            for run, cell, data in found
+            if isinstance(data, dict) and is_run_id(run)
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)
