@@ -236,3 +236,29 @@ def test_a_published_history_saved_again_by_an_editor_restores_whole(
     assert ran.stdout.strip() == (
         f"restore-history: 2 records and 1 bisect findings added to {fresh / 'history.sqlite'}"
     )
+
+
+@pytest.mark.parametrize("later_first", [False, True])
+def test_two_lines_of_one_case_in_a_published_history_keep_the_later_finished(
+    tmp_path: Path, later_first: bool
+) -> None:
+    """Restored, the first of them was kept whatever its time: the order of the lines
+    chose the verdict, where a merge keeps the later-finished."""
+    earlier = make_record(run_id="20261123T000000Z-aaaaaa", case="a.py::t")
+    later = make_record(
+        run_id="20261123T000000Z-aaaaaa",
+        case="a.py::t",
+        status=Status.FAIL,
+        finished_at="2026-11-22T13:00:00+00:00",
+    )
+    lines = [later, earlier] if later_first else [earlier, later]
+    published = tmp_path / "history.jsonl"
+    published.write_text(
+        '{"ftmatrix-history": 1}\n'
+        + "".join(json.dumps({"record": r.to_dict()}) + "\n" for r in lines)
+    )
+    out = tmp_path / "reports"
+    ran = restore_cli(str(published), out=out)
+    assert ran.returncode == 0, ran.stderr
+    (kept,) = load_history(out / "history.sqlite")
+    assert (kept.status, kept.finished_at) == (Status.FAIL, "2026-11-22T13:00:00+00:00")

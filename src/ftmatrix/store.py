@@ -339,15 +339,21 @@ def restore(
             "INSERT OR IGNORE INTO cell_runs VALUES (?, ?, ?)",
             [(run, cell, json.dumps(data, sort_keys=True)) for run, cell, data in cell_runs],
         )
-        for record in records:
+        # Of two lines of one run, cell and case in the copy, the later-finished is kept, as
+        # a merge keeps it, whatever their order (the first line won).
+        latest: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for row in map(_record_row, records):
+            kept = latest.get(row[:3])
+            if kept is None or row[8:] > kept[8:]:
+                latest[row[:3]] = row
+        for row in latest.values():
             cursor = connection.execute(
-                "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                _record_row(record),
+                "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row
             )
             if cursor.rowcount:
                 added += 1
-                runs.add(record.run_id)
-                touched.add((record.cell_id, record.run_id))
+                runs.add(row[0])
+                touched.add((row[1], row[0]))
         refresh_pass_rates(connection, sorted(runs))
         connection.executemany(_RAN_AT_OF_CELL_RUN, sorted(touched))
     return added
