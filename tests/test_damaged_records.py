@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +259,21 @@ def test_a_records_file_that_is_no_file_is_reported_never_read(tmp_path: Path, k
     assert "ftmatrix: 1 record line(s) could not be read" in ran.stderr
 
 
+# A proof.json or history line's proof, and a finding, that are objects of the wrong shape.
+DAMAGED_PROOFS = [
+    '{"entry": "x"}',
+    '{"entry": "x", "date": "2026-11-27", "cells": 3}',
+    '{"entry": "x", "date": "2026-11-27", "cells": [{"package": "trl"}]}',
+    '{"entry": "x", "date": "2026-11-27", "cells": ["trl"]}',
+]
+DAMAGED_FINDINGS = [
+    '{"case": "a.py::t", "axis": ["trl"]}',
+    '{"case": 1, "axis": "trl"}',
+    '{"case": "a.py::t", "axis": "trl", "first_bad": {"v": 2}}',
+    '{"case": "a.py::t", "axis": "trl", "held": 5}',
+]
+
+
 @pytest.mark.parametrize(
     ("kept", "text"),
     [
@@ -264,6 +281,10 @@ def test_a_records_file_that_is_no_file_is_reported_never_read(tmp_path: Path, k
         ("bisect/x/finding.json", "[1]"),
         ("proofs/x/proof.json", '{"entry": 5}'),
         ("proofs/x/proof.json", ""),
+        # Objects of the wrong shape, once kept: every report after ended in a traceback
+        # (a proof), or the merge blamed the history (SQLite cannot keep a list).
+        *(("proofs/x/proof.json", proof) for proof in DAMAGED_PROOFS),
+        *(("bisect/x/finding.json", finding) for finding in DAMAGED_FINDINGS),
     ],
 )
 def test_a_damaged_finding_or_proof_is_named_and_the_records_still_reported(
@@ -275,8 +296,12 @@ def test_a_damaged_finding_or_proof_is_named_and_the_records_still_reported(
     (tmp_path / kept).write_text(text)
     ran = report(tmp_path)
     assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr
-    assert f"{tmp_path / kept}: skipped: not a JSON object with text at" in ran.stderr
+    assert f"{tmp_path / kept}: skipped: " in ran.stderr
+    assert "(damaged)" in ran.stderr
     assert [r["case"] for r in strict_json(tmp_path / "results.json")["records"]] == ["a.py::t"]
+    (tmp_path / kept).unlink()  # nothing of it was kept: the next report is whole
+    ran = report(tmp_path)
+    assert (ran.returncode, ran.stderr) == (0, "")
 
 
 def test_a_published_history_with_a_nan_metric_restores_into_a_usable_history(
@@ -297,3 +322,91 @@ def test_a_published_history_with_a_nan_metric_restores_into_a_usable_history(
     assert ran.returncode == 0, ran.stderr
     (shown,) = strict_json(out / "results.json")["records"]
     assert shown["metrics"] == {"loss": "NaN"}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [*({"proof": {**json.loads(p), "proven_at": "2026-11-27"}} for p in DAMAGED_PROOFS)]
+    + [{"proof": {"entry": "x", "date": "2026-11-27", "cells": [], "proven_at": 5}}]
+    + [{"finding": json.loads(f)} for f in DAMAGED_FINDINGS],
+)
+def test_a_published_history_with_a_damaged_proof_or_finding_restores_nothing(
+    tmp_path: Path, line: dict[str, Any]
+) -> None:
+    """A proof of the wrong shape restored ended every later report in a traceback; a
+    finding SQLite cannot keep told the user to delete a sound history, half restored."""
+    record = make_record(run_id="20261127T000000Z")
+    published = tmp_path / "history.jsonl"
+    published.write_text(
+        '{"ftmatrix-history": 1}\n'
+        + json.dumps({"record": record.to_dict()})
+        + "\n"
+        + json.dumps(line)
+        + "\n"
+    )
+    out = tmp_path / "reports"
+    restored = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "restore-history", str(published), "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert restored.returncode == 2, restored.stderr
+    assert restored.stderr.count("\n") == 1, restored.stderr
+    assert f"restore-history {published}: line 3: a " in restored.stderr
+    assert "nothing was restored" in restored.stderr
+    assert not (out / "history.sqlite").exists()
+
+
+def test_a_damaged_proof_an_earlier_version_kept_never_ends_a_report(tmp_path: Path) -> None:
+    from ftmatrix.store import save_proof
+
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    save_proof(tmp_path / "history.sqlite", {"entry": "x"}, proven_at="2026-11-27")
+    ran = report(tmp_path)
+    assert (ran.returncode, ran.stderr) == (0, ""), ran.stderr
+
+
+def restore_into(published: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ftmatrix", "restore-history", str(published), "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("run_id", "text"),
+    [
+        ("20261127T000000Z", "[1]"),
+        ("20261127T000000Z", '"done"'),
+        ("20261127T000000Z", '{"key": '),
+        ("not a run", '{"key": "k"}'),
+    ],
+)
+def test_a_damaged_done_marker_is_named_and_never_published(
+    tmp_path: Path, run_id: str, text: str
+) -> None:
+    """A marker that is JSON but no object was kept silently and published: the next
+    night's restore-history refused the whole published history ('a cell run names its
+    run_id, cell_id and data; nothing was restored')."""
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    marker = CellFiles.of(tmp_path, run_id, "abc123def456").done
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(text)
+    ran = report(tmp_path)
+    assert (ran.returncode, "Traceback" in ran.stderr) == (1, False), ran.stderr
+    assert f"{marker}: skipped: " in ran.stderr
+    assert "its cell's results are not reused" in ran.stderr
+    restored = restore_into(tmp_path / "site" / "history.jsonl", tmp_path / "next")
+    assert restored.returncode == 0, restored.stderr
+
+
+def test_a_damaged_done_marker_an_earlier_version_kept_is_not_published(tmp_path: Path) -> None:
+    path = CellFiles.of(tmp_path, "20261127T000000Z", "abc123def456").records
+    CellRecordFile(path).add(make_record(case="a.py::t", run_id="20261127T000000Z"))
+    assert report(tmp_path).returncode == 0
+    with closing(sqlite3.connect(tmp_path / "history.sqlite")) as connection, connection:
+        connection.execute("INSERT INTO cell_runs VALUES ('20261127T000000Z', 'c', '[1]')")
+    assert report(tmp_path).returncode == 0
+    restored = restore_into(tmp_path / "site" / "history.jsonl", tmp_path / "next")
+    assert restored.returncode == 0, restored.stderr

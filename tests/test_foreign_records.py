@@ -139,6 +139,38 @@ def test_the_report_never_counts_them_says_so_and_exits_1(tmp_path: Path) -> Non
     )
 
 
+@pytest.mark.parametrize(
+    "place",
+    [
+        "stray.jsonl",  # beside the runs
+        f"{RUN}/sub/{CELL}.jsonl",  # in a folder within a run's
+        f"{RUN}/.kept/{CELL}.jsonl",
+        f".old/{RUN}/{CELL}.jsonl",  # a run's folder kept in a hidden folder
+        f"backup/{RUN}/old/{CELL}.jsonl",
+    ],
+)
+def test_a_records_file_out_of_a_runs_place_is_never_merged_and_says_so(
+    tmp_path: Path, place: str
+) -> None:
+    """Only ``records/<run-id>/<cell-id>.jsonl`` says whose records a file holds: a file
+    anywhere else under records/ would have its lines merged unchecked (another run's, a
+    cell's pass it never made)."""
+    cell_file(tmp_path, ours(case="a.py::t"))
+    stray = tmp_path / "records" / place
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_text(json.dumps(ours(case="z.py::t", status="fail"), sort_keys=True) + "\n")
+    ran = report(tmp_path)
+    assert "Traceback" not in ran.stderr, ran.stderr
+    if ran.returncode == 14:  # a folder where the run's files belong: the run's own check
+        assert ran.stderr.count("\n") == 1 and "is a folder" in ran.stderr
+        return
+    assert ran.returncode == 1, ran.stderr
+    assert f"{stray}: skipped: not where a run keeps a cell's records" in ran.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {r["case"] for r in results["records"]} == {"a.py::t"}
+    assert sqlite_rows(tmp_path / "history.sqlite") == [(RUN, CELL, "a.py::t", "pass")]
+
+
 def sqlite_rows(path: Path) -> list[tuple[str, ...]]:
     import sqlite3
 

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -213,3 +213,52 @@ def test_reports_into_one_folder_at_once_all_succeed(tmp_path: Path):
         assert [code for code, _ in ended] == [0] * 6, [err for _, err in ended if err]
     assert (out / "site" / "history.jsonl").read_text().startswith('{"ftmatrix-history"')
     assert not list(out.glob(".site.building*"))
+
+
+@pytest.mark.parametrize(
+    ("name", "edit"),
+    [
+        ("a byte-order mark", lambda data: b"\xef\xbb\xbf" + data),
+        ("CRLF line ends", lambda data: data.replace(b"\n", b"\r\n")),
+        ("both", lambda data: b"\xef\xbb\xbf" + data.replace(b"\n", b"\r\n")),
+    ],
+)
+def test_a_published_history_saved_again_by_an_editor_restores_whole(
+    tmp_path: Path, name: str, edit: Callable[[bytes], bytes]
+) -> None:
+    out = tmp_path / "reports"
+    a_history(out)
+    published = tmp_path / "history.jsonl"
+    published.write_bytes(edit((write_site(out) / "history.jsonl").read_bytes()))
+    fresh = tmp_path / "fresh"
+    ran = restore_cli(str(published), out=fresh)
+    assert ran.returncode == 0, f"{name}: {ran.stderr}"
+    assert ran.stdout.strip() == (
+        f"restore-history: 2 records and 1 bisect findings added to {fresh / 'history.sqlite'}"
+    )
+
+
+@pytest.mark.parametrize("later_first", [False, True])
+def test_two_lines_of_one_case_in_a_published_history_keep_the_later_finished(
+    tmp_path: Path, later_first: bool
+) -> None:
+    """Restored, the first of them was kept whatever its time: the order of the lines
+    chose the verdict, where a merge keeps the later-finished."""
+    earlier = make_record(run_id="20261123T000000Z-aaaaaa", case="a.py::t")
+    later = make_record(
+        run_id="20261123T000000Z-aaaaaa",
+        case="a.py::t",
+        status=Status.FAIL,
+        finished_at="2026-11-22T13:00:00+00:00",
+    )
+    lines = [later, earlier] if later_first else [earlier, later]
+    published = tmp_path / "history.jsonl"
+    published.write_text(
+        '{"ftmatrix-history": 1}\n'
+        + "".join(json.dumps({"record": r.to_dict()}) + "\n" for r in lines)
+    )
+    out = tmp_path / "reports"
+    ran = restore_cli(str(published), out=out)
+    assert ran.returncode == 0, ran.stderr
+    (kept,) = load_history(out / "history.sqlite")
+    assert (kept.status, kept.finished_at) == (Status.FAIL, "2026-11-22T13:00:00+00:00")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
+import subprocess
+import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from conftest import make_record
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.records import CellRecordFile
 from ftmatrix.cell.status import Status
+from ftmatrix.errors import ExitCode
 from ftmatrix.store import (
     SCHEMA_VERSION,
     history,
@@ -206,3 +210,64 @@ def test_processes_opening_a_new_history_at_once_all_get_it_whole(tmp_path: Path
         with history(path) as connection:
             (version,) = connection.execute("PRAGMA user_version").fetchone()
         assert version == SCHEMA_VERSION
+
+
+def _database(path: Path, *statements: str) -> None:
+    with closing(sqlite3.connect(path)) as connection, connection:
+        for statement in statements:
+            connection.execute(statement)
+
+
+# Databases that are not a history ftmatrix made, each with what the refusal says.
+NOT_OURS = [
+    pytest.param(
+        ("CREATE TABLE records (x)",), "a database of another program", id="another program"
+    ),
+    pytest.param(("CREATE TABLE notes (x)",), "a database of another program", id="no records"),
+    pytest.param(
+        ("CREATE TABLE notes (x)", "PRAGMA user_version = 3"),
+        "it has no table 'records'",
+        id="an older version, without its tables",
+    ),
+    pytest.param(
+        ("CREATE TABLE notes (x)", f"PRAGMA user_version = {SCHEMA_VERSION}"),
+        "it has no table 'records'",
+        id="this version, without its tables",
+    ),
+    pytest.param(
+        (
+            "CREATE TABLE records (run_id, cell_id, case_id)",
+            f"PRAGMA user_version = {SCHEMA_VERSION}",
+        ),
+        "it has no column(s) cell_label, data, finished_at",
+        id="a table of other columns",
+    ),
+]
+
+
+@pytest.mark.parametrize(("made", "said"), NOT_OURS)
+@pytest.mark.parametrize("command", ["report", "restore-history"])
+def test_a_database_of_another_schema_is_refused_in_one_line_and_left_as_it_was(
+    tmp_path: Path, made: tuple[str, ...], said: str, command: str
+) -> None:
+    """Once, a database of another program (or of ftmatrix's version number with other
+    tables) failed at its first query: 'cannot be used: table records already exists',
+    as if a lock held it; an older one even got the newer tables added before that."""
+    out = tmp_path / "reports"
+    CellRecordFile(CellFiles.of(out, "r1", "c1").records).add(
+        make_record(run_id="r1", cell_id="c1")
+    )
+    store = out / "history.sqlite"
+    _database(store, *made)
+    before = store.read_bytes()
+    published = tmp_path / "history.jsonl"
+    published.write_text('{"ftmatrix-history": 1}\n')
+    arguments = {"report": ["report"], "restore-history": ["restore-history", str(published)]}
+    ran = subprocess.run(
+        [sys.executable, "-m", "ftmatrix", *arguments[command], "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == ExitCode.HISTORY, ran.stderr
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert f"{store}: not a history this ftmatrix can read ({said}" in ran.stderr
+    assert store.read_bytes() == before

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from ftmatrix.cell.record import Record
 from ftmatrix.cell.status import Status
+from ftmatrix.history_checks import proof_problem
 from ftmatrix.known_issues import KnownIssue, cell_statuses
 
 # What a cell shows of an entry: its signature (fails), its cases all passing (passes), or
@@ -123,8 +124,14 @@ class EntryProof:
 
 
 def entry_proofs(stored: Mapping[str, Mapping[str, Any]]) -> dict[str, EntryProof]:
-    """The history's proofs (entry id -> its stored mapping) as values."""
-    return {entry: EntryProof.from_mapping(data) for entry, data in stored.items()}
+    """The history's proofs (entry id -> its stored mapping) as values; one an earlier
+    ftmatrix kept though damaged is left out (a proof is checked before it is kept now),
+    never a traceback on every report after."""
+    return {
+        entry: EntryProof.from_mapping(data)
+        for entry, data in stored.items()
+        if proof_problem(data) is None
+    }
 
 
 class NotProvable(ValueError):

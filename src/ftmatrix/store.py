@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,11 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from ftmatrix.cell.file_writes import read_json
-from ftmatrix.cell.files import DONE_SUFFIX
+from ftmatrix.cell.files import DONE_SUFFIX, RUN_ID_RULE, is_run_id
 from ftmatrix.cell.record import Record
 from ftmatrix.cell.record_json import strict_data
 from ftmatrix.cell.records import read_records
 from ftmatrix.errors import HistoryError
+from ftmatrix.history_checks import (
+    check_tables,
+    finding_problem,
+    proof_problem,
+    statements,
+    tables,
+)
 from ftmatrix.record_order import split_clock_ahead
 
 # Passed and judged cases per operation, for the runs the ``runs`` subquery names.
@@ -146,6 +153,7 @@ def open_store(path: Path) -> sqlite3.Connection:
     try:
         if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
             _migrate(connection, path)
+        check_tables(connection, MIGRATIONS)
     except BaseException:
         connection.close()
         raise
@@ -161,12 +169,18 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
     try:
         connection.execute("BEGIN IMMEDIATE")
         version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0 and tables(connection):  # never made by a migration: another's
+            raise sqlite3.DatabaseError(
+                "a database of another program: it holds tables but no ftmatrix schema version"
+            )
         if version > SCHEMA_VERSION:
             raise sqlite3.DatabaseError(
                 f"{path}: history schema {version} is newer than this ftmatrix ({SCHEMA_VERSION})"
             )
+        # Before a table is added to it: a file that is not ours is left as it was.
+        check_tables(connection, MIGRATIONS[:version])
         for number in range(version, SCHEMA_VERSION):
-            for statement in _statements(MIGRATIONS[number]):
+            for statement in statements(MIGRATIONS[number]):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version = {number + 1}")
         connection.execute("COMMIT")
@@ -176,19 +190,6 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
         raise
     finally:
         connection.isolation_level = manages
-
-
-def _statements(script: str) -> Iterator[str]:
-    """The statements of a migration script, one at a time (``executescript`` would
-    commit the transaction that keeps the migration whole)."""
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            yield pending.strip()
-            pending = ""
-    if pending.strip():
-        yield pending.strip()
 
 
 @contextmanager
@@ -212,17 +213,18 @@ def history(path: Path) -> Iterator[sqlite3.Connection]:
 
 
 def merge_records(
-    path: Path, sources: Sequence[Path], *, now: datetime | None = None
+    path: Path, sources: Sequence[Path], *, now: datetime | None = None, runs: bool = False
 ) -> MergeResult:
-    """Merge every record file under ``sources`` (folders or files) into the history,
-    except the records that finished after ``now`` (default: the clock's; see
+    """Merge every record file under ``sources`` (folders or files; ``runs``: reports
+    folders' ``records/``, see :func:`read_records`) into the history, except the records
+    that finished after ``now`` (default: the clock's; see
     :data:`ftmatrix.record_order.CLOCK_SKEW`): kept out, each cell run's said as a problem,
     until their time."""
     now = now or datetime.now(UTC)
     records: list[Record] = []
     problems: list[str] = []
     for source in sources:
-        result = read_records(source)
+        result = read_records(source, runs=runs)
         records += result.records
         problems += result.problems
     records, ahead = split_clock_ahead(records, now)
@@ -236,30 +238,32 @@ def merge_outputs(out_dir: Path, *, now: datetime | None = None) -> MergeResult:
     ``history.sqlite``. ``now``: the merge's time (default: the clock's), past which no
     record can have finished."""
     store = out_dir / "history.sqlite"
-    merged = merge_records(store, [out_dir / "records"], now=now)
-    merge_cell_runs(store, out_dir / "records")
-    problems = list(merged.problems)
+    merged = merge_records(store, [out_dir / "records"], now=now, runs=True)
+    problems = [*merged.problems, *merge_cell_runs(store, out_dir / "records")]
     for finding_file in sorted((out_dir / "bisect").glob("*/finding.json")):
-        finding = _kept_object(finding_file, ("case", "axis"), problems)
+        finding = _kept_object(finding_file, finding_problem, problems)
         if finding is not None:
             save_finding(store, finding)
     # Known issues' range proofs (ftmatrix known-issues prove) made in this folder or
     # downloaded into it from another job.
     for proof_file in sorted((out_dir / "proofs").glob("*/proof.json")):
-        proof = _kept_object(proof_file, ("entry",), problems)
+        proof = _kept_object(proof_file, proof_problem, problems)
         if proof is not None:
             save_proof(store, proof, proven_at=str(proof.pop("proven_at", proof.get("date"))))
     return dataclasses.replace(merged, problems=tuple(problems))
 
 
-def _kept_object(path: Path, keys: Sequence[str], problems: list[str]) -> dict[str, Any] | None:
-    """The JSON object in ``path`` with text at ``keys``; None, and a problem said, where
-    it is damaged (a report names it beside the damaged record lines)."""
+def _kept_object(
+    path: Path, problem_of: Callable[[Mapping[str, Any]], str | None], problems: list[str]
+) -> dict[str, Any] | None:
+    """The JSON object in ``path``, if ``problem_of`` finds nothing wrong with it; None, and
+    a problem said, where it is damaged (a report names it beside the damaged record lines)."""
     data = read_json(path)
-    if isinstance(data, dict) and all(isinstance(data.get(k), str) for k in keys):
+    if not isinstance(data, dict):
+        problem: str | None = "not a JSON object"
+    elif (problem := problem_of(data)) is None:
         return data
-    wanted = ", ".join(repr(k) for k in keys)
-    problems.append(f"{path}: skipped: not a JSON object with text at {wanted} (damaged)")
+    problems.append(f"{path}: skipped: {problem} (damaged)")
     return None
 
 
@@ -335,36 +339,52 @@ def restore(
             "INSERT OR IGNORE INTO cell_runs VALUES (?, ?, ?)",
             [(run, cell, json.dumps(data, sort_keys=True)) for run, cell, data in cell_runs],
         )
-        for record in records:
+        # Of two lines of one run, cell and case in the copy, the later-finished is kept, as
+        # a merge keeps it, whatever their order (the first line won).
+        latest: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for row in map(_record_row, records):
+            kept = latest.get(row[:3])
+            if kept is None or row[8:] > kept[8:]:
+                latest[row[:3]] = row
+        for row in latest.values():
             cursor = connection.execute(
-                "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                _record_row(record),
+                "INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row
             )
             if cursor.rowcount:
                 added += 1
-                runs.add(record.run_id)
-                touched.add((record.cell_id, record.run_id))
+                runs.add(row[0])
+                touched.add((row[1], row[0]))
         refresh_pass_rates(connection, sorted(runs))
         connection.executemany(_RAN_AT_OF_CELL_RUN, sorted(touched))
     return added
 
 
-def merge_cell_runs(path: Path, records_dir: Path) -> int:
-    """Keep each finished cell run's marker (``<run>/<cell-id>.done.json``); returns how many.
+def merge_cell_runs(path: Path, records_dir: Path) -> list[str]:
+    """Keep each finished cell run's marker (``<run>/<cell-id>.done.json``); returns the
+    problems of those that cannot be kept.
 
-    Unreadable markers are skipped: without one, a cell's results are never reused.
+    A damaged marker (not a JSON object, or in a folder that names no run) is skipped and
+    said: kept, it was published, and the next restore-history of the published copy
+    refused the whole of it. Without a marker, a cell's results are never reused.
     """
     rows = []
+    problems = []
     for marker in sorted(records_dir.glob(f"*/*{DONE_SUFFIX}")):
         try:
             data = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            why = None if isinstance(data, dict) else "not a JSON object"
+        except (OSError, ValueError, RecursionError) as exc:
+            why = f"cannot be read ({exc})"
+        if why is None and not is_run_id(marker.parent.name):
+            why = f"its folder's name is not a run id ({RUN_ID_RULE})"
+        if why is not None:
+            problems.append(f"{marker}: skipped: {why}; its cell's results are not reused")
             continue
         cell_id = marker.name.removesuffix(DONE_SUFFIX)
         rows.append((marker.parent.name, cell_id, json.dumps(data, sort_keys=True)))
     with history(path) as connection, connection:
         connection.executemany("INSERT OR REPLACE INTO cell_runs VALUES (?, ?, ?)", rows)
-    return len(rows)
+    return problems
 
 
 def load_cell_runs(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
@@ -373,7 +393,13 @@ def load_cell_runs(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
         return []
     with history(path) as connection:
         rows = connection.execute("SELECT run_id, cell_id, data FROM cell_runs ORDER BY 1, 2")
-        return [(run, cell, json.loads(data)) for run, cell, data in rows]
+        found = [(run, cell, json.loads(data)) for run, cell, data in rows]
+        # A damaged marker an earlier version kept: published, it failed every restore.
+        return [
+            (run, cell, data)
+            for run, cell, data in found
+            if isinstance(data, dict) and is_run_id(run)
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)

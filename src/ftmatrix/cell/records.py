@@ -27,7 +27,7 @@ from ftmatrix.cell.file_writes import (
     sync_file,
     write_atomically,
 )
-from ftmatrix.cell.files import QUARANTINE, CellFiles
+from ftmatrix.cell.files import QUARANTINE, RECORDS_SUFFIX, CellFiles
 from ftmatrix.cell.record import FIELDS, Record
 from ftmatrix.cell.record_json import LINE_ERRORS, parse_line
 from ftmatrix.cell.redact import Redactor, current_redactor, redact_text
@@ -383,9 +383,14 @@ class ReadResult:
     problems: tuple[str, ...]
 
 
-def read_records(root: Path) -> ReadResult:
+def read_records(root: Path, *, runs: bool = False) -> ReadResult:
     """Every record in ``root`` (a file, or ``*.jsonl`` below a folder): each file's last
-    record of each case; the lines that cannot be read are reported, never raised."""
+    record of each case; the lines that cannot be read are reported, never raised.
+
+    ``runs``: ``root`` is a reports folder's ``records/``, where a run keeps each cell's
+    records at ``<run-id>/<cell-id>.jsonl``: a ``*.jsonl`` anywhere else there (beside the
+    runs, in a folder within a run's) names no run and cell its lines could be checked
+    against, so none of them is read, and it is said."""
     records: list[Record] = []
     problems: list[str] = []
     if root.is_file():
@@ -393,6 +398,12 @@ def read_records(root: Path) -> ReadResult:
     else:
         paths = sorted(root.rglob("*.jsonl")) if root.exists() else []
     for path in paths:
+        if runs and path.parent.parent != root:
+            problems.append(
+                f"{path}: skipped: not where a run keeps a cell's records "
+                f"({root}/<run-id>/<cell-id>{RECORDS_SUFFIX}); none of its lines was read"
+            )
+            continue
         if not path.is_file():  # a pipe would never end a read; a folder, a broken link
             problems.append(f"{path}: skipped: not a file (a folder, a pipe or a broken link)")
             continue

@@ -23,6 +23,7 @@ from ftmatrix.cell.record import Record
 from ftmatrix.cell.signature import clean_paths_in
 from ftmatrix.download import read_text
 from ftmatrix.errors import PathKindError, UsageError
+from ftmatrix.history_checks import finding_problem, proof_problem
 from ftmatrix.record_order import split_clock_ahead
 from ftmatrix.store import (
     load_cell_runs,
@@ -163,7 +164,8 @@ def _parse_history(
     list[tuple[str, str, dict[str, Any]]],
     list[dict[str, Any]],
 ]:
-    lines = text.splitlines()
+    # A byte-order mark: the file saved again by an editor that writes one.
+    lines = text.removeprefix("\ufeff").splitlines()
     try:
         header = json.loads(lines[0]) if lines else None
     except (ValueError, RecursionError):  # not JSON; a number of too many digits
@@ -185,15 +187,17 @@ def _parse_history(
                 records.append(Record.from_mapping(item["record"]))
             elif isinstance(item, dict) and isinstance(item.get("finding"), dict):
                 finding = item["finding"]
-                if not {"case", "axis"} <= finding.keys():
-                    raise ValueError("a finding names its case and axis")
+                if (problem := finding_problem(finding)) is not None:
+                    raise ValueError(f"a finding, but {problem}")
                 findings.append(finding)
             elif isinstance(item, dict) and isinstance(item.get("cell_run"), dict):
                 cell_runs.append(_cell_run(item["cell_run"]))
             elif isinstance(item, dict) and isinstance(item.get("proof"), dict):
                 proof = item["proof"]
-                if not {"entry", "proven_at", "cells"} <= proof.keys():
-                    raise ValueError("a proof names its entry, proven_at and cells")
+                if not isinstance(proof.get("proven_at"), str):
+                    raise ValueError("a proof, but its 'proven_at' is not text")
+                if (problem := proof_problem(proof)) is not None:
+                    raise ValueError(f"a proof, but {problem}")
                 proofs.append(proof)
             else:
                 raise ValueError(
