@@ -523,3 +523,31 @@ def test_the_plugin_sees_a_death_sent_to_its_keeper_before_the_keeper_dies(keepe
         check=True,
     )
     assert ran.stdout.strip() == dying, ran.stderr
+
+
+GATED = """
+import pytest
+
+@pytest.mark.requires_packages(packaging=">=999")
+def test_feature_missing():
+    raise AssertionError("must not run")
+
+def test_plain():
+    pass
+"""
+
+
+def test_a_setting_that_blocks_a_part_of_the_plugin_by_name_is_not_obeyed(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``-p no:ftmatrix-recorder`` ran the cases unrecorded; ``-p no:ftmatrix-gatekeeper``
+    ran a case that is n/a, recorded as its failure (the cases' own addopts: a real cell in
+    tests/test_blocked_plugin.py)."""
+    block = "-p no:ftmatrix-recorder -p no:ftmatrix-gatekeeper -p no:ftmatrix-channel-guard"
+    monkeypatch.setenv("PYTEST_ADDOPTS", block)
+    pytester.makepyfile(test_gated=GATED)
+    records = run_plugin(pytester, tmp_path)
+    assert {name: r["status"] for name, r in records.items()} == {
+        "test_feature_missing": "n/a",
+        "test_plain": "pass",
+    }

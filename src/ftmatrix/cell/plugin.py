@@ -124,13 +124,26 @@ def pytest_configure(config: pytest.Config) -> None:
     if cell_file and record_file:
         cell = json.loads(Path(cell_file).read_text(encoding="utf-8"))
         recorder = _Recorder(cell, Path(record_file))
-        config.pluginmanager.register(recorder, "ftmatrix-recorder")
+        _register(config.pluginmanager, recorder, "ftmatrix-recorder")
         secrets_set.listen(
             is_secret, SECRET_NAME
         )  # a secret a case sets and takes back is masked too
         if os.environ.get("PYTEST_XDIST_WORKER"):
-            config.pluginmanager.register(_ChannelGuard(recorder), "ftmatrix-channel-guard")
+            _register(config.pluginmanager, _ChannelGuard(recorder), "ftmatrix-channel-guard")
             _die_with_controller()
+
+
+def _register(manager: pytest.PytestPluginManager, part: object, name: str) -> None:
+    """Register ``part`` of the results plugin, even where a ``-p no:NAME`` blocked its name
+    (in PYTEST_ADDOPTS, the cases' addopts): without it, cases would run unrecorded, or
+    ungated (failing where they are n/a), and blocked, pytest would drop it unsaid."""
+    if manager.is_blocked(name):
+        unblock = getattr(manager, "unblock", None)  # pluggy 1.4+
+        if unblock is not None:
+            unblock(name)
+        else:
+            manager._name2plugin.pop(name, None)
+    manager.register(part, name)
 
 
 def _die_with_controller() -> None:
@@ -150,7 +163,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     pytest whose cases ask for neither runs no gate at all."""
     asking = [item for item in session.items if asks(item)]
     if asking:
-        session.config.pluginmanager.register(Gatekeeper(asking), "ftmatrix-gatekeeper")
+        _register(session.config.pluginmanager, Gatekeeper(asking), "ftmatrix-gatekeeper")
 
 
 class _Recorder:
