@@ -48,3 +48,24 @@ def test_a_cell_whose_settings_block_a_part_of_the_plugin_records_every_case(
     output = ran.stdout + ran.stderr
     found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
     assert found == {"test_feature_missing": "n/a", "test_plain": "pass"}, output[-3000:]
+
+
+def test_options_after_the_double_dash_never_undo_the_cells_own(tmp_path: Path):
+    """The options after ``--`` came after ours, and the last given wins: a ``-p no:`` of
+    the plugin ran the cases unrecorded, ``--confcutdir=/`` ran a conftest.py above the
+    cases folder."""
+    (tmp_path / "conftest.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('ABOVE_RAN').write_text('ran')\n"
+    )
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "test_gated.py").write_text(GATED)
+    (tmp_path / "matrix.yaml").write_text(
+        f'python: ["{current_python()}"]\npackages:\n  six: ["1.17.0"]\nlimits: {{workers: 1}}\n'
+    )
+    options = ["-p", "no:ftmatrix.cell.plugin", *BLOCK.split(), f"--confcutdir={tmp_path}"]
+    ran = run("cli", tmp_path, "--", *options, "--rootdir=/")
+    output = ran.stdout + ran.stderr
+    found = {r["case"].split("::")[-1]: r["status"] for r in records_of(tmp_path / "out")}
+    assert found == {"test_feature_missing": "n/a", "test_plain": "pass"}, output[-3000:]
+    assert not (tmp_path / "ABOVE_RAN").exists()

@@ -64,6 +64,17 @@ def pytest_command(
         str(venv_python),
         "-m",
         "pytest",
+        # The short summary of every case but the passes, which the results plugin lists
+        # (the log's list of verdicts): pytest's -rp made each pass's line through its
+        # summary machinery, 0.04 ms a case, 0.08 s of CPU at 2,000 trivial cases. Not the
+        # passes' captured output (-rP): pytest finds each pass's teardown by scanning every
+        # report, a cost that grew with the square of the cell's cases (CPU seconds added:
+        # 0.3 at 1,000 trivial cases, 1.3 at 2,000, 5.9 at 4,000). A failure's output is in
+        # its section as before.
+        "-ra",  # (before the user's options: their own -r wins)
+        # The user's options (after `--`) first: where they name one of ours again (a
+        # `-p no:` of the plugin, a --confcutdir, a -c), the last given wins, and ours must.
+        *ctx.pytest_args,
         "-p",
         "ftmatrix.cell.plugin",
         "--ftmatrix-cell",
@@ -84,15 +95,6 @@ def pytest_command(
         "no:cacheprovider",
         # A case file that does not import is recorded; the others still run.
         "--continue-on-collection-errors",
-        # The short summary of every case but the passes, which the results plugin lists
-        # (the log's list of verdicts): pytest's -rp made each pass's line through its
-        # summary machinery, 0.04 ms a case, 0.08 s of CPU at 2,000 trivial cases. Not the
-        # passes' captured output (-rP): pytest finds each pass's teardown by scanning every
-        # report, a cost that grew with the square of the cell's cases (CPU seconds added:
-        # 0.3 at 1,000 trivial cases, 1.3 at 2,000, 5.9 at 4,000). A failure's output is in
-        # its section as before.
-        "-ra",
-        *ctx.pytest_args,
     ]
     return command, targets
 
