@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,26 @@ def test_each_lock_has_its_folder_and_a_new_lock_clears_the_old_ones(tmp_path: P
     second = bytecode_cache(python, "lock2")
     assert second == (tmp_path / "venv" / f"{BYTECODE_PREFIX}lock2").resolve()
     assert not first.exists()  # another release's bytecode never meets this lock's sources
+
+
+def test_the_callers_interpreter_home_and_interactive_settings_are_not_a_cells(
+    tmp_path: Path,
+):
+    """A cell's pytest under the caller's PYTHONINSPECT ended in an interactive prompt (a
+    traceback of its SystemExit in the cell's log; on a terminal, a wait); the caller's
+    PYTHONHOME is its own interpreter's, never the cell's venv's."""
+    startup = tmp_path / "startup.py"
+    startup.write_text("print('startup ran')\n")
+    caller = {
+        **os.environ,
+        "PYTHONINSPECT": "1",
+        "PYTHONSTARTUP": str(startup),
+        "PYTHONHOME": sys.base_prefix,
+    }
+    env = cell_env(caller)
+    assert not {"PYTHONINSPECT", "PYTHONSTARTUP", "PYTHONHOME"} & env.keys()
+    ran = subprocess.run(
+        [sys.executable, "-c", "raise SystemExit(0)"],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")

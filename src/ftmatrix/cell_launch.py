@@ -33,8 +33,12 @@ OFFLINE_ENV = {
 # Where a cell's venv keeps the bytecode of what its processes imported (one folder per
 # lock): see bytecode_cache.
 BYTECODE_PREFIX = "ftmatrix-bytecode-"
-# The caller's variables a cell never sees (see cell_env).
-CALLERS_ONLY = frozenset({"PYTHONPATH", "PYTEST_PLUGINS"})
+# The caller's variables a cell never sees (see cell_env): its own interpreter's home, and
+# its interactive sessions' settings (a cell is never one: PYTHONINSPECT left each pytest
+# a "SystemExit" traceback in the cell's log, and on a terminal, a prompt that waits).
+CALLERS_ONLY = frozenset(
+    {"PYTHONPATH", "PYTEST_PLUGINS", "PYTHONHOME", "PYTHONINSPECT", "PYTHONSTARTUP"}
+)
 # How many names plugin_root tries in the shared temporary folder before a private copy.
 PLUGIN_FOLDER_TRIES = 8
 PYTEST_INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
