@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from ftmatrix.case_verdicts import RUN_ENDED_REASON
+
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data"
 RUN_ID = "20261122T010000Z"
@@ -145,25 +147,7 @@ def test_every_bad_case_gets_its_status_and_no_other_record_is_lost(tmp_path: Pa
 @pytest.mark.parametrize("workers", [1, 2])
 def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path, workers: int):
     matrix = {"FTMATRIX_MATRIX": str(matrix_with_workers(tmp_path, workers))}
-    env = environment(tmp_path, FTMATRIX_TEST_SLOW_SECONDS="60", **matrix)
-    nox = subprocess.Popen(
-        nox_command(tmp_path, "-s", "matrix"),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if any("test_g_slow" in note for note in running_notes(tmp_path)):
-            break
-        time.sleep(0.2)
-    else:
-        nox.kill()
-        pytest.fail("the slow case never started")
-    os.killpg(nox.pid, signal.SIGKILL)  # the whole runner dies, as a lost machine would
-    nox.wait()
-    time.sleep(1)
+    kill_under_the_slow_case(tmp_path, environment(tmp_path, **matrix))
     before = records(tmp_path)
     assert "test_g_slow_but_in_time" not in before
     assert before["test_a_first_healthy_case"]["status"] == "pass"
@@ -201,6 +185,56 @@ def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path, workers: int):
         check=False,
     )
     assert "nothing to resume" in again.stderr
+
+
+def kill_under_the_slow_case(tmp_path: Path, env: dict[str, str]) -> None:
+    """Run the matrix and kill the whole runner while test_g_slow_but_in_time runs, as a
+    lost machine would (or a case that kills the supervisor or the run's group)."""
+    earlier = set(running_notes(tmp_path))  # an ended run's note, until its resume reads it
+    nox = subprocess.Popen(
+        nox_command(tmp_path, "-s", "matrix"),
+        env={**env, "FTMATRIX_TEST_SLOW_SECONDS": "60"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if any("test_g_slow" in note for note in set(running_notes(tmp_path)) - earlier):
+            break
+        time.sleep(0.2)
+    else:
+        nox.kill()
+        pytest.fail("the slow case never started")
+    os.killpg(nox.pid, signal.SIGKILL)
+    nox.wait()
+    time.sleep(1)
+
+
+def test_a_case_the_run_ended_under_twice_is_a_crash_and_the_rest_runs(tmp_path: Path):
+    """A case that ends the run (a signal to the supervisor, its pytest's grandparent, or to
+    the run's process group) ended every resume the same way: each ran it again. Here the
+    run is ended under the same case twice, from outside as such a case ends it; the first
+    resume runs it again (it may have been innocent), the second records it a crash and
+    runs every other case."""
+    env = environment(tmp_path, FTMATRIX_MATRIX=str(matrix_with_workers(tmp_path, 1)))
+    kill_under_the_slow_case(tmp_path, env)
+    kill_under_the_slow_case(tmp_path, {**env, "FTMATRIX_RESUME": "1"})
+    resumed = subprocess.run(
+        nox_command(tmp_path, "-s", "matrix"),
+        env={**env, "FTMATRIX_RESUME": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    found = records(tmp_path)
+    assert {case: r["status"] for case, r in found.items()} == {
+        **EXPECTED,
+        "test_g_slow_but_in_time": "crash",
+    }
+    assert found["test_g_slow_but_in_time"]["message"] == RUN_ENDED_REASON
+    assert not list((tmp_path / "out").rglob("*.left-running"))  # the cell is done with it
 
 
 def running_notes(tmp_path: Path) -> list[str]:

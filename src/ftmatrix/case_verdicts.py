@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ftmatrix.cell.file_writes import read_json, write_atomically
+from ftmatrix.cell.file_writes import read_json, read_note, write_atomically
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.record import WHOLE_CELL, Record
 from ftmatrix.cell.records import (
@@ -37,6 +37,12 @@ from ftmatrix.cell.status import Status
 from ftmatrix.errors import PathKindError, path_problem
 from ftmatrix.process_tree import Leftover, starter_of
 
+# The verdict of a case the run ended under twice, once the run is resumed again.
+RUN_ENDED_REASON = (
+    "the run ended twice while this case ran (its supervisor was killed or interrupted, by "
+    "the case or from outside) and it left no record; not run a third time: a case that "
+    "ends the run would end every resume the same way"
+)
 Log = Callable[[str], None]
 RecordFactory = Callable[..., Record]
 # Told of each case concluded here, once its record is written: (case, status).
@@ -149,6 +155,39 @@ class CaseVerdicts:
         self.log(f"[ftmatrix] {case}: {status.value}: {reason}")
         self.on_concluded(case, status)
 
+    def conclude_run_enders(self, notes: Sequence[Mapping[str, Any]]) -> None:
+        """On resume: the case the run's end left a running-case note of, without a record.
+
+        The run died under it: killed by the case itself (a signal to the supervisor, its
+        pytest's grandparent, or to the run's process group) or from outside (Ctrl-C, a
+        lost machine). The first time it runs again (most likely it was innocent); if the
+        run ends under it again, it is recorded a crash here, not run a third time: a case
+        that ends the run would end every resume. Several notes (pytest-xdist workers)
+        cannot be told apart: they run again.
+        """
+        left = [note for note in notes if str(note["case"]) not in self.recorded()]
+        if len(left) != 1:
+            return
+        note, case = left[0], str(left[0]["case"])
+        again = set(case_list(self.files.left_running) or ())
+        if case not in again:
+            write_atomically(self.files.left_running, json.dumps(sorted(again | {case})))
+            self.log(f"[ftmatrix] {case}: running when the run ended; it runs again once")
+            return
+        record = self.make_record(
+            case=case,
+            operation=str(note.get("operation") or "") or None,
+            status=Status.CRASH,
+            reason=RUN_ENDED_REASON,
+            message=RUN_ENDED_REASON,
+            duration=0.0,
+        )
+        first = self.first_tries.pop(case, None)
+        CellRecordFile(self.files.records).add(merge_tries(first, record) if first else record)
+        self._save()
+        self.log(f"[ftmatrix] {case}: crash: {RUN_ENDED_REASON}")
+        self.on_concluded(case, Status.CRASH)
+
     def record_cell_problem(self, reason: str, output: str, *, crashed: bool) -> None:
         """One record for the cell: pytest ended not as pytest ends, or before collecting."""
         CellRecordFile(self.files.records).add(
@@ -186,6 +225,7 @@ class CaseVerdicts:
                 cases = ", ".join(r.case for r in refused)
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"the records of {cases}")
         _note_leftovers(self.files, ended, self.log)
+        self.files.left_running.unlink(missing_ok=True)  # every case has its record now
         scan = compact_records(self.files.records, self.scanner)
         if scan.restored:
             self.log(
@@ -203,6 +243,12 @@ def _quarantined(quarantine: Path) -> tuple[int, int]:
         return quarantined_lines(quarantine)
     except OSError:
         return 0, 0
+
+
+def left_over_notes(files: CellFiles) -> list[dict[str, Any]]:
+    """The running-case notes the cell's last pytest left: the run ended under it."""
+    notes = (read_note(path) for path in [files.running_case(), *files.workers_running_cases()])
+    return [note for note in notes if note is not None]
 
 
 def case_list(path: Path) -> list[str] | None:

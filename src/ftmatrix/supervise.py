@@ -41,7 +41,7 @@ from ftmatrix.case_ends import (
     describe_exit,
     oom_reason,
 )
-from ftmatrix.case_verdicts import CaseVerdicts, Log, RecordFactory, case_list
+from ftmatrix.case_verdicts import CaseVerdicts, Log, RecordFactory, case_list, left_over_notes
 from ftmatrix.cell.file_writes import read_note
 from ftmatrix.cell.files import CellFiles
 from ftmatrix.cell.processes import become_subreaper, die_with_parent
@@ -134,6 +134,8 @@ def run_cases(
         resumed=files.collected.exists(),
         scanner=scanner,
     )
+    if files.collected.exists():  # a resume: the case its run ended under, if twice
+        verdicts.conclude_run_enders(left_over_notes(files))
     passes = Passes(sharing=bool(parallel))
     ended: list[Leftover] = []
     inputs = _inputs(command)

@@ -155,6 +155,12 @@ class CellFiles:
         """Where the supervisor keeps crashed cases' first tries until their second try ends."""
         return self._beside_records(".first-tries")
 
+    @property
+    def left_running(self) -> Path:
+        """Where the supervisor lists the cases a run ended under (their notes left): each
+        runs again once on resume, and is recorded a crash if the run ends under it again."""
+        return self._beside_records(".left-running")
+
     def running_case(self, worker: str | None = None) -> Path:
         """Where the plugin notes the case now running, so a supervisor outside knows it.
 
